@@ -65,7 +65,9 @@ impl Version {
 
 /// A placement group: objects of one pool hash into `pg_count` groups, each mapped to an ordered
 /// device set (first = primary).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 pub struct PgId {
     pub pool: PoolId,
     pub pg: u32,
@@ -81,7 +83,9 @@ impl fmt::Display for PgId {
 ///
 /// Objects are the unit of placement (object -> PG -> devices), of versioning and of crash
 /// atomicity (a write of any size up to the object size is all-or-nothing).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 pub struct ObjectId {
     pub pool: PoolId,
     pub volume: VolumeId,
@@ -112,7 +116,14 @@ mod tests {
     fn display_is_stable() {
         let oid = ObjectId::new(PoolId(1), VolumeId(7), 42);
         assert_eq!(oid.to_string(), "obj.1.7.42");
-        assert_eq!(PgId { pool: PoolId(2), pg: 9 }.to_string(), "pg.2.9");
+        assert_eq!(
+            PgId {
+                pool: PoolId(2),
+                pg: 9
+            }
+            .to_string(),
+            "pg.2.9"
+        );
         assert_eq!(Epoch(5).next(), Epoch(6));
         assert_eq!(Version::NONE.next(), Version(1));
     }

@@ -11,7 +11,9 @@ pub const MAX_NAME_LEN: usize = 64;
 /// Why a name was rejected.
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum NameError {
-    #[error("name is empty; use 1 to {MAX_NAME_LEN} characters of letters, digits, '.', '_' or '-'")]
+    #[error(
+        "name is empty; use 1 to {MAX_NAME_LEN} characters of letters, digits, '.', '_' or '-'"
+    )]
     Empty,
     #[error("name '{0}' is longer than {MAX_NAME_LEN} characters")]
     TooLong(String),
@@ -52,11 +54,20 @@ mod tests {
     fn accepts_and_rejects() {
         assert_eq!(validate_name("vol-1.data_x"), Ok(()));
         assert_eq!(validate_name(""), Err(NameError::Empty));
-        assert!(matches!(validate_name("a/b"), Err(NameError::BadChar { ch: '/', .. })));
-        assert!(matches!(validate_name("a b"), Err(NameError::BadChar { ch: ' ', .. })));
+        assert!(matches!(
+            validate_name("a/b"),
+            Err(NameError::BadChar { ch: '/', .. })
+        ));
+        assert!(matches!(
+            validate_name("a b"),
+            Err(NameError::BadChar { ch: ' ', .. })
+        ));
         assert!(matches!(validate_name("-x"), Err(NameError::BadStart(_))));
         assert!(matches!(validate_name(".."), Err(NameError::BadStart(_))));
-        assert!(matches!(validate_name(&"x".repeat(65)), Err(NameError::TooLong(_))));
+        assert!(matches!(
+            validate_name(&"x".repeat(65)),
+            Err(NameError::TooLong(_))
+        ));
         assert_eq!(validate_name(&"x".repeat(64)), Ok(()));
         assert!(matches!(validate_name("é"), Err(NameError::BadChar { .. })));
     }

@@ -13,7 +13,9 @@ pub enum SizeError {
     Empty,
     #[error("'{0}' is not a size; write a number with an optional unit, e.g. 8GiB or 512MiB")]
     Malformed(String),
-    #[error("unknown unit '{unit}' in '{input}'; use B, KiB, MiB, GiB, TiB, PiB (or kB, MB, GB, TB, PB)")]
+    #[error(
+        "unknown unit '{unit}' in '{input}'; use B, KiB, MiB, GiB, TiB, PiB (or kB, MB, GB, TB, PB)"
+    )]
     UnknownUnit { input: String, unit: String },
     #[error("'{0}' is too large (more than 2^64 bytes)")]
     Overflow(String),
@@ -58,7 +60,7 @@ pub fn parse_size(input: &str) -> Result<u64, SizeError> {
             .map_err(|_| SizeError::Malformed(input.to_string()))?;
         let scale = 10u128.pow(frac_part.len().min(18) as u32);
         let scaled = frac * mult as u128;
-        if scaled % scale != 0 {
+        if !scaled.is_multiple_of(scale) {
             return Err(SizeError::Fractional(input.to_string()));
         }
         total += scaled / scale;
@@ -134,9 +136,15 @@ mod tests {
     fn rejects_garbage() {
         assert_eq!(parse_size(""), Err(SizeError::Empty));
         assert!(matches!(parse_size("GiB"), Err(SizeError::Malformed(_))));
-        assert!(matches!(parse_size("8XB"), Err(SizeError::UnknownUnit { .. })));
+        assert!(matches!(
+            parse_size("8XB"),
+            Err(SizeError::UnknownUnit { .. })
+        ));
         assert!(matches!(parse_size("1.2.3G"), Err(SizeError::Malformed(_))));
-        assert!(matches!(parse_size("99999999PiB"), Err(SizeError::Overflow(_))));
+        assert!(matches!(
+            parse_size("99999999PiB"),
+            Err(SizeError::Overflow(_))
+        ));
         assert!(matches!(parse_size("0.3B"), Err(SizeError::Fractional(_))));
         assert!(matches!(parse_size("-5G"), Err(SizeError::Malformed(_))));
     }

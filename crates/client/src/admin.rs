@@ -1,0 +1,125 @@
+//! Volume administration: create, list, inspect, resize, delete. Metadata changes go through the
+//! catalog; data changes (deleting a volume's objects, cutting them after a shrink) go to every
+//! node that holds a primary of the volume's pool.
+
+use crate::cluster::Cluster;
+use crate::error::ClientError;
+use crate::meta::{PoolRecord, VolumeRecord};
+use crate::retry::call_node_with_retry;
+use crate::write::primary_nodes;
+use basalt_proto::{Request, Response};
+use basalt_types::VolumeId;
+
+impl Cluster {
+    /// Creates a volume of `size` bytes in `pool` (by name).
+    pub async fn create_volume(
+        &self,
+        name: &str,
+        size: u64,
+        pool: &str,
+    ) -> Result<VolumeRecord, ClientError> {
+        Ok(self.catalog().create_volume(name, size, pool).await?)
+    }
+
+    pub async fn list_volumes(&self) -> Result<Vec<VolumeRecord>, ClientError> {
+        Ok(self.catalog().list_volumes().await?)
+    }
+
+    pub async fn volume_info(&self, name: &str) -> Result<VolumeRecord, ClientError> {
+        self.catalog()
+            .get_volume(name)
+            .await?
+            .ok_or_else(|| ClientError::NoSuchVolume(name.to_string()))
+    }
+
+    pub async fn list_pools(&self) -> Result<Vec<PoolRecord>, ClientError> {
+        Ok(self.catalog().list_pools().await?)
+    }
+
+    /// Changes a volume's size. Shrinking needs `allow_shrink` and discards the data past the
+    /// new end, so that growing again later reads zeros there, never old data.
+    pub async fn resize_volume(
+        &self,
+        name: &str,
+        new_size: u64,
+        allow_shrink: bool,
+    ) -> Result<VolumeRecord, ClientError> {
+        let current = self.volume_info(name).await?;
+        if new_size < current.size && !allow_shrink {
+            return Err(ClientError::InvalidArgument(format!(
+                "shrinking '{name}' from {} to {} discards data; pass --allow-shrink to do it",
+                current.size, new_size
+            )));
+        }
+        let record = self.catalog().resize_volume(name, new_size).await?;
+        if new_size < current.size {
+            self.cut_tail(&record, current.size).await?;
+        }
+        Ok(record)
+    }
+
+    /// Deletes a volume and its data. The record is marked deleting first, so an interrupted
+    /// delete can be finished by running it again.
+    pub async fn delete_volume(&self, name: &str) -> Result<u64, ClientError> {
+        let record = self.catalog().mark_volume_deleting(name).await?;
+        let objects = self.delete_objects(&record, 0).await?;
+        self.catalog().remove_volume(name).await?;
+        Ok(objects)
+    }
+
+    /// After a shrink: zero the part of the last object past the new end and delete every
+    /// object after it.
+    async fn cut_tail(&self, record: &VolumeRecord, old_size: u64) -> Result<(), ClientError> {
+        let pool = self
+            .catalog()
+            .get_pool(record.pool)
+            .await?
+            .ok_or_else(|| ClientError::NoSuchPool(record.pool.to_string()))?;
+        let os = pool.object_size as u64;
+        let keep_objects = record.size.div_ceil(os);
+        let partial = record.size % os;
+        if partial != 0 {
+            let oid = basalt_types::ObjectId::new(record.pool, record.id, keep_objects - 1);
+            let len = (os - partial).min(old_size - record.size);
+            crate::retry::call_primary(self, oid, |epoch| Request::WriteZeroes {
+                epoch,
+                oid,
+                offset: partial as u32,
+                len: len as u32,
+                fua: true,
+            })
+            .await?;
+        }
+        self.delete_objects(record, keep_objects).await?;
+        Ok(())
+    }
+
+    /// Deletes the objects of a volume with index >= `from_index` on every node of its pool.
+    async fn delete_objects(
+        &self,
+        record: &VolumeRecord,
+        from_index: u64,
+    ) -> Result<u64, ClientError> {
+        let nodes = primary_nodes(&self.map(), record.pool);
+        let (pool, volume): (_, VolumeId) = (record.pool, record.id);
+        let mut total = 0;
+        for node in nodes {
+            let resp = call_node_with_retry(self, node, |epoch| Request::DeleteVolume {
+                epoch,
+                pool,
+                volume,
+                from_index,
+            })
+            .await?;
+            match resp {
+                Response::Deleted { objects } => total += objects,
+                other => {
+                    return Err(ClientError::Protocol(format!(
+                        "unexpected answer to DeleteVolume: {other:?}"
+                    )));
+                }
+            }
+        }
+        Ok(total)
+    }
+}

@@ -1,0 +1,242 @@
+//! [`Cluster`]: a connection to a Basalt cluster (its metadata store and its nodes).
+
+use crate::error::ClientError;
+use crate::link::TcpLink;
+use crate::mapcache::MapCache;
+use crate::meta::{self, Catalog, MetaStore};
+use crate::volume::{Volume, VolumeOptions};
+use basalt_placement::ClusterMap;
+use basalt_proto::{Request, Response, Service};
+use basalt_types::{Epoch, NodeId};
+use bytes::Bytes;
+use parking_lot::{Mutex, RwLock};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Client settings.
+#[derive(Clone, Debug)]
+pub struct ClusterConfig {
+    /// Sent to nodes in the handshake; shows up in their logs.
+    pub client_name: String,
+    /// How long to wait for a TCP connection and handshake.
+    pub connect_timeout: Duration,
+    /// How long one operation may keep retrying (map changes, node restarts) before failing.
+    pub op_timeout: Duration,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            client_name: format!("basalt-client/{}", env!("CARGO_PKG_VERSION")),
+            connect_timeout: Duration::from_secs(5),
+            op_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A handle to a cluster. Cheap to clone; all clones share connections and the map.
+#[derive(Clone)]
+pub struct Cluster {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) catalog: Catalog,
+    pub(crate) maps: MapCache,
+    pub(crate) config: ClusterConfig,
+    local: RwLock<HashMap<NodeId, Arc<dyn Service>>>,
+    links: Mutex<HashMap<NodeId, Arc<tokio::sync::Mutex<Option<Arc<TcpLink>>>>>>,
+    watcher: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(task) = self.watcher.lock().take() {
+            task.abort();
+        }
+    }
+}
+
+impl Cluster {
+    /// Connects to the cluster whose metadata lives in `meta`: loads the current map and follows
+    /// new ones as they are published.
+    pub async fn connect(
+        meta: Arc<dyn MetaStore>,
+        config: ClusterConfig,
+    ) -> Result<Cluster, ClientError> {
+        let catalog = Catalog::new(meta);
+        let initial = meta::load_map(&catalog).await?;
+        let cluster = Cluster {
+            inner: Arc::new(Inner {
+                catalog,
+                maps: MapCache::new(initial),
+                config,
+                local: RwLock::new(HashMap::new()),
+                links: Mutex::new(HashMap::new()),
+                watcher: Mutex::new(None),
+            }),
+        };
+        let task = tokio::spawn(follow_maps(Arc::downgrade(&cluster.inner)));
+        *cluster.inner.watcher.lock() = Some(task);
+        Ok(cluster)
+    }
+
+    /// Routes requests for `node` to `service` in this process instead of over TCP.
+    pub fn add_local_node(&self, node: NodeId, service: Arc<dyn Service>) {
+        self.inner.local.write().insert(node, service);
+    }
+
+    /// The metadata catalog this client uses.
+    pub fn catalog(&self) -> &Catalog {
+        &self.inner.catalog
+    }
+
+    /// The current cluster map.
+    pub fn map(&self) -> Arc<ClusterMap> {
+        self.inner.maps.get()
+    }
+
+    pub fn config(&self) -> &ClusterConfig {
+        &self.inner.config
+    }
+
+    /// Opens a volume by name.
+    pub async fn open_volume(
+        &self,
+        name: &str,
+        options: VolumeOptions,
+    ) -> Result<Volume, ClientError> {
+        let record = self
+            .inner
+            .catalog
+            .get_volume(name)
+            .await?
+            .ok_or_else(|| ClientError::NoSuchVolume(name.to_string()))?;
+        Volume::new(self.clone(), record, options).await
+    }
+
+    /// Waits until a map with at least `epoch` is known, first asking the metadata store.
+    pub async fn refresh_map(&self, epoch: Epoch) -> Result<(), ClientError> {
+        if self.map().epoch >= epoch {
+            return Ok(());
+        }
+        if let Some(map) = meta::load_map(&self.inner.catalog).await? {
+            self.inner.maps.offer(map);
+        }
+        if self.map().epoch < epoch {
+            self.inner
+                .maps
+                .wait_for(epoch, Duration::from_millis(500))
+                .await;
+        }
+        Ok(())
+    }
+
+    /// Waits until the map knows every placement group of `pool` (used at startup).
+    pub async fn wait_for_pool(
+        &self,
+        pool: basalt_types::PoolId,
+        timeout: Duration,
+    ) -> Result<(), ClientError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let map = self.map();
+            if let Some(p) = map.pools.get(&pool)
+                && p.pgs.len() as u32 == p.pg_count
+                && p.pgs.iter().all(|devs| !devs.is_empty())
+            {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(ClientError::NoMap);
+            }
+            self.refresh_map(map.epoch.next()).await?;
+        }
+    }
+
+    /// The service that reaches `node`: its in-process object, or a (re)connected TCP link.
+    pub(crate) async fn service(
+        &self,
+        map: &ClusterMap,
+        node: NodeId,
+    ) -> Result<Arc<dyn Service>, ClientError> {
+        if let Some(local) = self.inner.local.read().get(&node) {
+            return Ok(local.clone());
+        }
+        let slot = self.inner.links.lock().entry(node).or_default().clone();
+        let mut guard = slot.lock().await;
+        if let Some(link) = guard.as_ref()
+            && link.is_open()
+        {
+            return Ok(link.clone());
+        }
+        let addr = map
+            .nodes
+            .get(&node)
+            .map(|n| n.addr.clone())
+            .ok_or_else(|| ClientError::Unavailable(format!("{node} is not in the map")))?;
+        let cfg = &self.inner.config;
+        let link = TcpLink::connect(&addr, &cfg.client_name, cfg.connect_timeout)
+            .await
+            .map_err(|detail| ClientError::Unreachable {
+                node: node.to_string(),
+                addr: addr.clone(),
+                detail,
+            })?;
+        let link = Arc::new(link);
+        *guard = Some(link.clone());
+        Ok(link)
+    }
+
+    /// Forgets a broken connection so that the next call reconnects.
+    pub(crate) fn drop_link(&self, node: NodeId) {
+        self.inner.links.lock().remove(&node);
+    }
+
+    /// Sends `data` to `node` and measures the round trip (network baseline probes).
+    pub async fn ping(&self, node: NodeId, data: Bytes) -> Result<Duration, ClientError> {
+        let map = self.map();
+        let svc = self.service(&map, node).await?;
+        let len = data.len();
+        let start = Instant::now();
+        match svc.call(Request::Ping { data }).await {
+            Ok(Response::Pong { data }) if data.len() == len => Ok(start.elapsed()),
+            Ok(other) => Err(ClientError::Protocol(format!(
+                "unexpected answer to Ping: {other:?}"
+            ))),
+            Err(e) => Err(ClientError::from_wire(e)),
+        }
+    }
+}
+
+/// Follows map publications until the cluster handle is dropped.
+async fn follow_maps(inner: std::sync::Weak<Inner>) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let Some(strong) = inner.upgrade() else {
+            return;
+        };
+        let watch = strong.catalog.watch_map::<ClusterMap>().await;
+        drop(strong);
+        match watch {
+            Ok(mut rx) => {
+                backoff = Duration::from_millis(100);
+                while let Some(map) = rx.recv().await {
+                    let Some(strong) = inner.upgrade() else {
+                        return;
+                    };
+                    strong.maps.offer(map);
+                }
+            }
+            Err(e) => tracing::warn!("watching the cluster map failed: {e}; retrying"),
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+        if let Some(strong) = inner.upgrade()
+            && let Ok(Some(map)) = meta::load_map(&strong.catalog).await
+        {
+            strong.maps.offer(map);
+        }
+    }
+}

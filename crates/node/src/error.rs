@@ -1,0 +1,48 @@
+//! Node errors, and the one place where storage errors become wire errors.
+
+use basalt_engine::EngineError;
+use basalt_proto::{ErrorCode, WireError};
+use thiserror::Error;
+
+/// Why a node could not start or stopped.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum NodeError {
+    #[error("device {path}: {source}")]
+    Device {
+        path: String,
+        #[source]
+        source: EngineError,
+    },
+    #[error("metadata: {0}")]
+    Meta(#[from] basalt_meta::MetaError),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Config(String),
+    #[error("I/O error on {path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Maps a store error to the error code a client acts on.
+pub fn engine_to_wire(e: EngineError) -> WireError {
+    let code = match &e {
+        EngineError::InvalidArgument(_) => ErrorCode::InvalidArgument,
+        EngineError::OutOfSpace { .. } => ErrorCode::NoSpace,
+        EngineError::Checksum { .. } => ErrorCode::Checksum,
+        EngineError::StaleVersion { .. } => ErrorCode::StaleVersion,
+        EngineError::Poisoned(_) => ErrorCode::DeviceFailed,
+        EngineError::Io(_) => ErrorCode::Io,
+        EngineError::Closed => ErrorCode::ShuttingDown,
+        _ => ErrorCode::Internal,
+    };
+    WireError::new(code, e.to_string())
+}

@@ -1,0 +1,15 @@
+//! The flush handler: every store on this node makes its acknowledged writes durable.
+
+use crate::error::engine_to_wire;
+use crate::service::NodeShared;
+use basalt_proto::{Response, WireError};
+use basalt_types::Epoch;
+
+pub(crate) async fn flush(node: &NodeShared, epoch: Epoch) -> Result<Response, WireError> {
+    node.maps.admit(epoch).await?;
+    let flushes = node.maps.stores().values().map(|store| store.flush());
+    futures::future::try_join_all(flushes)
+        .await
+        .map_err(engine_to_wire)?;
+    Ok(Response::Flushed)
+}

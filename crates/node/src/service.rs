@@ -1,0 +1,103 @@
+//! [`NodeService`]: the node's answer to every request, whatever transport brought it.
+
+use crate::admin::AdminHandler;
+use crate::mapstate::MapState;
+use crate::{delete, flush, read, write};
+use basalt_proto::{
+    ErrorCode, PROTOCOL_VERSION, Request, Response, ResponseFuture, Service, WireError,
+};
+use basalt_types::NodeId;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// State shared by every request handler of one node.
+pub(crate) struct NodeShared {
+    pub(crate) id: NodeId,
+    pub(crate) maps: MapState,
+    pub(crate) admin: AdminHandler,
+    pub(crate) stopping: AtomicBool,
+}
+
+/// The node as a [`Service`]: the TCP server calls it for each decoded frame, and a client in the
+/// same process calls it directly.
+#[derive(Clone)]
+pub struct NodeService {
+    pub(crate) shared: Arc<NodeShared>,
+}
+
+impl Service for NodeService {
+    fn call(&self, req: Request) -> ResponseFuture {
+        let shared = self.shared.clone();
+        Box::pin(async move { shared.handle(req).await })
+    }
+}
+
+impl NodeShared {
+    pub(crate) async fn handle(&self, req: Request) -> Result<Response, WireError> {
+        if self.stopping.load(Ordering::Acquire) && req.epoch().is_some() {
+            return Err(WireError::new(
+                ErrorCode::ShuttingDown,
+                format!("{} is shutting down", self.id),
+            ));
+        }
+        match req {
+            Request::Hello {
+                min_version,
+                max_version,
+                ..
+            } => self.hello(min_version, max_version),
+            Request::Read {
+                epoch,
+                oid,
+                offset,
+                len,
+            } => read::read(self, epoch, oid, offset, len).await,
+            Request::Write {
+                epoch,
+                oid,
+                offset,
+                version,
+                fua,
+                data,
+            } => write::write(self, epoch, oid, offset, version, fua, data).await,
+            Request::WriteZeroes {
+                epoch,
+                oid,
+                offset,
+                len,
+                fua,
+            } => write::write_zeroes(self, epoch, oid, offset, len, fua).await,
+            Request::Trim {
+                epoch,
+                oid,
+                offset,
+                len,
+            } => write::trim(self, epoch, oid, offset, len).await,
+            Request::Flush { epoch } => flush::flush(self, epoch).await,
+            Request::DeleteVolume {
+                epoch,
+                pool,
+                volume,
+                from_index,
+            } => delete::delete_volume(self, epoch, pool, volume, from_index).await,
+            Request::Ping { data } => Ok(Response::Pong { data }),
+            Request::Admin { body } => self.admin.handle(self, body).await,
+        }
+    }
+
+    fn hello(&self, min: u8, max: u8) -> Result<Response, WireError> {
+        if !(min..=max).contains(&PROTOCOL_VERSION) {
+            return Err(WireError::new(
+                ErrorCode::VersionMismatch,
+                format!(
+                    "client speaks protocol versions {min}..={max}; this node speaks {PROTOCOL_VERSION}"
+                ),
+            ));
+        }
+        Ok(Response::Hello {
+            version: PROTOCOL_VERSION,
+            node: self.id,
+            epoch: self.maps.epoch(),
+        })
+    }
+}

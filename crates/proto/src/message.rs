@@ -1,0 +1,589 @@
+//! Typed requests and responses, and their body layouts.
+//!
+//! Requests and their successful responses share an opcode; a response sets `FLAG_RESPONSE`, an
+//! error response also sets `FLAG_ERROR` and carries a [`WireError`] body. All integers are
+//! little-endian. An object reference is 20 bytes: `pool u32 | volume u64 | index u64`.
+//!
+//! | opcode | request body | request data | response body | response data |
+//! |---|---|---|---|---|
+//! | 1 Hello | min_ver u8, max_ver u8, name_len u16, name | - | version u8, 0u8×3, node u32, epoch u64 | - |
+//! | 2 Read | epoch u64, object, offset u32, len u32 | - | - | the bytes |
+//! | 3 Write | epoch u64, object, offset u32, version u64 | the bytes | version u64 | - |
+//! | 4 WriteZeroes | epoch u64, object, offset u32, len u32 | - | version u64 | - |
+//! | 5 Trim | epoch u64, object, offset u32, len u32 | - | version u64 | - |
+//! | 6 Flush | epoch u64 | - | - | - |
+//! | 7 DeleteVolume | epoch u64, pool u32, volume u64, from_index u64 | - | objects u64 | - |
+//! | 8 Ping | - | any bytes | - | the same bytes |
+//! | 9 Admin | - | JSON request | - | JSON response |
+//!
+//! Error body: `code u16 | 0u16 | epoch u64 | msg_len u16 | msg (UTF-8, at most 1024 bytes)`.
+
+use crate::decoder::Frame;
+use crate::error::{ErrorCode, ProtoError, WireError};
+use crate::frame::{FLAG_ERROR, FLAG_FUA, FLAG_RESPONSE, FrameHeader, PROTOCOL_VERSION};
+use basalt_types::{Epoch, NodeId, ObjectId, PoolId, Version, VolumeId};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+const OP_HELLO: u8 = 1;
+const OP_READ: u8 = 2;
+const OP_WRITE: u8 = 3;
+const OP_WRITE_ZEROES: u8 = 4;
+const OP_TRIM: u8 = 5;
+const OP_FLUSH: u8 = 6;
+const OP_DELETE_VOLUME: u8 = 7;
+const OP_PING: u8 = 8;
+const OP_ADMIN: u8 = 9;
+
+const OBJECT_LEN: usize = 20;
+const MAX_NAME_LEN: usize = 256;
+const MAX_MESSAGE_LEN: usize = 1024;
+
+/// A request from a client (or another node) to a node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Request {
+    /// First message on a connection: the range of protocol versions the client speaks.
+    Hello {
+        min_version: u8,
+        max_version: u8,
+        client: String,
+    },
+    Read {
+        epoch: Epoch,
+        oid: ObjectId,
+        offset: u32,
+        len: u32,
+    },
+    /// Writes `data` at `offset` in the object. `version` is [`Version::NONE`] for "next version"
+    /// (what clients send); a primary forwarding to replicas sets the version it assigned.
+    Write {
+        epoch: Epoch,
+        oid: ObjectId,
+        offset: u32,
+        version: Version,
+        fua: bool,
+        data: Bytes,
+    },
+    WriteZeroes {
+        epoch: Epoch,
+        oid: ObjectId,
+        offset: u32,
+        len: u32,
+        fua: bool,
+    },
+    Trim {
+        epoch: Epoch,
+        oid: ObjectId,
+        offset: u32,
+        len: u32,
+    },
+    /// Makes every write this node acknowledged before the flush durable.
+    Flush { epoch: Epoch },
+    /// Removes every object of a volume held by this node whose index is `from_index` or more
+    /// (0 deletes the volume's data; a larger value truncates it after a shrink).
+    DeleteVolume {
+        epoch: Epoch,
+        pool: PoolId,
+        volume: VolumeId,
+        from_index: u64,
+    },
+    /// Echoes `data`: round-trip time and throughput probes.
+    Ping { data: Bytes },
+    /// A control-plane request, JSON-encoded (see the node's admin module).
+    Admin { body: Bytes },
+}
+
+/// A node's successful answer. Errors travel as [`WireError`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Response {
+    Hello {
+        version: u8,
+        node: NodeId,
+        epoch: Epoch,
+    },
+    Read {
+        data: Bytes,
+    },
+    /// Answer to Write, WriteZeroes and Trim: the object's new version.
+    Written {
+        version: Version,
+    },
+    Flushed,
+    Deleted {
+        objects: u64,
+    },
+    Pong {
+        data: Bytes,
+    },
+    Admin {
+        body: Bytes,
+    },
+}
+
+impl Request {
+    fn opcode(&self) -> u8 {
+        match self {
+            Request::Hello { .. } => OP_HELLO,
+            Request::Read { .. } => OP_READ,
+            Request::Write { .. } => OP_WRITE,
+            Request::WriteZeroes { .. } => OP_WRITE_ZEROES,
+            Request::Trim { .. } => OP_TRIM,
+            Request::Flush { .. } => OP_FLUSH,
+            Request::DeleteVolume { .. } => OP_DELETE_VOLUME,
+            Request::Ping { .. } => OP_PING,
+            Request::Admin { .. } => OP_ADMIN,
+        }
+    }
+
+    /// The epoch a data-path request was sent with; `None` for Hello, Ping and Admin.
+    pub fn epoch(&self) -> Option<Epoch> {
+        match self {
+            Request::Read { epoch, .. }
+            | Request::Write { epoch, .. }
+            | Request::WriteZeroes { epoch, .. }
+            | Request::Trim { epoch, .. }
+            | Request::Flush { epoch }
+            | Request::DeleteVolume { epoch, .. } => Some(*epoch),
+            Request::Hello { .. } | Request::Ping { .. } | Request::Admin { .. } => None,
+        }
+    }
+
+    fn write_body(&self, b: &mut BytesMut) -> (u16, Bytes) {
+        match self {
+            Request::Hello {
+                min_version,
+                max_version,
+                client,
+            } => {
+                let mut end = client.len().min(MAX_NAME_LEN);
+                while !client.is_char_boundary(end) {
+                    end -= 1;
+                }
+                let name = &client.as_bytes()[..end];
+                b.put_u8(*min_version);
+                b.put_u8(*max_version);
+                b.put_u16_le(name.len() as u16);
+                b.put_slice(name);
+                (0, Bytes::new())
+            }
+            Request::Read {
+                epoch,
+                oid,
+                offset,
+                len,
+            } => {
+                put_range(b, *epoch, oid, *offset, *len);
+                (0, Bytes::new())
+            }
+            Request::Write {
+                epoch,
+                oid,
+                offset,
+                version,
+                fua,
+                data,
+            } => {
+                b.put_u64_le(epoch.0);
+                put_object(b, oid);
+                b.put_u32_le(*offset);
+                b.put_u64_le(version.0);
+                (fua_flag(*fua), data.clone())
+            }
+            Request::WriteZeroes {
+                epoch,
+                oid,
+                offset,
+                len,
+                fua,
+            } => {
+                put_range(b, *epoch, oid, *offset, *len);
+                (fua_flag(*fua), Bytes::new())
+            }
+            Request::Trim {
+                epoch,
+                oid,
+                offset,
+                len,
+            } => {
+                put_range(b, *epoch, oid, *offset, *len);
+                (0, Bytes::new())
+            }
+            Request::Flush { epoch } => {
+                b.put_u64_le(epoch.0);
+                (0, Bytes::new())
+            }
+            Request::DeleteVolume {
+                epoch,
+                pool,
+                volume,
+                from_index,
+            } => {
+                b.put_u64_le(epoch.0);
+                b.put_u32_le(pool.0);
+                b.put_u64_le(volume.0);
+                b.put_u64_le(*from_index);
+                (0, Bytes::new())
+            }
+            Request::Ping { data } => (0, data.clone()),
+            Request::Admin { body } => (0, body.clone()),
+        }
+    }
+
+    /// Decodes a request frame (one without `FLAG_RESPONSE`).
+    pub fn decode(frame: &Frame) -> Result<Request, ProtoError> {
+        let h = &frame.header;
+        if h.is_response() {
+            return Err(malformed("request", "frame is marked as a response"));
+        }
+        let fua = h.flags & FLAG_FUA != 0;
+        let mut b = frame.body.clone();
+        let data = frame.data.clone();
+        let req = match h.opcode {
+            OP_HELLO => {
+                need_at_least(&b, 4, "Hello")?;
+                let min_version = b.get_u8();
+                let max_version = b.get_u8();
+                let len = b.get_u16_le() as usize;
+                expect_len(&b, len, "Hello")?;
+                let client = String::from_utf8(b.to_vec())
+                    .map_err(|_| malformed("Hello", "client name is not UTF-8"))?;
+                Request::Hello {
+                    min_version,
+                    max_version,
+                    client,
+                }
+            }
+            OP_READ => {
+                let (epoch, oid, offset, len) = get_range(&mut b, "Read")?;
+                Request::Read {
+                    epoch,
+                    oid,
+                    offset,
+                    len,
+                }
+            }
+            OP_WRITE => {
+                expect_len(&b, 8 + OBJECT_LEN + 4 + 8, "Write")?;
+                let epoch = Epoch(b.get_u64_le());
+                let oid = get_object(&mut b);
+                let offset = b.get_u32_le();
+                let version = Version(b.get_u64_le());
+                Request::Write {
+                    epoch,
+                    oid,
+                    offset,
+                    version,
+                    fua,
+                    data,
+                }
+            }
+            OP_WRITE_ZEROES => {
+                let (epoch, oid, offset, len) = get_range(&mut b, "WriteZeroes")?;
+                Request::WriteZeroes {
+                    epoch,
+                    oid,
+                    offset,
+                    len,
+                    fua,
+                }
+            }
+            OP_TRIM => {
+                let (epoch, oid, offset, len) = get_range(&mut b, "Trim")?;
+                Request::Trim {
+                    epoch,
+                    oid,
+                    offset,
+                    len,
+                }
+            }
+            OP_FLUSH => {
+                expect_len(&b, 8, "Flush")?;
+                Request::Flush {
+                    epoch: Epoch(b.get_u64_le()),
+                }
+            }
+            OP_DELETE_VOLUME => {
+                expect_len(&b, 28, "DeleteVolume")?;
+                Request::DeleteVolume {
+                    epoch: Epoch(b.get_u64_le()),
+                    pool: PoolId(b.get_u32_le()),
+                    volume: VolumeId(b.get_u64_le()),
+                    from_index: b.get_u64_le(),
+                }
+            }
+            OP_PING => {
+                expect_len(&b, 0, "Ping")?;
+                Request::Ping { data }
+            }
+            OP_ADMIN => {
+                expect_len(&b, 0, "Admin")?;
+                Request::Admin { body: data }
+            }
+            other => return Err(ProtoError::UnknownOpcode(other)),
+        };
+        if !matches!(
+            req,
+            Request::Write { .. } | Request::Ping { .. } | Request::Admin { .. }
+        ) && !frame.data.is_empty()
+        {
+            return Err(malformed("request", "unexpected data part"));
+        }
+        Ok(req)
+    }
+}
+
+impl Response {
+    fn opcode(&self) -> u8 {
+        match self {
+            Response::Hello { .. } => OP_HELLO,
+            Response::Read { .. } => OP_READ,
+            Response::Written { .. } => OP_WRITE,
+            Response::Flushed => OP_FLUSH,
+            Response::Deleted { .. } => OP_DELETE_VOLUME,
+            Response::Pong { .. } => OP_PING,
+            Response::Admin { .. } => OP_ADMIN,
+        }
+    }
+
+    fn write_body(&self, b: &mut BytesMut) -> Bytes {
+        match self {
+            Response::Hello {
+                version,
+                node,
+                epoch,
+            } => {
+                b.put_u8(*version);
+                b.put_slice(&[0; 3]);
+                b.put_u32_le(node.0);
+                b.put_u64_le(epoch.0);
+                Bytes::new()
+            }
+            Response::Read { data } => data.clone(),
+            Response::Written { version } => {
+                b.put_u64_le(version.0);
+                Bytes::new()
+            }
+            Response::Flushed => Bytes::new(),
+            Response::Deleted { objects } => {
+                b.put_u64_le(*objects);
+                Bytes::new()
+            }
+            Response::Pong { data } => data.clone(),
+            Response::Admin { body } => body.clone(),
+        }
+    }
+
+    /// Decodes a response frame: `Ok(Ok(_))` for success, `Ok(Err(_))` for an error the node sent.
+    /// The opcode of a successful answer to Write, WriteZeroes and Trim is that of the request.
+    pub fn decode(frame: &Frame) -> Result<Result<Response, WireError>, ProtoError> {
+        let h = &frame.header;
+        if !h.is_response() {
+            return Err(malformed("response", "frame is not marked as a response"));
+        }
+        let mut b = frame.body.clone();
+        if h.is_error() {
+            return decode_error(&mut b).map(Err);
+        }
+        let resp = match h.opcode {
+            OP_HELLO => {
+                expect_len(&b, 16, "Hello response")?;
+                let version = b.get_u8();
+                b.advance(3);
+                Response::Hello {
+                    version,
+                    node: NodeId(b.get_u32_le()),
+                    epoch: Epoch(b.get_u64_le()),
+                }
+            }
+            OP_READ => {
+                expect_len(&b, 0, "Read response")?;
+                Response::Read {
+                    data: frame.data.clone(),
+                }
+            }
+            OP_WRITE | OP_WRITE_ZEROES | OP_TRIM => {
+                expect_len(&b, 8, "Write response")?;
+                Response::Written {
+                    version: Version(b.get_u64_le()),
+                }
+            }
+            OP_FLUSH => {
+                expect_len(&b, 0, "Flush response")?;
+                Response::Flushed
+            }
+            OP_DELETE_VOLUME => {
+                expect_len(&b, 8, "DeleteVolume response")?;
+                Response::Deleted {
+                    objects: b.get_u64_le(),
+                }
+            }
+            OP_PING => Response::Pong {
+                data: frame.data.clone(),
+            },
+            OP_ADMIN => Response::Admin {
+                body: frame.data.clone(),
+            },
+            other => return Err(ProtoError::UnknownOpcode(other)),
+        };
+        Ok(Ok(resp))
+    }
+}
+
+/// Encodes a request: header and body are appended to `out`; the returned data part must be
+/// written right after them (it is not copied).
+pub fn encode_request(request_id: u64, req: &Request, out: &mut BytesMut) -> Bytes {
+    let start = out.len();
+    out.put_bytes(0, crate::HEADER_LEN);
+    let (flags, data) = req.write_body(out);
+    finish(out, start, req.opcode(), flags, request_id, &data);
+    data
+}
+
+/// Encodes a response (or an error response, for the request's opcode) like [`encode_request`].
+pub fn encode_response(
+    request_id: u64,
+    opcode_of: &RequestKind,
+    resp: &Result<Response, WireError>,
+    out: &mut BytesMut,
+) -> Bytes {
+    let start = out.len();
+    out.put_bytes(0, crate::HEADER_LEN);
+    let (opcode, flags, data) = match resp {
+        Ok(r) => {
+            let data = r.write_body(out);
+            // Written answers Write, WriteZeroes and Trim: keep the request's opcode.
+            let op = match r {
+                Response::Written { .. } => opcode_of.0,
+                other => other.opcode(),
+            };
+            (op, FLAG_RESPONSE, data)
+        }
+        Err(e) => {
+            put_error(out, e);
+            (opcode_of.0, FLAG_RESPONSE | FLAG_ERROR, Bytes::new())
+        }
+    };
+    finish(out, start, opcode, flags, request_id, &data);
+    data
+}
+
+/// The opcode of a request, kept by a server so it can frame the matching response.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RequestKind(u8);
+
+impl RequestKind {
+    pub fn of(req: &Request) -> RequestKind {
+        RequestKind(req.opcode())
+    }
+
+    /// The opcode from a frame header, for answering frames that failed to decode.
+    pub fn from_header(h: &FrameHeader) -> RequestKind {
+        RequestKind(h.opcode)
+    }
+}
+
+fn finish(out: &mut BytesMut, start: usize, opcode: u8, flags: u16, id: u64, data: &Bytes) {
+    let body = &out[start + crate::HEADER_LEN..];
+    let header = FrameHeader {
+        version: PROTOCOL_VERSION,
+        opcode,
+        flags,
+        request_id: id,
+        body_len: body.len() as u32,
+        data_len: data.len() as u32,
+        payload_crc: crate::crc32c_two(body, data),
+    };
+    let mut raw = Vec::with_capacity(crate::HEADER_LEN);
+    header.encode(&mut raw);
+    out[start..start + crate::HEADER_LEN].copy_from_slice(&raw);
+}
+
+fn fua_flag(fua: bool) -> u16 {
+    if fua { FLAG_FUA } else { 0 }
+}
+
+fn put_object(b: &mut BytesMut, oid: &ObjectId) {
+    b.put_u32_le(oid.pool.0);
+    b.put_u64_le(oid.volume.0);
+    b.put_u64_le(oid.index);
+}
+
+fn get_object(b: &mut Bytes) -> ObjectId {
+    ObjectId {
+        pool: PoolId(b.get_u32_le()),
+        volume: VolumeId(b.get_u64_le()),
+        index: b.get_u64_le(),
+    }
+}
+
+fn put_range(b: &mut BytesMut, epoch: Epoch, oid: &ObjectId, offset: u32, len: u32) {
+    b.put_u64_le(epoch.0);
+    put_object(b, oid);
+    b.put_u32_le(offset);
+    b.put_u32_le(len);
+}
+
+fn get_range(b: &mut Bytes, what: &'static str) -> Result<(Epoch, ObjectId, u32, u32), ProtoError> {
+    expect_len(b, 8 + OBJECT_LEN + 8, what)?;
+    Ok((
+        Epoch(b.get_u64_le()),
+        get_object(b),
+        b.get_u32_le(),
+        b.get_u32_le(),
+    ))
+}
+
+fn put_error(b: &mut BytesMut, e: &WireError) {
+    let mut end = e.message.len().min(MAX_MESSAGE_LEN);
+    while !e.message.is_char_boundary(end) {
+        end -= 1;
+    }
+    b.put_u16_le(e.code.to_wire());
+    b.put_u16_le(0);
+    b.put_u64_le(e.epoch.0);
+    b.put_u16_le(end as u16);
+    b.put_slice(&e.message.as_bytes()[..end]);
+}
+
+fn decode_error(b: &mut Bytes) -> Result<WireError, ProtoError> {
+    need_at_least(b, 14, "error response")?;
+    let code = ErrorCode::from_wire(b.get_u16_le());
+    b.advance(2);
+    let epoch = Epoch(b.get_u64_le());
+    let len = b.get_u16_le() as usize;
+    expect_len(b, len, "error response")?;
+    let message = String::from_utf8_lossy(b).into_owned();
+    Ok(WireError {
+        code,
+        epoch,
+        message,
+    })
+}
+
+fn expect_len(b: &Bytes, expected: usize, what: &'static str) -> Result<(), ProtoError> {
+    if b.len() != expected {
+        return Err(ProtoError::BadBodyLength {
+            opcode: what,
+            len: b.len(),
+            expected,
+        });
+    }
+    Ok(())
+}
+
+fn need_at_least(b: &Bytes, min: usize, what: &'static str) -> Result<(), ProtoError> {
+    if b.len() < min {
+        return Err(ProtoError::BadBodyLength {
+            opcode: what,
+            len: b.len(),
+            expected: min,
+        });
+    }
+    Ok(())
+}
+
+fn malformed(what: &'static str, detail: &str) -> ProtoError {
+    ProtoError::Malformed {
+        what,
+        detail: detail.to_string(),
+    }
+}

@@ -1,0 +1,244 @@
+//! Round trips of every message through encode -> byte stream -> decode, including streams cut
+//! at every possible point, and rejection of corrupted frames.
+
+use basalt_proto::{
+    ErrorCode, FrameDecoder, ProtoError, Request, RequestKind, Response, WireError, encode_request,
+    encode_response,
+};
+use basalt_types::{Epoch, NodeId, ObjectId, PoolId, Version, VolumeId};
+use bytes::{Bytes, BytesMut};
+use proptest::prelude::*;
+
+fn arb_oid() -> impl Strategy<Value = ObjectId> {
+    (any::<u32>(), any::<u64>(), any::<u64>())
+        .prop_map(|(p, v, i)| ObjectId::new(PoolId(p), VolumeId(v), i))
+}
+
+fn arb_data() -> impl Strategy<Value = Bytes> {
+    proptest::collection::vec(any::<u8>(), 0..5000).prop_map(Bytes::from)
+}
+
+fn arb_request() -> impl Strategy<Value = Request> {
+    prop_oneof![
+        (any::<u8>(), any::<u8>(), "[a-z0-9 -]{0,40}").prop_map(|(a, b, c)| Request::Hello {
+            min_version: a,
+            max_version: b,
+            client: c
+        }),
+        (any::<u64>(), arb_oid(), any::<u32>(), any::<u32>()).prop_map(|(e, oid, offset, len)| {
+            Request::Read {
+                epoch: Epoch(e),
+                oid,
+                offset,
+                len,
+            }
+        }),
+        (
+            any::<u64>(),
+            arb_oid(),
+            any::<u32>(),
+            any::<u64>(),
+            any::<bool>(),
+            arb_data()
+        )
+            .prop_map(|(e, oid, offset, v, fua, data)| Request::Write {
+                epoch: Epoch(e),
+                oid,
+                offset,
+                version: Version(v),
+                fua,
+                data
+            }),
+        (
+            any::<u64>(),
+            arb_oid(),
+            any::<u32>(),
+            any::<u32>(),
+            any::<bool>()
+        )
+            .prop_map(|(e, oid, offset, len, fua)| Request::WriteZeroes {
+                epoch: Epoch(e),
+                oid,
+                offset,
+                len,
+                fua
+            }),
+        (any::<u64>(), arb_oid(), any::<u32>(), any::<u32>()).prop_map(|(e, oid, offset, len)| {
+            Request::Trim {
+                epoch: Epoch(e),
+                oid,
+                offset,
+                len,
+            }
+        }),
+        any::<u64>().prop_map(|e| Request::Flush { epoch: Epoch(e) }),
+        (any::<u64>(), any::<u32>(), any::<u64>(), any::<u64>()).prop_map(|(e, p, v, f)| {
+            Request::DeleteVolume {
+                epoch: Epoch(e),
+                pool: PoolId(p),
+                volume: VolumeId(v),
+                from_index: f,
+            }
+        }),
+        arb_data().prop_map(|data| Request::Ping { data }),
+        arb_data().prop_map(|body| Request::Admin { body }),
+    ]
+}
+
+fn arb_response() -> impl Strategy<Value = Result<Response, WireError>> {
+    prop_oneof![
+        (any::<u8>(), any::<u32>(), any::<u64>()).prop_map(|(v, n, e)| Ok(Response::Hello {
+            version: v,
+            node: NodeId(n),
+            epoch: Epoch(e)
+        })),
+        arb_data().prop_map(|data| Ok(Response::Read { data })),
+        any::<u64>().prop_map(|v| Ok(Response::Written {
+            version: Version(v)
+        })),
+        Just(Ok(Response::Flushed)),
+        any::<u64>().prop_map(|objects| Ok(Response::Deleted { objects })),
+        arb_data().prop_map(|data| Ok(Response::Pong { data })),
+        arb_data().prop_map(|body| Ok(Response::Admin { body })),
+        (1u16..20, any::<u64>(), "[ -~]{0,80}").prop_map(|(c, e, m)| Err(WireError {
+            code: ErrorCode::from_wire(c),
+            epoch: Epoch(e),
+            message: m
+        })),
+    ]
+}
+
+/// The request a response answers, so that its opcode matches.
+fn request_for(resp: &Result<Response, WireError>) -> Request {
+    let epoch = Epoch(1);
+    let oid = ObjectId::default();
+    match resp {
+        Ok(Response::Hello { .. }) => Request::Hello {
+            min_version: 1,
+            max_version: 1,
+            client: String::new(),
+        },
+        Ok(Response::Read { .. }) | Err(_) => Request::Read {
+            epoch,
+            oid,
+            offset: 0,
+            len: 0,
+        },
+        Ok(Response::Written { .. }) => Request::Trim {
+            epoch,
+            oid,
+            offset: 0,
+            len: 0,
+        },
+        Ok(Response::Flushed) => Request::Flush { epoch },
+        Ok(Response::Deleted { .. }) => Request::DeleteVolume {
+            epoch,
+            pool: PoolId(0),
+            volume: VolumeId(0),
+            from_index: 0,
+        },
+        Ok(Response::Pong { .. }) => Request::Ping { data: Bytes::new() },
+        Ok(Response::Admin { .. }) => Request::Admin { body: Bytes::new() },
+    }
+}
+
+fn stream_of_requests(reqs: &[Request]) -> Vec<u8> {
+    let mut out = BytesMut::new();
+    for (i, r) in reqs.iter().enumerate() {
+        let data = encode_request(i as u64, r, &mut out);
+        out.extend_from_slice(&data);
+    }
+    out.to_vec()
+}
+
+proptest! {
+    #[test]
+    fn requests_round_trip_in_a_stream(reqs in proptest::collection::vec(arb_request(), 1..8), chunk in 1usize..700) {
+        let bytes = stream_of_requests(&reqs);
+        // Feed the stream in chunks of `chunk` bytes, as a socket would deliver it.
+        let mut dec = FrameDecoder::new();
+        let mut buf = BytesMut::new();
+        let mut got = Vec::new();
+        for piece in bytes.chunks(chunk) {
+            buf.extend_from_slice(piece);
+            while let Some(frame) = dec.decode(&mut buf).unwrap() {
+                prop_assert_eq!(frame.header.request_id, got.len() as u64);
+                got.push(Request::decode(&frame).unwrap());
+            }
+        }
+        prop_assert_eq!(got, reqs);
+        prop_assert!(buf.is_empty());
+    }
+
+    #[test]
+    fn responses_round_trip(resp in arb_response(), id in any::<u64>()) {
+        let kind = RequestKind::of(&request_for(&resp));
+        let mut out = BytesMut::new();
+        let data = encode_response(id, &kind, &resp, &mut out);
+        out.extend_from_slice(&data);
+        let frame = FrameDecoder::new().decode(&mut out).unwrap().unwrap();
+        prop_assert_eq!(frame.header.request_id, id);
+        prop_assert_eq!(Response::decode(&frame).unwrap(), resp);
+    }
+
+    #[test]
+    fn any_flipped_byte_is_rejected(req in arb_request(), pos in any::<prop::sample::Index>(), bit in 0u8..8) {
+        let mut bytes = stream_of_requests(std::slice::from_ref(&req));
+        let i = pos.index(bytes.len());
+        bytes[i] ^= 1 << bit;
+        let mut buf = BytesMut::from(&bytes[..]);
+        match FrameDecoder::new().decode(&mut buf) {
+            // A flip in a length field can make the decoder wait for more bytes; that is safe.
+            Ok(None) => {}
+            Ok(Some(frame)) => prop_assert!(false, "corrupt frame accepted: {:?}", frame.header),
+            Err(_) => {}
+        }
+    }
+}
+
+#[test]
+fn error_response_carries_the_epoch() {
+    let err = WireError::stale_epoch(Epoch(9), Epoch(3));
+    let req = Request::Flush { epoch: Epoch(3) };
+    let mut out = BytesMut::new();
+    let data = encode_response(5, &RequestKind::of(&req), &Err(err.clone()), &mut out);
+    assert!(data.is_empty());
+    let frame = FrameDecoder::new().decode(&mut out).unwrap().unwrap();
+    let got = Response::decode(&frame).unwrap().unwrap_err();
+    assert_eq!(got.code, ErrorCode::StaleEpoch);
+    assert_eq!(got.epoch, Epoch(9));
+    assert!(got.message.contains("older"), "{}", got.message);
+}
+
+#[test]
+fn long_error_messages_are_cut_on_a_char_boundary() {
+    let err = WireError::new(ErrorCode::Io, "é".repeat(2000));
+    let req = Request::Flush { epoch: Epoch(3) };
+    let mut out = BytesMut::new();
+    encode_response(1, &RequestKind::of(&req), &Err(err), &mut out);
+    let frame = FrameDecoder::new().decode(&mut out).unwrap().unwrap();
+    let got = Response::decode(&frame).unwrap().unwrap_err();
+    assert_eq!(got.message, "é".repeat(512));
+}
+
+#[test]
+fn a_response_is_not_a_request_and_vice_versa() {
+    let req = Request::Flush { epoch: Epoch(1) };
+    let mut out = BytesMut::new();
+    encode_response(1, &RequestKind::of(&req), &Ok(Response::Flushed), &mut out);
+    let frame = FrameDecoder::new().decode(&mut out).unwrap().unwrap();
+    assert!(Request::decode(&frame).is_err());
+    let mut out = BytesMut::new();
+    encode_request(1, &req, &mut out);
+    let frame = FrameDecoder::new().decode(&mut out).unwrap().unwrap();
+    assert!(Response::decode(&frame).is_err());
+}
+
+#[test]
+fn garbage_is_refused_not_waited_on() {
+    let mut buf = BytesMut::from(&b"GET / HTTP/1.1\r\nHost: x\r\n\r\n......"[..]);
+    assert!(matches!(
+        FrameDecoder::new().decode(&mut buf),
+        Err(ProtoError::BadMagic(_))
+    ));
+}
