@@ -1,1 +1,107 @@
-fn main() {}
+//! `basalt`: the one binary. The composition root: it parses the command line, builds the
+//! pieces from the library crates and runs them. No storage logic lives here.
+
+mod clusterfile;
+mod connect;
+mod nbd_cmd;
+mod node_cmd;
+mod output;
+mod status;
+mod up;
+mod volume;
+
+use clap::{Parser, Subcommand};
+
+/// Basalt: pools drives into a self-healing store served as block volumes (NBD).
+#[derive(Parser)]
+#[command(name = "basalt", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start a local single-node cluster in the foreground, with a volume served over NBD.
+    Up(up::UpArgs),
+    /// Run a storage node of a multi-process cluster (metadata in etcd).
+    Node(node_cmd::NodeArgs),
+    /// Serve a cluster's volumes over NBD (a gateway process).
+    Nbd(nbd_cmd::NbdArgs),
+    /// Create, list, inspect, resize and delete volumes.
+    #[command(subcommand)]
+    Volume(volume::VolumeCommand),
+    /// Show the cluster: map epoch, nodes, devices, pools, volumes.
+    Status(status::StatusArgs),
+    /// Benchmark a cluster (or any NBD target) and write reports.
+    Bench(basalt_bench::BenchArgs),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    // Daemons log their progress; one-shot commands only report errors (their background
+    // machinery, torn down at exit, has nothing to tell the user).
+    let daemon = matches!(cli.command, Command::Up(_) | Command::Node(_) | Command::Nbd(_));
+    init_logging(if daemon {
+        "warn,basalt=info,basalt_node=info"
+    } else {
+        "error"
+    });
+    let result = match cli.command {
+        Command::Bench(args) => basalt_bench::run(args).map_err(anyhow::Error::from),
+        command => runtime().block_on(run(command)),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", describe(&e));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// The error and its causes on one line, skipping a cause whose text the message already
+/// contains (many library errors include their source in their own message).
+fn describe(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            if !out.is_empty() {
+                out.push_str(": ");
+            }
+            out.push_str(&text);
+        }
+    }
+    out
+}
+
+async fn run(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Up(args) => up::run(args).await,
+        Command::Node(args) => node_cmd::run(args).await,
+        Command::Nbd(args) => nbd_cmd::run(args).await,
+        Command::Volume(cmd) => volume::run(cmd).await,
+        Command::Status(args) => status::run(args).await,
+        Command::Bench(_) => unreachable!("handled before the runtime starts"),
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("basalt")
+        .build()
+        .expect("cannot start the tokio runtime")
+}
+
+/// Logs go to stderr; `RUST_LOG` overrides the default filter.
+fn init_logging(default: &str) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}

@@ -9,6 +9,7 @@ use crate::retry::call_node_with_retry;
 use crate::write::primary_nodes;
 use basalt_proto::{Request, Response};
 use basalt_types::VolumeId;
+use basalt_types::size::format_size;
 
 impl Cluster {
     /// Creates a volume of `size` bytes in `pool` (by name).
@@ -47,8 +48,10 @@ impl Cluster {
         let current = self.volume_info(name).await?;
         if new_size < current.size && !allow_shrink {
             return Err(ClientError::InvalidArgument(format!(
-                "shrinking '{name}' from {} to {} discards data; pass --allow-shrink to do it",
-                current.size, new_size
+                "shrinking '{name}' from {} to {} discards the data past the new end; \
+                 pass --allow-shrink to do it",
+                format_size(current.size),
+                format_size(new_size)
             )));
         }
         let record = self.catalog().resize_volume(name, new_size).await?;

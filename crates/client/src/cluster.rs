@@ -113,6 +113,9 @@ impl Cluster {
             .get_volume(name)
             .await?
             .ok_or_else(|| ClientError::NoSuchVolume(name.to_string()))?;
+        if record.state != meta::VolumeState::Active {
+            return Err(ClientError::NoSuchVolume(name.to_string()));
+        }
         Volume::new(self.clone(), record, options).await
     }
 
@@ -192,6 +195,13 @@ impl Cluster {
     /// Forgets a broken connection so that the next call reconnects.
     pub(crate) fn drop_link(&self, node: NodeId) {
         self.inner.links.lock().remove(&node);
+    }
+
+    /// Sends one request to `node` as is (no epoch, no retry): admin and status calls.
+    pub async fn call_node(&self, node: NodeId, req: Request) -> Result<Response, ClientError> {
+        let map = self.map();
+        let svc = self.service(&map, node).await?;
+        svc.call(req).await.map_err(ClientError::from_wire)
     }
 
     /// Sends `data` to `node` and measures the round trip (network baseline probes).

@@ -1,5 +1,6 @@
 //! Errors of the client library.
 
+use basalt_meta::MetaError;
 use basalt_proto::{ErrorCode, WireError};
 use thiserror::Error;
 
@@ -37,7 +38,7 @@ pub enum ClientError {
     RetriesExhausted { attempts: u32, last: String },
     #[error("node answered: {0}")]
     Node(WireError),
-    #[error("metadata: {0}")]
+    #[error(transparent)]
     Meta(#[from] basalt_meta::MetaError),
     #[error("protocol: {0}")]
     Protocol(String),
@@ -67,6 +68,14 @@ impl ClientError {
             ClientError::VolumeExists(_) => ErrorKind::Exists,
             ClientError::NoSpace(_) => ErrorKind::NoSpace,
             ClientError::Closed => ErrorKind::Shutdown,
+            ClientError::Meta(m) => match m {
+                MetaError::NoSuchVolume(_) | MetaError::NoSuchPool(_) => ErrorKind::NotFound,
+                MetaError::VolumeExists(_) | MetaError::PoolExists(_) => ErrorKind::Exists,
+                MetaError::InvalidName(_)
+                | MetaError::InvalidSize { .. }
+                | MetaError::InvalidPool { .. } => ErrorKind::InvalidArgument,
+                _ => ErrorKind::Io,
+            },
             _ => ErrorKind::Io,
         }
     }

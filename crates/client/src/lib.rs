@@ -23,6 +23,7 @@ pub mod link;
 mod mapcache;
 pub mod meta;
 mod read;
+mod remote_meta;
 pub mod retry;
 pub mod split;
 pub mod volume;
@@ -30,4 +31,5 @@ mod write;
 
 pub use cluster::{Cluster, ClusterConfig};
 pub use error::ClientError;
+pub use remote_meta::RemoteMetaStore;
 pub use volume::{Durability, Volume, VolumeOptions};

@@ -1,7 +1,7 @@
 //! The client's window on the metadata store: every call the client makes into `basalt-meta`
 //! goes through here.
 
-pub use basalt_meta::{Catalog, MetaError, MetaStore, PoolRecord, VolumeRecord};
+pub use basalt_meta::{Catalog, MetaError, MetaStore, PoolRecord, VolumeRecord, VolumeState};
 use basalt_placement::ClusterMap;
 
 /// Reads the published cluster map, if any.

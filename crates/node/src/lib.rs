@@ -1,1 +1,40 @@
-//! placeholder
+//! The Basalt storage node (`basalt node`, and inside `basalt up`).
+//!
+//! A node owns one store per device (`basalt-engine`) and serves the wire protocol
+//! (`basalt-proto`) over TCP ([`server`]) and, for clients in the same process, as a direct
+//! [`basalt_proto::Service`] ([`Node::service`]).
+//!
+//! Flow of a request:
+//! 1. `server.rs` decodes a frame (or a local client calls the service directly).
+//! 2. `service.rs::NodeShared::handle` dispatches by kind to `read.rs`, `write.rs`, `flush.rs`,
+//!    `delete.rs` or `admin.rs`.
+//! 3. Each data-path handler first passes `mapstate.rs::MapState::admit` (the request's map
+//!    epoch must be the node's: stale epochs are refused) and `primary_store` (this node must
+//!    hold the primary of the object's PG), then calls the store.
+//! 4. Store errors become wire errors in one place, `error.rs::engine_to_wire`.
+//!
+//! Around that: `node.rs` starts and stops a node (identity, devices, registration under a
+//! lease, map following), and `leader.rs` is the elected leader computing and publishing maps.
+//!
+//! Start here: [`Node::start`], then `service.rs`.
+
+pub mod admin;
+pub mod config;
+mod delete;
+mod devices;
+pub mod error;
+mod flush;
+mod identity;
+mod leader;
+mod mapstate;
+mod node;
+mod read;
+mod server;
+mod service;
+mod write;
+
+pub use admin::{AdminRequest, DeviceStatus, NodeStatus};
+pub use config::{DeviceConfig, NodeConfig};
+pub use error::NodeError;
+pub use node::Node;
+pub use server::MAX_IN_FLIGHT;

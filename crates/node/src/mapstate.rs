@@ -34,6 +34,11 @@ impl MapState {
         self.current.read().clone()
     }
 
+    /// Notified with every newly installed epoch.
+    pub(crate) fn subscribe(&self) -> watch::Receiver<Epoch> {
+        self.epoch_tx.subscribe()
+    }
+
     pub(crate) fn epoch(&self) -> Epoch {
         self.current.read().epoch
     }

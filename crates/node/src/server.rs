@@ -34,17 +34,18 @@ type Answer = (
 /// Accepts connections until `stop` turns true.
 pub(crate) async fn serve(listener: TcpListener, service: NodeService, mut stop: watch::Receiver<bool>) {
     loop {
-        tokio::select! {
+        let accepted = tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, peer)) => {
-                    tokio::spawn(connection(stream, peer, service.clone(), stop.clone()));
-                }
-                Err(e) => {
-                    tracing::warn!("accept failed: {e}");
-                    tokio::task::yield_now().await;
-                }
-            },
+            accepted = listener.accept() => accepted,
+        };
+        match accepted {
+            Ok((stream, peer)) => {
+                tokio::spawn(connection(stream, peer, service.clone(), stop.clone()));
+            }
+            Err(e) => {
+                tracing::warn!("accept failed: {e}");
+                tokio::task::yield_now().await;
+            }
         }
     }
 }

@@ -82,6 +82,7 @@ impl NodeShared {
             } => delete::delete_volume(self, epoch, pool, volume, from_index).await,
             Request::Ping { data } => Ok(Response::Pong { data }),
             Request::Admin { body } => self.admin.handle(self, body).await,
+            Request::Meta { body } => self.admin.meta(body).await,
         }
     }
 

@@ -15,6 +15,7 @@
 //! | 7 DeleteVolume | epoch u64, pool u32, volume u64, from_index u64 | - | objects u64 | - |
 //! | 8 Ping | - | any bytes | - | the same bytes |
 //! | 9 Admin | - | JSON request | - | JSON response |
+//! | 10 Meta | - | JSON metadata call | - | JSON answer |
 //!
 //! Error body: `code u16 | 0u16 | epoch u64 | msg_len u16 | msg (UTF-8, at most 1024 bytes)`.
 
@@ -33,6 +34,7 @@ const OP_FLUSH: u8 = 6;
 const OP_DELETE_VOLUME: u8 = 7;
 const OP_PING: u8 = 8;
 const OP_ADMIN: u8 = 9;
+const OP_META: u8 = 10;
 
 const OBJECT_LEN: usize = 20;
 const MAX_NAME_LEN: usize = 256;
@@ -90,6 +92,9 @@ pub enum Request {
     Ping { data: Bytes },
     /// A control-plane request, JSON-encoded (see the node's admin module).
     Admin { body: Bytes },
+    /// A metadata-store call, JSON-encoded (`basalt_meta::remote`), answered by a node that
+    /// serves its embedded metadata store to other processes.
+    Meta { body: Bytes },
 }
 
 /// A node's successful answer. Errors travel as [`WireError`].
@@ -117,6 +122,9 @@ pub enum Response {
     Admin {
         body: Bytes,
     },
+    Meta {
+        body: Bytes,
+    },
 }
 
 impl Request {
@@ -131,6 +139,7 @@ impl Request {
             Request::DeleteVolume { .. } => OP_DELETE_VOLUME,
             Request::Ping { .. } => OP_PING,
             Request::Admin { .. } => OP_ADMIN,
+            Request::Meta { .. } => OP_META,
         }
     }
 
@@ -143,7 +152,10 @@ impl Request {
             | Request::Trim { epoch, .. }
             | Request::Flush { epoch }
             | Request::DeleteVolume { epoch, .. } => Some(*epoch),
-            Request::Hello { .. } | Request::Ping { .. } | Request::Admin { .. } => None,
+            Request::Hello { .. }
+            | Request::Ping { .. }
+            | Request::Admin { .. }
+            | Request::Meta { .. } => None,
         }
     }
 
@@ -224,7 +236,7 @@ impl Request {
                 (0, Bytes::new())
             }
             Request::Ping { data } => (0, data.clone()),
-            Request::Admin { body } => (0, body.clone()),
+            Request::Admin { body } | Request::Meta { body } => (0, body.clone()),
         }
     }
 
@@ -318,11 +330,18 @@ impl Request {
                 expect_len(&b, 0, "Admin")?;
                 Request::Admin { body: data }
             }
+            OP_META => {
+                expect_len(&b, 0, "Meta")?;
+                Request::Meta { body: data }
+            }
             other => return Err(ProtoError::UnknownOpcode(other)),
         };
         if !matches!(
             req,
-            Request::Write { .. } | Request::Ping { .. } | Request::Admin { .. }
+            Request::Write { .. }
+                | Request::Ping { .. }
+                | Request::Admin { .. }
+                | Request::Meta { .. }
         ) && !frame.data.is_empty()
         {
             return Err(malformed("request", "unexpected data part"));
@@ -341,6 +360,7 @@ impl Response {
             Response::Deleted { .. } => OP_DELETE_VOLUME,
             Response::Pong { .. } => OP_PING,
             Response::Admin { .. } => OP_ADMIN,
+            Response::Meta { .. } => OP_META,
         }
     }
 
@@ -368,7 +388,7 @@ impl Response {
                 Bytes::new()
             }
             Response::Pong { data } => data.clone(),
-            Response::Admin { body } => body.clone(),
+            Response::Admin { body } | Response::Meta { body } => body.clone(),
         }
     }
 
@@ -420,6 +440,9 @@ impl Response {
                 data: frame.data.clone(),
             },
             OP_ADMIN => Response::Admin {
+                body: frame.data.clone(),
+            },
+            OP_META => Response::Meta {
                 body: frame.data.clone(),
             },
             other => return Err(ProtoError::UnknownOpcode(other)),

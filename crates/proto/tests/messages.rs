@@ -82,6 +82,7 @@ fn arb_request() -> impl Strategy<Value = Request> {
         }),
         arb_data().prop_map(|data| Request::Ping { data }),
         arb_data().prop_map(|body| Request::Admin { body }),
+        arb_data().prop_map(|body| Request::Meta { body }),
     ]
 }
 
@@ -100,6 +101,7 @@ fn arb_response() -> impl Strategy<Value = Result<Response, WireError>> {
         any::<u64>().prop_map(|objects| Ok(Response::Deleted { objects })),
         arb_data().prop_map(|data| Ok(Response::Pong { data })),
         arb_data().prop_map(|body| Ok(Response::Admin { body })),
+        arb_data().prop_map(|body| Ok(Response::Meta { body })),
         (1u16..20, any::<u64>(), "[ -~]{0,80}").prop_map(|(c, e, m)| Err(WireError {
             code: ErrorCode::from_wire(c),
             epoch: Epoch(e),
@@ -139,6 +141,7 @@ fn request_for(resp: &Result<Response, WireError>) -> Request {
         },
         Ok(Response::Pong { .. }) => Request::Ping { data: Bytes::new() },
         Ok(Response::Admin { .. }) => Request::Admin { body: Bytes::new() },
+        Ok(Response::Meta { .. }) => Request::Meta { body: Bytes::new() },
     }
 }
 

@@ -1,0 +1,50 @@
+//! `basalt nbd`: an NBD gateway serving every volume of a cluster.
+
+use crate::connect::ClusterArgs;
+use anyhow::Context;
+use basalt_client::{Durability, VolumeOptions};
+use basalt_nbd::{CancellationToken, ClusterCatalog, NbdServer, ServerConfig};
+use clap::Args;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+#[derive(Args, Debug)]
+pub struct NbdArgs {
+    /// NBD listen address.
+    #[arg(long, default_value = "127.0.0.1:10809")]
+    pub listen: SocketAddr,
+    /// When an acknowledged write is durable: `sync` (on ack) or `flush` (at FLUSH/FUA).
+    #[arg(long, default_value = "sync")]
+    pub durability: Durability,
+    /// Volume served to clients asking for the empty export name.
+    #[arg(long)]
+    pub default_export: Option<String>,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+pub async fn run(args: NbdArgs) -> anyhow::Result<()> {
+    let cluster = args.cluster.connect().await?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    let catalog = ClusterCatalog::new(
+        cluster,
+        VolumeOptions {
+            durability: args.durability,
+        },
+        args.default_export,
+    );
+    let server = NbdServer::new(Arc::new(catalog), ServerConfig::default());
+    println!("serving volumes over NBD on {addr} (nbd://{addr}/<volume>)");
+    let stop = CancellationToken::new();
+    let task = {
+        let stop = stop.clone();
+        tokio::spawn(async move { server.serve(listener, stop.cancelled_owned()).await })
+    };
+    crate::up::wait_for_signal().await;
+    stop.cancel();
+    task.await??;
+    Ok(())
+}

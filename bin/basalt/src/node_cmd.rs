@@ -1,0 +1,73 @@
+//! `basalt node`: one storage node of a multi-process cluster whose metadata lives in etcd.
+
+use crate::up::IoArg;
+use anyhow::{Context, bail};
+use basalt_meta::EtcdStore;
+use basalt_node::{DeviceConfig, Node, NodeConfig};
+use basalt_types::size::parse_size;
+use clap::Args;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+#[derive(Args, Debug)]
+pub struct NodeArgs {
+    /// etcd endpoints (comma-separated).
+    #[arg(long, env = "BASALT_ETCD", value_delimiter = ',', required = true)]
+    pub etcd: Vec<String>,
+    /// Key prefix of the cluster in etcd.
+    #[arg(long, env = "BASALT_ETCD_PREFIX", default_value = "")]
+    pub etcd_prefix: String,
+    /// Directory for the node's own state (its id).
+    #[arg(long)]
+    pub data: PathBuf,
+    /// Data-path listen address.
+    #[arg(long, default_value = "0.0.0.0:10810")]
+    pub listen: SocketAddr,
+    /// Address clients use to reach this node, if not the listen address.
+    #[arg(long)]
+    pub advertise: Option<String>,
+    /// A device: PATH, PATH:SIZE (file created with that size) or PATH:SIZE:CLASS. Repeatable.
+    #[arg(long = "device", required = true)]
+    pub devices: Vec<String>,
+    /// I/O backend.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub io: IoArg,
+}
+
+pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
+    let store = EtcdStore::connect(&args.etcd, &args.etcd_prefix)
+        .await
+        .with_context(|| format!("cannot reach etcd at {}", args.etcd.join(",")))?;
+    let mut config = NodeConfig::new(&args.data, args.listen);
+    config.advertise = args.advertise.clone();
+    config.io = args.io.into();
+    for spec in &args.devices {
+        config.devices.push(parse_device(spec)?);
+    }
+    let node = Node::start(config, Arc::new(store), false).await?;
+    println!("node {} serving on {}", node.id(), node.status().addr);
+    crate::up::wait_for_signal().await;
+    node.shutdown().await;
+    Ok(())
+}
+
+fn parse_device(spec: &str) -> anyhow::Result<DeviceConfig> {
+    let mut parts = spec.splitn(3, ':');
+    let path = PathBuf::from(parts.next().unwrap_or_default());
+    if path.as_os_str().is_empty() {
+        bail!("--device needs a path, e.g. --device /dev/nvme0n1 or --device /srv/d0.img:64GiB");
+    }
+    let size = parts
+        .next()
+        .map(parse_size)
+        .transpose()
+        .with_context(|| format!("bad size in --device {spec}"))?;
+    let class = parts.next().unwrap_or("ssd").to_string();
+    Ok(DeviceConfig {
+        path,
+        size,
+        class,
+        journal_size: None,
+    })
+}

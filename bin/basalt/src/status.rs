@@ -1,0 +1,147 @@
+//! `basalt status`: the cluster map, nodes with their devices, pools and volumes.
+
+use crate::connect::ClusterArgs;
+use crate::output;
+use basalt_node::{AdminRequest, NodeStatus};
+use basalt_proto::{Request, Response};
+use basalt_types::size::format_size;
+use clap::Args;
+use serde::Serialize;
+
+#[derive(Args)]
+pub struct StatusArgs {
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    cluster: ClusterArgs,
+}
+
+#[derive(Serialize)]
+struct ClusterStatus {
+    epoch: u64,
+    nodes: Vec<NodeView>,
+    pools: Vec<PoolView>,
+    volumes: usize,
+    provisioned_bytes: u64,
+}
+
+#[derive(Serialize)]
+struct NodeView {
+    id: u32,
+    addr: String,
+    /// The node's own report, when it answered.
+    status: Option<NodeStatus>,
+    error: Option<String>,
+}
+
+#[derive(Serialize)]
+struct PoolView {
+    name: String,
+    replicas: u8,
+    pg_count: u32,
+    object_size: u32,
+    degraded_pgs: usize,
+}
+
+pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
+    let cluster = args.cluster.connect().await?;
+    let map = cluster.map();
+    let mut nodes = Vec::new();
+    for (id, info) in &map.nodes {
+        let (status, error) = match node_status(&cluster, *id).await {
+            Ok(s) => (Some(s), None),
+            Err(e) => (None, Some(e.to_string())),
+        };
+        nodes.push(NodeView {
+            id: id.0,
+            addr: info.addr.clone(),
+            status,
+            error,
+        });
+    }
+    let pools = cluster
+        .list_pools()
+        .await?
+        .into_iter()
+        .map(|p| PoolView {
+            degraded_pgs: map.pools.get(&p.id).map_or(0, |m| m.degraded.len()),
+            name: p.name,
+            replicas: p.replicas,
+            pg_count: p.pg_count,
+            object_size: p.object_size,
+        })
+        .collect();
+    let volumes = cluster.list_volumes().await?;
+    let status = ClusterStatus {
+        epoch: map.epoch.0,
+        nodes,
+        pools,
+        volumes: volumes.len(),
+        provisioned_bytes: volumes.iter().map(|v| v.size).sum(),
+    };
+    if args.json {
+        return output::json(&status);
+    }
+    print_tables(&status);
+    Ok(())
+}
+
+async fn node_status(
+    cluster: &basalt_client::Cluster,
+    node: basalt_types::NodeId,
+) -> anyhow::Result<NodeStatus> {
+    let body = serde_json::to_vec(&AdminRequest::Status)?;
+    match cluster.call_node(node, Request::Admin { body: body.into() }).await? {
+        Response::Admin { body } => Ok(serde_json::from_slice(&body)?),
+        other => anyhow::bail!("unexpected answer to a status request: {other:?}"),
+    }
+}
+
+fn print_tables(s: &ClusterStatus) {
+    println!(
+        "cluster map epoch {}: {} node(s), {} volume(s), {} provisioned",
+        s.epoch,
+        s.nodes.len(),
+        s.volumes,
+        format_size(s.provisioned_bytes)
+    );
+    let mut t = output::table(&["NODE", "ADDRESS", "DEVICE", "I/O", "CAPACITY", "USED", "OBJECTS", "JOURNAL"]);
+    for n in &s.nodes {
+        match (&n.status, &n.error) {
+            (Some(st), _) => {
+                for d in &st.devices {
+                    t.add_row([
+                        format!("node.{}", n.id),
+                        n.addr.clone(),
+                        d.id.to_string(),
+                        d.io_backend.clone(),
+                        format_size(d.capacity_bytes),
+                        format_size(d.used_bytes),
+                        d.objects.to_string(),
+                        format!("{}/{}", format_size(d.journal_used), format_size(d.journal_size)),
+                    ]);
+                }
+            }
+            (None, e) => {
+                t.add_row([
+                    format!("node.{}", n.id),
+                    n.addr.clone(),
+                    format!("unreachable: {}", e.clone().unwrap_or_default()),
+                ]);
+            }
+        }
+    }
+    println!("{t}");
+    let mut t = output::table(&["POOL", "REPLICAS", "PGS", "OBJECT SIZE", "DEGRADED PGS"]);
+    for p in &s.pools {
+        t.add_row([
+            p.name.clone(),
+            p.replicas.to_string(),
+            p.pg_count.to_string(),
+            format_size(p.object_size as u64),
+            p.degraded_pgs.to_string(),
+        ]);
+    }
+    println!("{t}");
+}

@@ -1,0 +1,336 @@
+//! `basalt up`: a whole single-node cluster in one foreground process — metadata store, a node
+//! with one device, a default pool and volume, and the NBD server — that stops cleanly on
+//! SIGINT/SIGTERM and serves the same data when started again on the same directory.
+
+use crate::clusterfile::{self, ClusterFile};
+use anyhow::{Context, bail};
+use basalt_client::{Cluster, ClusterConfig, Durability, VolumeOptions};
+use basalt_engine::IoMode;
+use basalt_meta::{EmbeddedStore, EtcdOptions, EtcdProcess, EtcdStore, MetaStore, PoolSpec};
+use basalt_nbd::{CancellationToken, ClusterCatalog, NbdServer, ServerConfig};
+use basalt_node::{DeviceConfig, Node, NodeConfig};
+use basalt_types::size::{format_size, parse_size};
+use clap::{Args, ValueEnum};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Args, Debug)]
+pub struct UpArgs {
+    /// Data directory (metadata, device file, node id). Default: ~/.local/share/basalt.
+    #[arg(long, env = "BASALT_DATA")]
+    pub data: Option<PathBuf>,
+    /// NBD listen address.
+    #[arg(long, default_value = "127.0.0.1:10809")]
+    pub nbd: SocketAddr,
+    /// Node (data path and admin) listen address; port 0 picks a free port.
+    #[arg(long, default_value = "127.0.0.1:10810")]
+    pub listen: SocketAddr,
+    /// Device to store data on (file or block device). Default: <data>/devices/dev0.img.
+    #[arg(long)]
+    pub device: Option<PathBuf>,
+    /// Size of a device file created on first start. Default: 16GiB or half the free space.
+    #[arg(long, value_parser = parse_size)]
+    pub device_size: Option<u64>,
+    /// Name of the volume created when the cluster has none.
+    #[arg(long, default_value = "vol0")]
+    pub volume: String,
+    /// Size of that volume.
+    #[arg(long, value_parser = parse_size, default_value = "4GiB")]
+    pub volume_size: u64,
+    /// When an acknowledged write is durable: `sync` (on ack) or `flush` (at FLUSH/FUA).
+    #[arg(long, default_value = "sync")]
+    pub durability: Durability,
+    /// I/O backend of the device store.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub io: IoArg,
+    /// Keep metadata in a private etcd (started under <data>/etcd) instead of the embedded store.
+    #[arg(long, conflicts_with = "etcd_endpoints")]
+    pub etcd: bool,
+    /// Keep metadata in an existing etcd at these endpoints (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub etcd_endpoints: Vec<String>,
+    /// Placement groups of the default pool.
+    #[arg(long, default_value_t = 64)]
+    pub pg_count: u32,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum IoArg {
+    Auto,
+    Uring,
+    Psync,
+}
+
+impl From<IoArg> for IoMode {
+    fn from(a: IoArg) -> IoMode {
+        match a {
+            IoArg::Auto => IoMode::Auto,
+            IoArg::Uring => IoMode::Uring,
+            IoArg::Psync => IoMode::Psync,
+        }
+    }
+}
+
+/// The metadata store `up` runs on, and the etcd child that must outlive it.
+struct Meta {
+    store: Arc<dyn MetaStore>,
+    embedded: bool,
+    etcd_endpoints: Vec<String>,
+    _etcd: Option<EtcdProcess>,
+}
+
+pub async fn run(args: UpArgs) -> anyhow::Result<()> {
+    let data = args.data.clone().unwrap_or_else(clusterfile::default_data_dir);
+    std::fs::create_dir_all(&data)
+        .with_context(|| format!("cannot create the data directory {}", data.display()))?;
+    let _lock = lock(&data)?;
+    let meta = open_meta(&args, &data).await?;
+    ensure_pool(&meta.store, args.pg_count).await?;
+    let node = start_node(&args, &data, &meta).await?;
+    if !node.wait_until_placed(Duration::from_secs(30)).await {
+        bail!("the node's device was not placed in a cluster map within 30 s");
+    }
+    let cluster = Cluster::connect(meta.store.clone(), ClusterConfig::default()).await?;
+    cluster.add_local_node(node.id(), node.service());
+    ensure_volume(&cluster, &args).await?;
+
+    let listener = tokio::net::TcpListener::bind(args.nbd)
+        .await
+        .with_context(|| format!("cannot listen for NBD on {}", args.nbd))?;
+    let nbd_addr = listener.local_addr()?;
+    let catalog = ClusterCatalog::new(
+        cluster.clone(),
+        VolumeOptions {
+            durability: args.durability,
+        },
+        Some(args.volume.clone()),
+    );
+    let server = NbdServer::new(Arc::new(catalog), ServerConfig::default());
+    let stop = CancellationToken::new();
+    let nbd_task = {
+        let stop = stop.clone();
+        tokio::spawn(async move { server.serve(listener, stop.cancelled_owned()).await })
+    };
+    clusterfile::write(
+        &data,
+        &ClusterFile {
+            v: 1,
+            pid: std::process::id(),
+            node_addr: node.status().addr,
+            nbd_addr: nbd_addr.to_string(),
+            etcd: meta.etcd_endpoints.clone(),
+        },
+    )?;
+    banner(&cluster, &data, &node, nbd_addr, &args).await?;
+
+    wait_for_signal().await;
+    eprintln!("stopping...");
+    stop.cancel();
+    match nbd_task.await {
+        Ok(Err(e)) => tracing::warn!("NBD server: {e}"),
+        Err(e) => tracing::warn!("NBD server task: {e}"),
+        Ok(Ok(())) => {}
+    }
+    drop(cluster);
+    node.shutdown().await;
+    clusterfile::remove(&data);
+    eprintln!("stopped; data is kept in {}", data.display());
+    Ok(())
+}
+
+async fn open_meta(args: &UpArgs, data: &Path) -> anyhow::Result<Meta> {
+    if !args.etcd_endpoints.is_empty() {
+        let store = EtcdStore::connect(&args.etcd_endpoints, "")
+            .await
+            .with_context(|| format!("cannot reach etcd at {}", args.etcd_endpoints.join(",")))?;
+        return Ok(Meta {
+            store: Arc::new(store),
+            embedded: false,
+            etcd_endpoints: args.etcd_endpoints.clone(),
+            _etcd: None,
+        });
+    }
+    if args.etcd {
+        let etcd = EtcdProcess::start_with(EtcdOptions {
+            data_dir: Some(data.join("etcd")),
+            ..EtcdOptions::default()
+        })
+        .await
+        .context("cannot start etcd (is Debian's etcd-server installed?)")?;
+        let endpoint = etcd.endpoint();
+        let store = EtcdStore::connect(&[endpoint.clone()], "").await?;
+        return Ok(Meta {
+            store: Arc::new(store),
+            embedded: false,
+            etcd_endpoints: vec![endpoint],
+            _etcd: Some(etcd),
+        });
+    }
+    let path = data.join("meta.redb");
+    let store = EmbeddedStore::open(&path)
+        .await
+        .with_context(|| format!("cannot open the metadata store {}", path.display()))?;
+    Ok(Meta {
+        store: Arc::new(store),
+        embedded: true,
+        etcd_endpoints: Vec::new(),
+        _etcd: None,
+    })
+}
+
+/// Creates the pool `default` (one copy, 128 KiB objects) on first start.
+async fn ensure_pool(meta: &Arc<dyn MetaStore>, pg_count: u32) -> anyhow::Result<()> {
+    let catalog = basalt_meta::Catalog::new(meta.clone());
+    if catalog.get_pool_by_name("default").await?.is_none() {
+        let mut spec = PoolSpec::new("default");
+        spec.replicas = 1;
+        spec.pg_count = pg_count;
+        catalog.create_pool(&spec).await?;
+    }
+    Ok(())
+}
+
+async fn start_node(args: &UpArgs, data: &Path, meta: &Meta) -> anyhow::Result<Node> {
+    let device = args
+        .device
+        .clone()
+        .unwrap_or_else(|| data.join("devices").join("dev0.img"));
+    if let Some(parent) = device.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let size = match args.device_size {
+        Some(s) => Some(s),
+        None if !device.exists() => Some(default_device_size(data)?),
+        None => None,
+    };
+    let mut config = NodeConfig::new(data.join("node"), args.listen);
+    config.io = args.io.into();
+    config.devices.push(DeviceConfig {
+        path: device,
+        size,
+        class: "ssd".into(),
+        journal_size: None,
+    });
+    Node::start(config, meta.store.clone(), meta.embedded)
+        .await
+        .context("cannot start the storage node")
+}
+
+/// 16 GiB, or half the free space of the data directory's file system if that is less.
+fn default_device_size(data: &Path) -> anyhow::Result<u64> {
+    let free = free_space(data)?;
+    let size = (16u64 << 30).min(free / 2) & !((1 << 20) - 1);
+    if size < 256 << 20 {
+        bail!(
+            "only {} free in {}; free some space or pass --device-size",
+            format_size(free),
+            data.display()
+        );
+    }
+    Ok(size)
+}
+
+fn free_space(path: &Path) -> anyhow::Result<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())?;
+    // SAFETY: `c` is a valid NUL-terminated path and `st` a properly sized out-parameter.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error()).context("statvfs");
+    }
+    Ok(st.f_bavail as u64 * st.f_frsize as u64)
+}
+
+/// Creates the default volume if the cluster has no volume at all.
+async fn ensure_volume(cluster: &Cluster, args: &UpArgs) -> anyhow::Result<()> {
+    if cluster.list_volumes().await?.is_empty() {
+        cluster
+            .create_volume(&args.volume, args.volume_size, "default")
+            .await
+            .with_context(|| format!("cannot create the default volume {}", args.volume))?;
+    }
+    Ok(())
+}
+
+async fn banner(
+    cluster: &Cluster,
+    data: &Path,
+    node: &Node,
+    nbd: SocketAddr,
+    args: &UpArgs,
+) -> anyhow::Result<()> {
+    let volumes = cluster.list_volumes().await?;
+    let st = node.status();
+    println!("Basalt is up (single node, data in {}).", data.display());
+    for d in &st.devices {
+        println!(
+            "  device {}: {} capacity, {} used, {} I/O",
+            d.id,
+            format_size(d.capacity_bytes),
+            format_size(d.used_bytes),
+            d.io_backend
+        );
+    }
+    println!(
+        "  durability: {} (every acknowledged write is {})",
+        args.durability,
+        match args.durability {
+            Durability::Sync => "on stable storage",
+            Durability::Flush => "on stable storage after the next FLUSH or FUA",
+        }
+    );
+    println!("  node: {}   map epoch: {}", st.addr, st.epoch.0);
+    println!("NBD exports:");
+    for v in &volumes {
+        println!("  nbd://{nbd}/{}  ({})", v.name, format_size(v.size));
+    }
+    if let Some(v) = volumes.first() {
+        println!("Try:");
+        println!("  nbdinfo nbd://{nbd}/{}", v.name);
+        println!(
+            "  fio --name=try --ioengine=nbd --uri=nbd://{nbd}/{} --rw=randrw --bs=4k --iodepth=32 --runtime=10 --time_based",
+            v.name
+        );
+    }
+    println!("Stop with Ctrl-C.");
+    Ok(())
+}
+
+pub async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
+
+/// Holds an exclusive lock on `<data>/basalt.lock` for the life of the process, so that two
+/// `basalt up` never share a directory.
+struct DirLock {
+    _file: std::fs::File,
+}
+
+fn lock(data: &Path) -> anyhow::Result<DirLock> {
+    use std::os::fd::AsRawFd;
+    let path = data.join("basalt.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    // SAFETY: flock on a file descriptor we own.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let holder = clusterfile::read(data)
+            .map(|f| format!(" (pid {})", f.pid))
+            .unwrap_or_default();
+        bail!(
+            "another basalt process{holder} is using {}; stop it first or pass another --data",
+            data.display()
+        );
+    }
+    Ok(DirLock { _file: file })
+}

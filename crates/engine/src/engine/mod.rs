@@ -1,0 +1,404 @@
+//! The store's I/O thread: owns the device backend, the index, the journal and write-back.
+//! No locks: every piece of state below is touched only by this thread.
+//!
+//! The loop (`run`): take messages from the handle, apply them (`write.rs`, `read.rs`),
+//! decide what to seal, flush or write back (`journal.rs`, `writeback.rs`), hand requests to
+//! the backend, handle completions, and sleep when nothing is left to do.
+
+mod journal;
+mod read;
+mod recover;
+pub(crate) use recover::read_superblock as recover_superblock;
+mod state;
+mod write;
+mod writeback;
+
+use crate::buf::AlignedBuf;
+use crate::error::EngineError;
+use crate::io::{Backend, IoDone, IoReq, Waker};
+use crate::layout::Superblock;
+use crate::{ObjectInfo, StoreInfo, Version, WriteOptions};
+use basalt_types::{ObjectId, PoolId, VolumeId};
+use bytes::Bytes;
+use crossbeam_channel::Receiver;
+use journal::Journal;
+use read::ReadCtx;
+use state::State;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tokio::sync::oneshot;
+use writeback::WriteBack;
+
+
+/// Counters shared with the handles (relaxed atomics; read by `Store::stats`).
+#[derive(Default)]
+pub(crate) struct Shared {
+    pub reads: AtomicU64,
+    pub writes: AtomicU64,
+    pub flushes: AtomicU64,
+    pub bytes_read: AtomicU64,
+    pub bytes_written: AtomicU64,
+    pub device_bytes_written: AtomicU64,
+    pub checksum_errors: AtomicU64,
+    pub writeback_batches: AtomicU64,
+    pub used_slots: AtomicU64,
+    pub objects: AtomicU64,
+    pub journal_used: AtomicU64,
+}
+
+/// A message from a handle to the I/O thread.
+pub(crate) enum Msg {
+    Read { oid: ObjectId, offset: u32, len: u32, reply: oneshot::Sender<Result<Bytes, EngineError>> },
+    Write(WriteOp),
+    Flush { reply: oneshot::Sender<Result<(), EngineError>> },
+    ObjectInfo { oid: ObjectId, reply: oneshot::Sender<Option<ObjectInfo>> },
+    List { filter: Option<(PoolId, VolumeId)>, reply: oneshot::Sender<Vec<ObjectInfo>> },
+    Close { reply: Option<oneshot::Sender<Result<(), EngineError>>> },
+}
+
+/// What a write-class operation does.
+pub(crate) enum WKind {
+    Data(Bytes),
+    Zero(u32),
+    Delete,
+}
+
+/// Where the result of a write-class operation goes.
+pub(crate) enum Reply {
+    Version(oneshot::Sender<Result<Version, EngineError>>),
+    Unit(oneshot::Sender<Result<(), EngineError>>),
+}
+
+impl Reply {
+    pub fn ok(self, v: Version) {
+        match self {
+            Reply::Version(tx) => drop(tx.send(Ok(v))),
+            Reply::Unit(tx) => drop(tx.send(Ok(()))),
+        }
+    }
+    pub fn err(self, e: EngineError) {
+        match self {
+            Reply::Version(tx) => drop(tx.send(Err(e))),
+            Reply::Unit(tx) => drop(tx.send(Err(e))),
+        }
+    }
+}
+
+/// A write, write-zeroes/trim or delete, queued per object until it can be applied.
+pub(crate) struct WriteOp {
+    pub oid: ObjectId,
+    pub offset: u32,
+    pub kind: WKind,
+    pub opts: WriteOptions,
+    pub reply: Reply,
+    /// Old contents of partial edge blocks, read from disk for read-modify-write.
+    pub old: Vec<(u32, AlignedBuf)>,
+    pub reads_pending: u32,
+    pub failed: Option<EngineError>,
+}
+
+impl WriteOp {
+    pub fn new(oid: ObjectId, offset: u32, kind: WKind, opts: WriteOptions, reply: Reply) -> WriteOp {
+        WriteOp { oid, offset, kind, opts, reply, old: Vec::new(), reads_pending: 0, failed: None }
+    }
+}
+
+/// A client waiting for a record: acked when the record is written (non-durable) or flushed.
+pub(crate) struct Waiter {
+    pub durable: bool,
+    pub reply: Reply,
+    pub version: Version,
+}
+
+/// What a device request belongs to.
+pub(crate) enum IoCtx {
+    Read { rid: usize, first: usize, n: usize },
+    Rmw { oid: ObjectId, block: u32, crc: u32 },
+    Record { seq: u64 },
+    FullData { seq: u64, oid: ObjectId },
+    Flush,
+    WriteBack,
+}
+
+/// Why an object's queue is waiting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reason {
+    /// Read-modify-write reads in flight.
+    Reads,
+    /// The open journal batch is full.
+    Room,
+    /// No free slot until write-back frees some.
+    Space,
+}
+
+pub(crate) struct Blocked {
+    pub ops: VecDeque<WriteOp>,
+    pub reason: Reason,
+}
+
+/// A tiny slab: stable indices for in-flight contexts.
+pub(crate) struct Slab<T> {
+    items: Vec<Option<T>>,
+    free: Vec<usize>,
+    len: usize,
+}
+
+impl<T> Slab<T> {
+    pub fn new() -> Self {
+        Slab { items: Vec::new(), free: Vec::new(), len: 0 }
+    }
+    pub fn insert(&mut self, v: T) -> usize {
+        self.len += 1;
+        match self.free.pop() {
+            Some(i) => {
+                self.items[i] = Some(v);
+                i
+            }
+            None => {
+                self.items.push(Some(v));
+                self.items.len() - 1
+            }
+        }
+    }
+    pub fn remove(&mut self, i: usize) -> Option<T> {
+        let v = self.items.get_mut(i)?.take();
+        if v.is_some() {
+            self.len -= 1;
+            self.free.push(i);
+        }
+        v
+    }
+    pub fn get_mut(&mut self, i: usize) -> Option<&mut T> {
+        self.items.get_mut(i)?.as_mut()
+    }
+    pub fn len(&self) -> usize {
+        self.len
+    }
+}
+
+pub(crate) struct Config {
+    pub writeback_idle: Duration,
+}
+
+pub(crate) struct Engine {
+    pub sb: Superblock,
+    pub info: StoreInfo,
+    pub be: Box<dyn Backend>,
+    pub waker: Waker,
+    pub rx: Receiver<Msg>,
+    pub shared: Arc<Shared>,
+    pub cfg: Config,
+    pub st: State,
+    pub jr: Journal,
+    pub wb: WriteBack,
+    pub ios: Slab<IoCtx>,
+    pub reads: Slab<ReadCtx>,
+    pub blocked: HashMap<ObjectId, Blocked>,
+    /// Objects whose queue waits for room in the open batch or for free slots.
+    pub waiting: VecDeque<ObjectId>,
+    pub poisoned: Option<String>,
+    pub closing: bool,
+    pub close_replies: Vec<oneshot::Sender<Result<(), EngineError>>>,
+    pub last_write: Instant,
+}
+
+impl Engine {
+    pub fn info(&self) -> StoreInfo {
+        self.info.clone()
+    }
+    pub fn shared(&self) -> Arc<Shared> {
+        self.shared.clone()
+    }
+    pub fn waker(&self) -> Waker {
+        self.waker.clone()
+    }
+
+    /// Hands a request to the backend under a fresh token.
+    pub fn submit(&mut self, ctx: IoCtx, req: IoReq) {
+        if let IoReq::Write { .. } = &req {
+            self.shared.device_bytes_written.fetch_add(req.len() as u64, Ordering::Relaxed);
+        }
+        let token = self.ios.insert(ctx) as u64;
+        self.be.submit(token, req);
+    }
+
+    /// The thread's main loop. Returns when the store is closed and drained.
+    pub fn run(mut self) {
+        let mut done: Vec<IoDone> = Vec::new();
+        let mut busy = true;
+        loop {
+            let got = self.drain_messages();
+            self.pump();
+            if self.finished() {
+                break;
+            }
+            let wait = if got == 0 && !busy {
+                self.waker.set_sleeping();
+                if self.rx.is_empty() { Some(self.timer()) } else { None }
+            } else {
+                None
+            };
+            self.be.poll(&mut done, wait);
+            self.waker.clear_sleeping();
+            busy = !done.is_empty() || got > 0;
+            for d in done.drain(..) {
+                self.complete(d);
+            }
+        }
+        for tx in self.close_replies.drain(..) {
+            let res = match &self.poisoned {
+                Some(p) => Err(EngineError::Poisoned(p.clone())),
+                None => Ok(()),
+            };
+            let _ = tx.send(res);
+        }
+    }
+
+    /// How long to sleep: until the idle write-back is due, or until woken.
+    fn timer(&self) -> Option<Duration> {
+        if self.poisoned.is_none() && !self.jr.recs.is_empty() && !self.wb.active() {
+            let since = self.last_write.elapsed();
+            return Some(self.cfg.writeback_idle.saturating_sub(since).max(Duration::from_micros(100)));
+        }
+        None
+    }
+
+    fn drain_messages(&mut self) -> usize {
+        let mut n = 0;
+        while n < 1024 {
+            let msg = match self.rx.try_recv() {
+                Ok(m) => m,
+                Err(crossbeam_channel::TryRecvError::Empty) => break,
+                Err(crossbeam_channel::TryRecvError::Disconnected) => {
+                    self.closing = true;
+                    break;
+                }
+            };
+            n += 1;
+            self.handle(msg);
+        }
+        n
+    }
+
+    fn handle(&mut self, msg: Msg) {
+        match msg {
+            Msg::Read { oid, offset, len, reply } => self.start_read(oid, offset, len, reply),
+            Msg::Write(op) => self.handle_write(op),
+            Msg::Flush { reply } => {
+                if self.closing {
+                    let _ = reply.send(Err(EngineError::Closed));
+                } else if let Some(p) = &self.poisoned {
+                    let _ = reply.send(Err(EngineError::Poisoned(p.clone())));
+                } else {
+                    let w = Waiter { durable: true, reply: Reply::Unit(reply), version: Version(0) };
+                    self.add_barrier(w);
+                }
+            }
+            Msg::ObjectInfo { oid, reply } => {
+                let info = self.st.objs.get(&oid).map(|o| self.object_info(&oid, o));
+                let _ = reply.send(info);
+            }
+            Msg::List { filter, reply } => {
+                let list = self
+                    .st
+                    .objs
+                    .iter()
+                    .filter(|(k, _)| filter.is_none_or(|(p, v)| k.pool == p && k.volume == v))
+                    .map(|(k, o)| self.object_info(k, o))
+                    .collect();
+                let _ = reply.send(list);
+            }
+            Msg::Close { reply } => {
+                self.closing = true;
+                if let Some(r) = reply {
+                    self.close_replies.push(r);
+                }
+            }
+        }
+    }
+
+    fn object_info(&self, oid: &ObjectId, o: &state::Obj) -> ObjectInfo {
+        ObjectInfo { oid: *oid, version: Version(o.version), allocated_bytes: self.st.allocated_bytes(oid, o) }
+    }
+
+    /// Makes progress that needs no new input: retries waiting objects, seals, flushes,
+    /// starts or advances write-back, and publishes gauges.
+    fn pump(&mut self) {
+        for _ in 0..4 {
+            self.retry_waiting();
+            let sealed = self.maybe_seal();
+            self.maybe_flush();
+            let wb = self.pump_writeback();
+            if !sealed && !wb {
+                break;
+            }
+        }
+        self.publish_gauges();
+    }
+
+    fn publish_gauges(&self) {
+        let a = &self.st.alloc;
+        self.shared.used_slots.store(a.claimed + a.limbo, Ordering::Relaxed);
+        self.shared.objects.store(self.st.objs.len() as u64, Ordering::Relaxed);
+        self.shared.journal_used.store(self.jr.used(), Ordering::Relaxed);
+    }
+
+    /// True when closing and nothing is left in flight.
+    fn finished(&self) -> bool {
+        if !self.closing || self.ios.len() > 0 || !self.blocked.is_empty() || self.reads.len() > 0 {
+            return false;
+        }
+        if self.poisoned.is_some() {
+            return true;
+        }
+        self.jr.open.is_none() && self.jr.recs.is_empty() && !self.wb.active()
+    }
+
+    fn complete(&mut self, d: IoDone) {
+        let Some(ctx) = self.ios.remove(d.token as usize) else { return };
+        match ctx {
+            IoCtx::Read { rid, first, n } => self.read_done(rid, first, n, d),
+            IoCtx::Rmw { oid, block, crc } => self.rmw_done(oid, block, crc, d),
+            IoCtx::Record { seq } => self.record_io_done(seq, d.res),
+            IoCtx::FullData { seq, oid } => {
+                self.full_data_done(seq, oid);
+                self.record_io_done(seq, d.res);
+            }
+            IoCtx::Flush => self.flush_done(d.res),
+            IoCtx::WriteBack => self.writeback_io_done(d.res),
+        }
+    }
+
+    /// A write or flush failed: nothing after this point can be trusted to be durable, so
+    /// every pending and future write or flush fails (redb's PreviousIo idea).
+    pub fn poison(&mut self, why: String) {
+        if self.poisoned.is_some() {
+            return;
+        }
+        tracing::error!(device = self.info.device_id.0, "store poisoned: {why}");
+        self.poisoned = Some(why.clone());
+        let err = EngineError::Poisoned(why);
+        for w in self.jr.take_all_waiters() {
+            w.reply.err(err.duplicate());
+        }
+        let blocked: Vec<ObjectId> = self.blocked.keys().copied().collect();
+        for oid in blocked {
+            if let Some(b) = self.blocked.get_mut(&oid) {
+                // Keep an op whose RMW reads are in flight; its completion will fail it.
+                let keep = if b.reason == Reason::Reads { b.ops.pop_front() } else { None };
+                for op in b.ops.drain(..) {
+                    op.reply.err(err.duplicate());
+                }
+                match keep {
+                    Some(op) => b.ops.push_back(op),
+                    None => {
+                        self.blocked.remove(&oid);
+                    }
+                }
+            }
+        }
+        self.waiting.clear();
+    }
+}

@@ -1,0 +1,285 @@
+//! Write-back: copies the effects of durable journal records into the slots and the slot
+//! table, then frees their journal space. One batch at a time:
+//!
+//! 1. apply a prefix of durable records to the slot-table image (guarded by per-slot sequence
+//!    numbers, so re-applying after a crash is harmless), collect the newest image of every
+//!    touched block, and write blocks and dirty meta pages (each page to its older copy);
+//! 2. flush, so slots and pages are durable;
+//! 3. write the journal header with the new start, then flush again;
+//! 4. only now drop the records, clear the cache entries they covered, and let released slots
+//!    be reused.
+
+use super::journal::RecState;
+use super::{Engine, IoCtx};
+use crate::buf::{IoBuf, SharedBuf};
+use crate::io::IoReq;
+use crate::layout::{BLOCK, NO_SLOT};
+use crate::record::{EntryKind, JournalHeader};
+use basalt_types::ObjectId;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::Ordering;
+
+/// Most blocks written back per batch.
+const MAX_BATCH_BLOCKS: usize = 4096;
+const MAX_BATCH_RECORDS: usize = 2048;
+/// Bufs per vectored write.
+const MAX_IOV: usize = 256;
+/// Records kept before write-back is forced (bounds recovery work).
+const MAX_LIVE_RECORDS: usize = 4096;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Writing,
+    DataFlush(u64),
+    Header,
+    HeaderFlush(u64),
+}
+
+struct Batch {
+    records: usize,
+    last_seq: u64,
+    pending: u32,
+    phase: Phase,
+    released: Vec<u32>,
+    touched: Vec<ObjectId>,
+}
+
+#[derive(Default)]
+pub(crate) struct WriteBack {
+    batch: Option<Batch>,
+    /// Slots the slot table claims but nothing live uses (found by recovery); released by the
+    /// next batch.
+    pub orphans: Vec<u32>,
+}
+
+impl WriteBack {
+    pub fn active(&self) -> bool {
+        self.batch.is_some()
+    }
+}
+
+impl Engine {
+    fn writeback_due(&self) -> bool {
+        if self.jr.recs.is_empty() {
+            return false;
+        }
+        let idle = self.jr.open.is_none() && self.jr.writing == 0 && self.blocked.is_empty();
+        self.closing
+            || self.waiting.iter().any(|o| self.blocked.get(o).is_some_and(|b| b.reason == super::Reason::Space))
+            || self.jr.used() * 4 >= self.jr.ring
+            || self.jr.recs.len() >= MAX_LIVE_RECORDS
+            || (idle && self.last_write.elapsed() >= self.cfg.writeback_idle)
+    }
+
+    /// Starts or advances write-back. Returns whether anything changed.
+    pub fn pump_writeback(&mut self) -> bool {
+        if self.poisoned.is_some() {
+            return false;
+        }
+        let Some(b) = &self.wb.batch else {
+            if !self.writeback_due() {
+                return false;
+            }
+            return self.start_batch();
+        };
+        match b.phase {
+            Phase::DataFlush(n) if self.jr.flushes_done >= n => {
+                self.write_header();
+                true
+            }
+            Phase::HeaderFlush(n) if self.jr.flushes_done >= n => {
+                self.finish_batch();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn start_batch(&mut self) -> bool {
+        let mut n = 0;
+        let mut blocks = 0;
+        for r in &self.jr.recs {
+            if r.state != RecState::Flushed || n >= MAX_BATCH_RECORDS || (n > 0 && blocks + r.blocks.len() > MAX_BATCH_BLOCKS) {
+                break;
+            }
+            n += 1;
+            blocks += r.blocks.len();
+        }
+        if n == 0 {
+            // Records must be durable before they are written back.
+            self.jr.want_durable = true;
+            return false;
+        }
+        let (writes, pages, released, touched, last_seq) = self.apply_to_slot_table(n);
+        let mut pending = 0;
+        for (off, bufs) in merge_runs(&self.sb, writes) {
+            self.submit(IoCtx::WriteBack, IoReq::Write { off, bufs });
+            pending += 1;
+        }
+        for p in pages {
+            let generation = self.st.d.page_gen[p as usize] + 1;
+            self.st.d.page_gen[p as usize] = generation;
+            // Alternate copies: the other copy still holds the previous generation intact.
+            let buf = self.st.d.encode_page(p, generation, &self.sb.uuid);
+            let off = self.sb.meta_copy_offset(p, generation % 2);
+            self.submit(IoCtx::WriteBack, IoReq::Write { off, bufs: vec![IoBuf::Owned(buf)] });
+            pending += 1;
+        }
+        self.wb.batch = Some(Batch { records: n, last_seq, pending, phase: Phase::Writing, released, touched });
+        if pending == 0 {
+            self.writeback_io_done(Ok(()));
+        }
+        true
+    }
+
+    /// Applies the first `n` records to the slot-table image. Returns the block images to
+    /// write, the dirty pages, released slots, touched objects and the last sequence number.
+    #[allow(clippy::type_complexity)]
+    fn apply_to_slot_table(
+        &mut self,
+        n: usize,
+    ) -> (BTreeMap<(u32, u32), SharedBuf>, BTreeSet<u64>, Vec<u32>, Vec<ObjectId>, u64) {
+        let mut writes: BTreeMap<(u32, u32), SharedBuf> = BTreeMap::new();
+        let mut pages = BTreeSet::new();
+        let mut released = Vec::new();
+        let mut touched = Vec::new();
+        let d = &mut self.st.d;
+        let drop_slot = |writes: &mut BTreeMap<(u32, u32), SharedBuf>, s: u32| {
+            let keys: Vec<(u32, u32)> = writes.range((s, 0)..(s + 1, 0)).map(|(k, _)| *k).collect();
+            for k in keys {
+                writes.remove(&k);
+            }
+        };
+        let mut last_seq = 0;
+        for r in self.jr.recs.iter().take(n) {
+            let seq = r.seq;
+            last_seq = seq;
+            let mut data = r.blocks.iter();
+            for e in &r.entries {
+                touched.push(e.oid);
+                match &e.kind {
+                    EntryKind::Write(items) => {
+                        let apply = d.seq(e.slot) <= seq;
+                        if apply {
+                            d.claim(e.slot, e.oid, e.version, seq);
+                            pages.insert(d.page_of(e.slot));
+                        }
+                        for it in items {
+                            let buf = if it.data { data.next() } else { None };
+                            if !apply {
+                                continue;
+                            }
+                            d.set_block(e.slot, u32::from(it.block), it.data.then_some(it.crc));
+                            match buf {
+                                Some(buf) => writes.insert((e.slot, u32::from(it.block)), buf.clone()),
+                                None => writes.remove(&(e.slot, u32::from(it.block))),
+                            };
+                        }
+                    }
+                    EntryKind::Full(crcs) => {
+                        if d.seq(e.slot) <= seq {
+                            d.claim(e.slot, e.oid, e.version, seq);
+                            for (b, c) in crcs.iter().enumerate() {
+                                d.set_block(e.slot, b as u32, Some(*c));
+                            }
+                            // The data is already in the slot; older journaled blocks must not
+                            // be written over it.
+                            drop_slot(&mut writes, e.slot);
+                            pages.insert(d.page_of(e.slot));
+                        }
+                    }
+                    EntryKind::Delete => {}
+                }
+                if e.old_slot != NO_SLOT && d.seq(e.old_slot) <= seq {
+                    d.release(e.old_slot, seq);
+                    drop_slot(&mut writes, e.old_slot);
+                    pages.insert(d.page_of(e.old_slot));
+                    released.push(e.old_slot);
+                }
+            }
+        }
+        for s in std::mem::take(&mut self.wb.orphans) {
+            let seq = d.seq(s).max(last_seq);
+            d.release(s, seq);
+            drop_slot(&mut writes, s);
+            pages.insert(d.page_of(s));
+            released.push(s);
+        }
+        (writes, pages, released, touched, last_seq)
+    }
+
+    pub fn writeback_io_done(&mut self, res: std::io::Result<()>) {
+        if let Err(e) = res {
+            self.poison(format!("write-back failed: {e}"));
+            return;
+        }
+        let issued = self.jr.flushes_issued;
+        let Some(b) = &mut self.wb.batch else { return };
+        if b.pending > 0 {
+            b.pending -= 1;
+        }
+        if b.pending > 0 {
+            return;
+        }
+        // A flush issued after these writes completed makes them durable.
+        let target = issued + 1;
+        b.phase = match b.phase {
+            Phase::Writing => Phase::DataFlush(target),
+            Phase::Header => Phase::HeaderFlush(target),
+            p => p,
+        };
+        self.jr.want_flush_no = self.jr.want_flush_no.max(target);
+    }
+
+    fn write_header(&mut self) {
+        let Some(b) = &mut self.wb.batch else { return };
+        let next = self.jr.recs.get(b.records);
+        let (start_offset, start_seq) = match next {
+            Some(r) => (r.pos, r.seq),
+            None => (self.jr.head, self.jr.next_seq),
+        };
+        b.phase = Phase::Header;
+        b.pending = 1;
+        self.jr.header_gen += 1;
+        let h = JournalHeader { generation: self.jr.header_gen, start_offset, start_seq };
+        let buf = h.encode(&self.sb.uuid);
+        // Alternate copies: a torn header write leaves the previous start, which is still valid
+        // because its records' space is not reused before this header is durable.
+        let off = self.sb.journal_header_offset(h.generation % 2);
+        self.submit(IoCtx::WriteBack, IoReq::Write { off, bufs: vec![IoBuf::Owned(buf)] });
+    }
+
+    fn finish_batch(&mut self) {
+        let Some(b) = self.wb.batch.take() else { return };
+        for _ in 0..b.records {
+            self.jr.recs.pop_front();
+        }
+        for oid in b.touched {
+            if let Some(obj) = self.st.objs.get_mut(&oid) {
+                obj.cache.retain(|_, c| c.seq > b.last_seq);
+                if obj.base.as_ref().is_some_and(|x| x.seq <= b.last_seq) {
+                    obj.base = None;
+                }
+            }
+        }
+        for s in b.released {
+            self.st.alloc.written_back_free(s);
+        }
+        self.shared.writeback_batches.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Groups block writes that are contiguous on the device into vectored writes.
+fn merge_runs(sb: &crate::layout::Superblock, writes: BTreeMap<(u32, u32), SharedBuf>) -> Vec<(u64, Vec<IoBuf>)> {
+    let mut out: Vec<(u64, Vec<IoBuf>)> = Vec::new();
+    let mut next_off = u64::MAX;
+    for ((slot, block), buf) in writes {
+        let off = sb.slot_offset(slot, block);
+        match out.last_mut() {
+            Some((_, bufs)) if off == next_off && bufs.len() < MAX_IOV => bufs.push(IoBuf::Shared(buf)),
+            _ => out.push((off, vec![IoBuf::Shared(buf)])),
+        }
+        next_off = off + BLOCK;
+    }
+    out
+}

@@ -1,0 +1,76 @@
+//! The engine's error type: one enum for the whole layer, each variant saying what was wrong and
+//! what to do about it.
+
+use basalt_types::{ObjectId, Version};
+use std::path::PathBuf;
+use thiserror::Error;
+
+/// Every way a store operation can fail.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    /// The caller passed something the store cannot accept (range past the object, bad option).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// No free slot for a new object. Existing data is untouched; free space by deleting or
+    /// trimming objects, or add a device.
+    #[error("out of space: need {needed} bytes, {free} bytes free; delete or trim objects, or add a device")]
+    OutOfSpace { needed: u64, free: u64 },
+    /// A 4 KiB block read from the device does not match its stored CRC-32C. The data is not
+    /// returned; repair the object from another replica.
+    #[error("checksum mismatch in {oid} at byte offset {offset}; the block is corrupt on disk, repair it from a replica")]
+    Checksum { oid: ObjectId, offset: u64 },
+    /// A write carried a version that is not newer than the object's current version.
+    #[error("stale version: object is at {current}, write asked for {requested}; versions must increase")]
+    StaleVersion { current: Version, requested: Version },
+    /// An earlier write or flush failed, so the store no longer knows what is durable. Every later
+    /// write and flush is refused; reopen the store (recovery decides what survived).
+    #[error("store is poisoned by an earlier I/O failure ({0}); writes are refused, reopen the store to recover")]
+    Poisoned(String),
+    /// The device has no Basalt superblock; run format first.
+    #[error("{0} is not a Basalt store (no superblock); format it first")]
+    NotFormatted(PathBuf),
+    /// The device already holds a Basalt store; pass force to overwrite it.
+    #[error("{0} already holds a Basalt store; use force to reformat (destroys its data)")]
+    AlreadyFormatted(PathBuf),
+    /// On-disk metadata is damaged in a way recovery cannot repair.
+    #[error("corrupt store: {0}")]
+    Corrupt(String),
+    /// An operating-system I/O error.
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    /// The store was closed (or its I/O thread stopped); open it again.
+    #[error("store is closed")]
+    Closed,
+}
+
+impl EngineError {
+    pub(crate) fn invalid(msg: impl Into<String>) -> Self {
+        EngineError::InvalidArgument(msg.into())
+    }
+
+    /// A cheap copy for fanning one failure out to many waiters (`io::Error` is not `Clone`).
+    pub(crate) fn duplicate(&self) -> Self {
+        match self {
+            EngineError::InvalidArgument(s) => EngineError::InvalidArgument(s.clone()),
+            EngineError::OutOfSpace { needed, free } => EngineError::OutOfSpace {
+                needed: *needed,
+                free: *free,
+            },
+            EngineError::Checksum { oid, offset } => EngineError::Checksum {
+                oid: *oid,
+                offset: *offset,
+            },
+            EngineError::StaleVersion { current, requested } => EngineError::StaleVersion {
+                current: *current,
+                requested: *requested,
+            },
+            EngineError::Poisoned(s) => EngineError::Poisoned(s.clone()),
+            EngineError::NotFormatted(p) => EngineError::NotFormatted(p.clone()),
+            EngineError::AlreadyFormatted(p) => EngineError::AlreadyFormatted(p.clone()),
+            EngineError::Corrupt(s) => EngineError::Corrupt(s.clone()),
+            EngineError::Io(e) => EngineError::Io(std::io::Error::new(e.kind(), e.to_string())),
+            EngineError::Closed => EngineError::Closed,
+        }
+    }
+}

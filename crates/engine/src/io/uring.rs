@@ -1,0 +1,169 @@
+//! The io_uring backend: one ring per device, O_DIRECT, many requests per `io_uring_enter`.
+//!
+//! Requests wait in a backlog when the ring is full. An eventfd read is always armed in the
+//! ring so that other threads can wake a blocked `poll` (see [`Waker`]).
+
+use super::{Backend, IoDone, IoReq, Waker, check_len};
+use io_uring::{IoUring, opcode, types};
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::time::Duration;
+
+const RING_ENTRIES: u32 = 512;
+const WAKE_TOKEN: u64 = u64::MAX;
+
+struct InFlight {
+    token: u64,
+    req: IoReq,
+    /// Keeps the iovec array alive while the kernel may read it.
+    _iov: Vec<libc::iovec>,
+}
+
+pub(crate) struct UringBackend {
+    ring: IoUring,
+    file: Arc<File>,
+    slab: Vec<Option<InFlight>>,
+    free: Vec<usize>,
+    inflight: usize,
+    backlog: VecDeque<(u64, IoReq)>,
+    waker: Waker,
+    wake_buf: Box<u64>,
+    wake_armed: bool,
+}
+
+// SAFETY: the raw pointers inside in-flight iovecs point into buffers owned by the same
+// InFlight entries; the backend is moved between threads only as a whole.
+unsafe impl Send for UringBackend {}
+
+/// True if io_uring can be set up here (not blocked by seccomp, not an old kernel).
+pub(crate) fn available() -> bool {
+    IoUring::new(8).is_ok()
+}
+
+impl UringBackend {
+    pub fn new(file: Arc<File>) -> io::Result<UringBackend> {
+        let ring = IoUring::new(RING_ENTRIES)?;
+        let waker = Waker::eventfd()?;
+        Ok(UringBackend {
+            ring,
+            file,
+            slab: Vec::new(),
+            free: Vec::new(),
+            inflight: 0,
+            backlog: VecDeque::new(),
+            waker,
+            wake_buf: Box::new(0),
+            wake_armed: false,
+        })
+    }
+
+    /// Moves backlog requests into the submission queue while there is room.
+    fn fill_sq(&mut self) {
+        let fd = types::Fd(self.file.as_raw_fd());
+        if !self.wake_armed {
+            let efd = self.waker.eventfd_raw().expect("uring waker is an eventfd");
+            let e = opcode::Read::new(types::Fd(efd), (&mut *self.wake_buf as *mut u64).cast(), 8)
+                .build()
+                .user_data(WAKE_TOKEN);
+            // SAFETY: wake_buf is boxed and lives as long as the ring.
+            if unsafe { self.ring.submission().push(&e) }.is_ok() {
+                self.wake_armed = true;
+            }
+        }
+        while self.inflight < RING_ENTRIES as usize && !self.ring.submission().is_full() {
+            let Some((token, mut req)) = self.backlog.pop_front() else { break };
+            let idx = self.free.pop().unwrap_or_else(|| {
+                self.slab.push(None);
+                self.slab.len() - 1
+            });
+            let mut iov = Vec::new();
+            let entry = match &mut req {
+                IoReq::Read { off, buf } => {
+                    opcode::Read::new(fd, buf.as_mut_ptr(), buf.len() as u32).offset(*off).build()
+                }
+                IoReq::Write { off, bufs } => {
+                    iov = bufs
+                        .iter()
+                        .map(|b| libc::iovec { iov_base: b.as_ptr() as *mut _, iov_len: b.len() })
+                        .collect();
+                    opcode::Writev::new(fd, iov.as_ptr(), iov.len() as u32).offset(*off).build()
+                }
+                IoReq::Flush => opcode::Fsync::new(fd).flags(types::FsyncFlags::DATASYNC).build(),
+            };
+            let entry = entry.user_data(idx as u64);
+            // SAFETY: every buffer and the iovec array are owned by the InFlight stored below
+            // and stay at the same address until the completion is reaped.
+            let pushed = unsafe { self.ring.submission().push(&entry) };
+            debug_assert!(pushed.is_ok(), "checked is_full above");
+            self.slab[idx] = Some(InFlight { token, req, _iov: iov });
+            self.inflight += 1;
+        }
+    }
+
+    fn enter(&mut self, wait: Option<Option<Duration>>) {
+        let res = match wait {
+            None => self.ring.submit(),
+            Some(None) => self.ring.submit_and_wait(1),
+            Some(Some(t)) => {
+                let ts = types::Timespec::from(t);
+                let args = types::SubmitArgs::new().timespec(&ts);
+                self.ring.submitter().submit_with_args(1, &args)
+            }
+        };
+        if let Err(e) = res {
+            match e.raw_os_error() {
+                Some(libc::ETIME) | Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN) => {}
+                _ => tracing::warn!("io_uring_enter failed: {e}"),
+            }
+        }
+    }
+}
+
+impl Backend for UringBackend {
+    fn name(&self) -> &'static str {
+        "io_uring"
+    }
+
+    fn submit(&mut self, token: u64, req: IoReq) {
+        self.backlog.push_back((token, req));
+    }
+
+    fn poll(&mut self, out: &mut Vec<IoDone>, wait: Option<Option<Duration>>) {
+        self.fill_sq();
+        let ready = !self.ring.completion().is_empty();
+        self.enter(if ready { None } else { wait });
+        loop {
+            let before = out.len();
+            let cqes: Vec<(u64, i32)> = self.ring.completion().map(|c| (c.user_data(), c.result())).collect();
+            for (ud, result) in cqes {
+                if ud == WAKE_TOKEN {
+                    self.wake_armed = false;
+                    continue;
+                }
+                let idx = ud as usize;
+                let Some(inf) = self.slab[idx].take() else { continue };
+                self.free.push(idx);
+                self.inflight -= 1;
+                let res = check_len(result as isize, inf.req.len());
+                out.push(IoDone { token: inf.token, req: inf.req, res });
+            }
+            // Refill the ring with backlog now that slots are free, without waiting.
+            if self.backlog.is_empty() || out.len() == before {
+                break;
+            }
+            self.fill_sq();
+            self.enter(None);
+        }
+        if !self.wake_armed || !self.backlog.is_empty() {
+            self.fill_sq();
+            self.enter(None);
+        }
+    }
+
+    fn waker(&self) -> Waker {
+        self.waker.clone()
+    }
+}

@@ -1,0 +1,119 @@
+//! Shared test harness: the same store over io_uring, psync or the simulated disk.
+#![allow(dead_code)]
+
+use basalt_engine::sim::SimDisk;
+use basalt_engine::{
+    DeviceId, FormatOptions, IoMode, ObjectId, OpenOptions, PoolId, Store, VolumeId, format, format_sim,
+};
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Uring,
+    Psync,
+    Sim,
+}
+
+/// A formatted device plus how to open it.
+pub struct Dev {
+    pub backend: Backend,
+    pub dir: Option<tempfile::TempDir>,
+    pub path: PathBuf,
+    pub sim: Option<SimDisk>,
+}
+
+pub const OBJ: u32 = 128 * 1024;
+
+pub fn oid(volume: u64, index: u64) -> ObjectId {
+    ObjectId::new(PoolId(1), VolumeId(volume), index)
+}
+
+impl Dev {
+    pub fn new(backend: Backend, size: u64, journal: u64) -> Dev {
+        let opts = FormatOptions {
+            device_id: DeviceId(7),
+            object_size: OBJ,
+            size: Some(size),
+            journal_size: Some(journal),
+            force: false,
+        };
+        match backend {
+            Backend::Sim => {
+                let sim = SimDisk::new(size);
+                format_sim(&sim, &opts).unwrap();
+                Dev { backend, dir: None, path: PathBuf::from("<sim>"), sim: Some(sim) }
+            }
+            _ => {
+                let dir = tempfile::tempdir().unwrap();
+                let path = dir.path().join("dev.img");
+                format(&path, &opts).unwrap();
+                Dev { backend, dir: Some(dir), path, sim: None }
+            }
+        }
+    }
+
+    pub fn open_opts(&self) -> OpenOptions {
+        OpenOptions {
+            io: match self.backend {
+                Backend::Psync => IoMode::Psync,
+                _ => IoMode::Uring,
+            },
+            writeback_idle: Duration::from_millis(1),
+            ..OpenOptions::default()
+        }
+    }
+
+    pub fn open(&self) -> Store {
+        match &self.sim {
+            Some(sim) => Store::open_sim(sim, &self.open_opts()).unwrap(),
+            None => Store::open(&self.path, &self.open_opts()).unwrap(),
+        }
+    }
+
+    /// The raw device bytes.
+    pub fn raw(&self) -> Vec<u8> {
+        match &self.sim {
+            Some(sim) => sim.read(0, sim.size() as usize),
+            None => std::fs::read(&self.path).unwrap(),
+        }
+    }
+
+    /// Flips one byte of the device (media corruption).
+    pub fn corrupt(&self, offset: u64) {
+        match &self.sim {
+            Some(sim) => sim.corrupt(offset),
+            None => {
+                use std::os::unix::fs::FileExt;
+                let f = std::fs::OpenOptions::new().read(true).write(true).open(&self.path).unwrap();
+                let mut b = [0u8; 1];
+                f.read_exact_at(&mut b, offset).unwrap();
+                b[0] ^= 0xff;
+                f.write_all_at(&b, offset).unwrap();
+                f.sync_all().unwrap();
+            }
+        }
+    }
+}
+
+/// A deterministic pattern unique to (seed, length).
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// Finds every offset where `needle` occurs in `hay` (aligned to 4 KiB to keep it fast).
+pub fn find_aligned(hay: &[u8], needle: &[u8]) -> Vec<u64> {
+    (0..hay.len().saturating_sub(needle.len()) + 1)
+        .step_by(4096)
+        .filter(|&i| &hay[i..i + needle.len()] == needle)
+        .map(|i| i as u64)
+        .collect()
+}

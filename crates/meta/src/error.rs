@@ -1,0 +1,98 @@
+//! [`MetaError`]: everything that can go wrong in the metadata layer, with messages that say
+//! what to do.
+
+use crate::store::LeaseId;
+use basalt_types::name::NameError;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum MetaError {
+    // --- the store ---
+    #[error(
+        "metadata store {endpoint} is unavailable: {detail}; check that it is running and reachable"
+    )]
+    Unavailable { endpoint: String, detail: String },
+    #[error("metadata store request failed: {0}")]
+    Backend(String),
+    #[error("embedded metadata file {path}: {detail}")]
+    Embedded { path: String, detail: String },
+    #[error("{0} has expired or was revoked; grant a new lease and register again")]
+    LeaseNotFound(LeaseId),
+    #[error("invalid transaction: {0}")]
+    InvalidTxn(String),
+    #[error(
+        "record at '{key}' is unreadable: {detail}; it was written by another version or damaged"
+    )]
+    Corrupt { key: String, detail: String },
+    #[error(
+        "record at '{key}' has format version {found}, this build reads version {supported}; \
+         upgrade basalt"
+    )]
+    UnsupportedVersion {
+        key: String,
+        found: u32,
+        supported: u32,
+    },
+    #[error("too much contention on '{key}': gave up after {attempts} attempts; retry later")]
+    Contention { key: String, attempts: u32 },
+
+    // --- the catalog ---
+    #[error(transparent)]
+    InvalidName(#[from] NameError),
+    #[error("invalid size {size} for volume '{name}': {reason}")]
+    InvalidSize {
+        name: String,
+        size: u64,
+        reason: String,
+    },
+    #[error("invalid pool '{name}': {reason}")]
+    InvalidPool { name: String, reason: String },
+    #[error("volume '{0}' already exists; pick another name or delete it first")]
+    VolumeExists(String),
+    #[error("volume '{0}' is being deleted; run the delete again to finish it")]
+    VolumeDeleting(String),
+    #[error("volume '{0}' must be marked deleting before its record is removed")]
+    VolumeNotDeleting(String),
+    #[error("no volume named '{0}'; list volumes to see the names")]
+    NoSuchVolume(String),
+    #[error("pool '{0}' already exists; pick another name")]
+    PoolExists(String),
+    #[error("no pool '{0}'; list pools to see the names, or create it first")]
+    NoSuchPool(String),
+    #[error("no device {0}; list devices to see the ids")]
+    NoSuchDevice(String),
+    #[error(
+        "the cluster map changed under us (expected revision {expected:?}, found {found:?}); \
+         reload it and recompute"
+    )]
+    MapConflict {
+        expected: Option<i64>,
+        found: Option<i64>,
+    },
+    #[error("this process is no longer the leader (the leader key was lost or taken over)")]
+    NotLeader,
+
+    // --- the etcd child process ---
+    #[error("could not start etcd: {0}")]
+    EtcdStart(String),
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl MetaError {
+    pub(crate) fn corrupt(key: &str, detail: impl std::fmt::Display) -> MetaError {
+        MetaError::Corrupt {
+            key: key.to_string(),
+            detail: detail.to_string(),
+        }
+    }
+
+    /// Whether retrying the same call later may succeed (the store was unreachable).
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            MetaError::Unavailable { .. } | MetaError::Contention { .. }
+        )
+    }
+}

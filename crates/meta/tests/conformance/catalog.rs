@@ -1,0 +1,287 @@
+//! Catalog checks of the conformance suite (instantiated for both backends in conformance.rs).
+
+use crate::common::Harness;
+use anyhow::{Context, Result, bail, ensure};
+use basalt_meta::{Catalog, IdKind, KeyValue, MetaError, PoolSpec, VolumeState, keys};
+use std::time::Duration;
+
+async fn make_pool(c: &Catalog, name: &str) -> Result<basalt_meta::PoolRecord> {
+    let mut spec = PoolSpec::new(name);
+    spec.replicas = 2;
+    spec.pg_count = 32;
+    Ok(c.create_pool(&spec).await?)
+}
+
+pub(crate) async fn catalog_unique_volume_names_under_concurrent_creates(h: Harness) -> Result<()> {
+    let c = h.catalog();
+    make_pool(&c, "p").await?;
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let c = c.clone();
+        tasks.push(tokio::spawn(async move {
+            c.create_volume("vol", 1 << 20, "p").await
+        }));
+    }
+    let (mut ok, mut exists) = (Vec::new(), 0);
+    for t in tasks {
+        match t.await? {
+            Ok(rec) => ok.push(rec),
+            Err(MetaError::VolumeExists(name)) => {
+                ensure!(name == "vol");
+                exists += 1;
+            }
+            Err(e) => bail!("unexpected error: {e}"),
+        }
+    }
+    ensure!(
+        ok.len() == 1 && exists == 7,
+        "{} created, {exists} refused",
+        ok.len()
+    );
+    let stored = c.get_volume("vol").await?.context("vol")?;
+    ensure!(stored == ok[0], "the stored record is the winner's");
+    ensure!(c.list_volumes().await?.len() == 1);
+    // The same holds for pools.
+    let dup = c.create_pool(&PoolSpec::new("p")).await;
+    ensure!(matches!(dup, Err(MetaError::PoolExists(_))), "{dup:?}");
+    Ok(())
+}
+
+pub(crate) async fn catalog_ids_are_never_reused(h: Harness) -> Result<()> {
+    let c = h.catalog();
+    let mut tasks = Vec::new();
+    for _ in 0..10 {
+        let c = c.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut ids = Vec::new();
+            for _ in 0..3 {
+                ids.push(c.next_id(IdKind::Node).await?);
+            }
+            Ok::<_, MetaError>(ids)
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await??);
+    }
+    all.sort_unstable();
+    ensure!(all == (1..=30).collect::<Vec<u64>>(), "{all:?}");
+    ensure!(
+        c.next_id(IdKind::Device).await? == 1,
+        "each kind counts on its own"
+    );
+
+    let pool = make_pool(&c, "p").await?;
+    let v1 = c.create_volume("v", 4096, "p").await?;
+    c.mark_volume_deleting("v").await?;
+    c.remove_volume("v").await?;
+    let v2 = c.create_volume("v", 4096, "p").await?;
+    ensure!(
+        v2.id > v1.id,
+        "a re-created volume gets a new id: {:?} then {:?}",
+        v1.id,
+        v2.id
+    );
+    ensure!(v2.pool == pool.id);
+    Ok(())
+}
+
+pub(crate) async fn catalog_resize_is_compare_and_swap(h: Harness) -> Result<()> {
+    let c = h.catalog();
+    make_pool(&c, "p").await?;
+    let v = c.create_volume("v", 1 << 20, "p").await?;
+    let r = c.resize_volume("v", 2 << 20).await?;
+    ensure!(r.size == 2 << 20 && r.id == v.id && r.created_at == v.created_at);
+    // Concurrent resizes: each applies in turn, none is lost or torn.
+    let sizes: Vec<u64> = (1..=6).map(|i| i << 24).collect();
+    let mut tasks = Vec::new();
+    for &size in &sizes {
+        let c = c.clone();
+        tasks.push(tokio::spawn(
+            async move { c.resize_volume("v", size).await },
+        ));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    let now = c.get_volume("v").await?.context("v")?;
+    ensure!(
+        sizes.contains(&now.size),
+        "final size {} is one of the requested",
+        now.size
+    );
+    // A resize never overwrites a concurrent state change.
+    c.mark_volume_deleting("v").await?;
+    let r = c.resize_volume("v", 4 << 20).await;
+    ensure!(matches!(r, Err(MetaError::VolumeDeleting(_))), "{r:?}");
+    let after = c.get_volume("v").await?.context("v")?;
+    ensure!(after.state == VolumeState::Deleting && after.size == now.size);
+    let r = c.resize_volume("nope", 4096).await;
+    ensure!(matches!(r, Err(MetaError::NoSuchVolume(_))), "{r:?}");
+    let r = c.resize_volume("v", 4097).await;
+    ensure!(matches!(r, Err(MetaError::InvalidSize { .. })), "{r:?}");
+    Ok(())
+}
+
+pub(crate) async fn catalog_rejects_bad_input_and_stores_nothing(h: Harness) -> Result<()> {
+    let c = h.catalog();
+    make_pool(&c, "p").await?;
+    for name in ["", "a/b", "-x", "has space", &"x".repeat(65)] {
+        let r = c.create_volume(name, 4096, "p").await;
+        ensure!(
+            matches!(r, Err(MetaError::InvalidName(_))),
+            "{name:?}: {r:?}"
+        );
+    }
+    for size in [0, 1, 4095, 12_345, (1u64 << 50) + 4096, u64::MAX] {
+        let r = c.create_volume("v", size, "p").await;
+        ensure!(
+            matches!(r, Err(MetaError::InvalidSize { .. })),
+            "{size}: {r:?}"
+        );
+    }
+    let r = c.create_volume("v", 4096, "no-such-pool").await;
+    match r {
+        Err(e @ MetaError::NoSuchPool(_)) => {
+            ensure!(e.to_string().contains("no-such-pool"), "{e}");
+        }
+        other => bail!("expected NoSuchPool, got {other:?}"),
+    }
+    let mut bad = PoolSpec::new("q");
+    bad.replicas = 0;
+    ensure!(matches!(
+        c.create_pool(&bad).await,
+        Err(MetaError::InvalidPool { .. })
+    ));
+    bad.replicas = 2;
+    bad.object_size = 5000;
+    ensure!(matches!(
+        c.create_pool(&bad).await,
+        Err(MetaError::InvalidPool { .. })
+    ));
+    ensure!(
+        c.list_volumes().await?.is_empty(),
+        "rejected creates stored nothing"
+    );
+    ensure!(c.list_pools().await?.len() == 1);
+    let r = c.remove_volume("v").await;
+    ensure!(matches!(r, Err(MetaError::NoSuchVolume(_))), "{r:?}");
+    let v = c.create_volume("v", 1u64 << 50, "p").await?;
+    ensure!(
+        v.size == 1 << 50,
+        "1 PiB is the documented limit and allowed"
+    );
+    let r = c.remove_volume("v").await;
+    ensure!(matches!(r, Err(MetaError::VolumeNotDeleting(_))), "{r:?}");
+    Ok(())
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+struct TestMap {
+    epoch: u64,
+}
+
+pub(crate) async fn catalog_map_cas_and_watch(h: Harness) -> Result<()> {
+    let c = h.catalog();
+    ensure!(c.get_map::<TestMap>().await?.is_none());
+    let r1 = c.put_map(&TestMap { epoch: 1 }, None).await?;
+    let again = c.put_map(&TestMap { epoch: 9 }, None).await;
+    ensure!(
+        matches!(again, Err(MetaError::MapConflict { expected: None, found: Some(f) }) if f == r1),
+        "{again:?}"
+    );
+    let mut maps = c.watch_map::<TestMap>().await?;
+    let first = tokio::time::timeout(Duration::from_secs(10), maps.recv()).await?;
+    ensure!(
+        first == Some(TestMap { epoch: 1 }),
+        "the current map comes first: {first:?}"
+    );
+    let r2 = c.put_map(&TestMap { epoch: 2 }, Some(r1)).await?;
+    let stale = c.put_map(&TestMap { epoch: 3 }, Some(r1)).await;
+    ensure!(
+        matches!(stale, Err(MetaError::MapConflict { .. })),
+        "{stale:?}"
+    );
+    c.put_map(&TestMap { epoch: 3 }, Some(r2)).await?;
+    for want in [2, 3] {
+        let got = tokio::time::timeout(Duration::from_secs(10), maps.recv()).await?;
+        ensure!(got == Some(TestMap { epoch: want }), "{got:?}");
+    }
+    let (map, rev) = c.get_map::<TestMap>().await?.context("map")?;
+    ensure!(map.epoch == 3 && rev > r2);
+    Ok(())
+}
+
+pub(crate) async fn catalog_leader_election_and_fencing(h: Harness) -> Result<()> {
+    let c = h.catalog();
+    let ttl = Duration::from_secs(2);
+    ensure!(c.leader().await?.is_none());
+    let a = c
+        .campaign("a", ttl)
+        .await?
+        .context("the first candidate wins")?;
+    ensure!(
+        c.campaign("b", ttl).await?.is_none(),
+        "a second candidate loses"
+    );
+    ensure!(c.leader().await?.context("leader")?.name == "a");
+    let r = c.put_map_as_leader(&TestMap { epoch: 1 }, None, &a).await?;
+    // b waits in elect(); a resigns; b takes over.
+    let c2 = c.clone();
+    let b = tokio::spawn(async move { c2.elect("b", ttl).await });
+    a.resign().await?;
+    let b = tokio::time::timeout(Duration::from_secs(20), b).await???;
+    ensure!(c.leader().await?.context("leader")?.name == "b");
+    // b's lease is revoked behind its back (as if it expired): b learns it lost, and its
+    // fenced writes fail although the map did not change.
+    let lease = c
+        .store()
+        .get(keys::LEADER)
+        .await?
+        .and_then(|kv: KeyValue| kv.lease);
+    c.store()
+        .revoke_lease(lease.context("leader key has a lease")?)
+        .await?;
+    tokio::time::timeout(Duration::from_secs(20), b.lost()).await?;
+    ensure!(b.is_lost());
+    let w = c
+        .put_map_as_leader(&TestMap { epoch: 2 }, Some(r), &b)
+        .await;
+    ensure!(matches!(w, Err(MetaError::NotLeader)), "{w:?}");
+    ensure!(c.leader().await?.is_none());
+    Ok(())
+}
+
+pub(crate) async fn catalog_nodes_live_under_a_lease_and_devices_persist(h: Harness) -> Result<()> {
+    use basalt_meta::{DeviceRecord, DeviceState, NodeRecord, default_weight};
+    use basalt_types::{DeviceId, NodeId};
+    let c = h.catalog();
+    let node = NodeRecord::new(NodeId(3), "host-a", "127.0.0.1:7000");
+    let keep = c.register_node(&node, Duration::from_secs(2)).await?;
+    ensure!(c.list_nodes().await? == vec![node.clone()]);
+    ensure!(c.get_node(NodeId(3)).await? == Some(node));
+    let dev = DeviceRecord {
+        id: DeviceId(7),
+        node: NodeId(3),
+        path: "/dev/vdb".into(),
+        class: "ssd".into(),
+        capacity: 100 << 30,
+        weight: default_weight(100 << 30),
+        state: DeviceState::Up,
+    };
+    c.put_device(&dev).await?;
+    ensure!(dev.weight == 100);
+    let out = c.set_device_state(DeviceId(7), DeviceState::Out).await?;
+    ensure!(out.state == DeviceState::Out && out.path == dev.path);
+    ensure!(matches!(
+        c.set_device_state(DeviceId(8), DeviceState::Up).await,
+        Err(MetaError::NoSuchDevice(_))
+    ));
+    keep.revoke().await?;
+    ensure!(
+        c.list_nodes().await?.is_empty(),
+        "the node record goes with its lease"
+    );
+    ensure!(c.list_devices().await?.len() == 1, "device records stay");
+    Ok(())
+}

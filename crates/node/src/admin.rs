@@ -1,0 +1,127 @@
+//! Control-plane requests carried as JSON in `Admin` frames: node status, and — on a node that
+//! owns an embedded metadata store (`basalt up`) — a proxy to that store, so that CLI commands and
+//! gateways in other processes can use it.
+
+use crate::service::NodeShared;
+use basalt_meta::MetaStore;
+use basalt_proto::{ErrorCode, Response, WireError};
+use basalt_types::{DeviceId, Epoch, NodeId};
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// A control-plane request.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum AdminRequest {
+    /// The node's identity, map epoch and devices.
+    Status,
+}
+
+/// What `Status` returns.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct NodeStatus {
+    pub node: NodeId,
+    pub name: String,
+    pub addr: String,
+    pub version: String,
+    pub epoch: Epoch,
+    pub uptime_secs: u64,
+    /// Whether this node serves its metadata store to other processes.
+    pub serves_meta: bool,
+    pub devices: Vec<DeviceStatus>,
+}
+
+/// One device in [`NodeStatus`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DeviceStatus {
+    pub id: DeviceId,
+    pub io_backend: String,
+    pub object_size: u32,
+    pub capacity_bytes: u64,
+    pub used_bytes: u64,
+    pub free_bytes: u64,
+    pub objects: u64,
+    pub journal_used: u64,
+    pub journal_size: u64,
+    pub reads: u64,
+    pub writes: u64,
+    pub flushes: u64,
+    pub checksum_errors: u64,
+}
+
+pub(crate) struct AdminHandler {
+    pub(crate) meta: Option<Arc<dyn MetaStore>>,
+    pub(crate) name: String,
+    pub(crate) addr: String,
+    pub(crate) started: Instant,
+}
+
+impl AdminHandler {
+    pub(crate) async fn handle(&self, node: &NodeShared, body: Bytes) -> Result<Response, WireError> {
+        let req: AdminRequest = serde_json::from_slice(&body).map_err(|e| {
+            WireError::new(ErrorCode::InvalidArgument, format!("bad admin request: {e}"))
+        })?;
+        let answer = match req {
+            AdminRequest::Status => serde_json::to_vec(&self.status(node)),
+        };
+        let body = answer
+            .map_err(|e| WireError::new(ErrorCode::Internal, format!("encoding answer: {e}")))?;
+        Ok(Response::Admin { body: body.into() })
+    }
+
+    /// Answers a metadata-store call from another process (only on a node serving its store).
+    pub(crate) async fn meta(&self, body: Bytes) -> Result<Response, WireError> {
+        let Some(store) = &self.meta else {
+            return Err(WireError::new(
+                ErrorCode::Unsupported,
+                "this node does not serve its metadata store; use the cluster's etcd",
+            ));
+        };
+        let call: basalt_meta::remote::MetaCall = serde_json::from_slice(&body).map_err(|e| {
+            WireError::new(ErrorCode::InvalidArgument, format!("bad metadata call: {e}"))
+        })?;
+        let answer = basalt_meta::remote::serve(store.as_ref(), call).await;
+        let body = serde_json::to_vec(&answer)
+            .map_err(|e| WireError::new(ErrorCode::Internal, format!("encoding answer: {e}")))?;
+        Ok(Response::Meta { body: body.into() })
+    }
+
+    pub(crate) fn status(&self, node: &NodeShared) -> NodeStatus {
+        let mut devices: Vec<DeviceStatus> = node
+            .maps
+            .stores()
+            .values()
+            .map(|s| {
+                let (info, st) = (s.info(), s.stats());
+                DeviceStatus {
+                    id: info.device_id,
+                    io_backend: info.io_backend.to_string(),
+                    object_size: info.object_size,
+                    capacity_bytes: st.capacity_bytes,
+                    used_bytes: st.used_bytes,
+                    free_bytes: st.free_bytes,
+                    objects: st.objects,
+                    journal_used: st.journal_used,
+                    journal_size: st.journal_size,
+                    reads: st.reads,
+                    writes: st.writes,
+                    flushes: st.flushes,
+                    checksum_errors: st.checksum_errors,
+                }
+            })
+            .collect();
+        devices.sort_by_key(|d| d.id);
+        NodeStatus {
+            node: node.id,
+            name: self.name.clone(),
+            addr: self.addr.clone(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            epoch: node.maps.epoch(),
+            uptime_secs: self.started.elapsed().as_secs(),
+            serves_meta: self.meta.is_some(),
+            devices,
+        }
+    }
+}

@@ -1,0 +1,65 @@
+//! Node configuration.
+
+use basalt_engine::IoMode;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// One device (a file or a block device) the node stores data on.
+#[derive(Clone, Debug)]
+pub struct DeviceConfig {
+    /// File or block device. A missing file is created.
+    pub path: PathBuf,
+    /// Size of a file to create or extend at format time; `None` = the existing size.
+    pub size: Option<u64>,
+    /// Device class used by placement rules, e.g. "ssd" or "hdd".
+    pub class: String,
+    /// Journal size for a new store; `None` = the engine's default.
+    pub journal_size: Option<u64>,
+}
+
+/// How a node runs.
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    /// Name shown in status and logs; defaults to the host name.
+    pub name: String,
+    /// Directory for the node's own small state (its id).
+    pub data_dir: PathBuf,
+    /// Address of the data-path listener; port 0 picks a free port.
+    pub listen: SocketAddr,
+    /// Address clients should use, if not `listen` (e.g. behind NAT). An unspecified listen IP
+    /// (0.0.0.0) is advertised as 127.0.0.1 unless this is set.
+    pub advertise: Option<String>,
+    pub devices: Vec<DeviceConfig>,
+    /// Object size of newly formatted devices; pools placed on them must use the same size.
+    pub object_size: u32,
+    pub io: IoMode,
+    /// Liveness lease of the node's registration and of its leadership.
+    pub lease_ttl: Duration,
+    /// Whether this node may become the leader that computes and publishes cluster maps.
+    pub leader_eligible: bool,
+}
+
+impl NodeConfig {
+    pub fn new(data_dir: impl Into<PathBuf>, listen: SocketAddr) -> NodeConfig {
+        NodeConfig {
+            name: hostname(),
+            data_dir: data_dir.into(),
+            listen,
+            advertise: None,
+            devices: Vec::new(),
+            object_size: basalt_types::DEFAULT_OBJECT_SIZE,
+            io: IoMode::Auto,
+            lease_ttl: Duration::from_secs(10),
+            leader_eligible: true,
+        }
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}

@@ -1,0 +1,207 @@
+//! [`Node`]: starting and stopping a storage node.
+
+use crate::admin::{AdminHandler, NodeStatus};
+use crate::config::NodeConfig;
+use crate::error::NodeError;
+use crate::mapstate::MapState;
+use crate::service::{NodeService, NodeShared};
+use crate::{devices, identity, leader, server};
+use basalt_meta::{Catalog, KeepAlive, MetaStore, NodeRecord};
+use basalt_placement::ClusterMap;
+use basalt_proto::Service;
+use basalt_types::{Epoch, NodeId};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// A running storage node.
+pub struct Node {
+    shared: Arc<NodeShared>,
+    catalog: Catalog,
+    local_addr: SocketAddr,
+    stop_tx: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+    registration: Option<KeepAlive>,
+}
+
+impl Node {
+    /// Starts a node: allocates or loads its id, opens (formatting if new) and registers its
+    /// devices, listens, registers itself under a lease, follows the cluster map and, if
+    /// eligible, campaigns to be the leader that publishes maps.
+    ///
+    /// With `serve_meta`, the node also answers metadata requests for `meta` (single-process
+    /// clusters, whose embedded store other processes cannot open).
+    pub async fn start(
+        config: NodeConfig,
+        meta: Arc<dyn MetaStore>,
+        serve_meta: bool,
+    ) -> Result<Node, NodeError> {
+        let catalog = Catalog::new(meta.clone());
+        let id = identity::load_or_allocate(&catalog, &config.data_dir).await?;
+        let stores =
+            devices::open_all(&catalog, id, &config.devices, config.object_size, config.io).await?;
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(|source| NodeError::Listen {
+                addr: config.listen.to_string(),
+                source,
+            })?;
+        let local_addr = listener.local_addr().map_err(|source| NodeError::Listen {
+            addr: config.listen.to_string(),
+            source,
+        })?;
+        let addr = advertised(&config, local_addr);
+        let shared = Arc::new(NodeShared {
+            id,
+            maps: MapState::new(stores),
+            admin: AdminHandler {
+                meta: serve_meta.then_some(meta),
+                name: config.name.clone(),
+                addr: addr.clone(),
+                started: Instant::now(),
+            },
+            stopping: Default::default(),
+        });
+        if let Some((map, _)) = catalog.get_map::<ClusterMap>().await? {
+            shared.maps.offer(map);
+        }
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let mut tasks = vec![tokio::spawn(follow_maps(catalog.clone(), shared.clone(), stop_rx.clone()))];
+        let service = NodeService {
+            shared: shared.clone(),
+        };
+        tasks.push(tokio::spawn(server::serve(listener, service, stop_rx.clone())));
+        let record = NodeRecord::new(id, config.name.clone(), addr.clone());
+        let registration = catalog.register_node(&record, config.lease_ttl).await?;
+        if config.leader_eligible {
+            let name = format!("{id}@{addr}");
+            tasks.push(tokio::spawn(leader::run(catalog.clone(), name, config.lease_ttl, stop_rx)));
+        }
+        tracing::info!(node = %id, %addr, "node started");
+        Ok(Node {
+            shared,
+            catalog,
+            local_addr,
+            stop_tx,
+            tasks,
+            registration: Some(registration),
+        })
+    }
+
+    pub fn id(&self) -> NodeId {
+        self.shared.id
+    }
+
+    /// The address the data-path listener is bound to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The node as a [`Service`], for clients in the same process.
+    pub fn service(&self) -> Arc<dyn Service> {
+        Arc::new(NodeService {
+            shared: self.shared.clone(),
+        })
+    }
+
+    pub fn epoch(&self) -> Epoch {
+        self.shared.maps.epoch()
+    }
+
+    pub fn status(&self) -> NodeStatus {
+        self.shared.admin.status(&self.shared)
+    }
+
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    /// Waits until the node holds a map in which each of its devices is a member of some PG
+    /// (or `timeout`). Returns whether it did.
+    pub async fn wait_until_placed(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut rx = self.shared.maps.subscribe();
+        loop {
+            if self.is_placed() {
+                return true;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || tokio::time::timeout(left, rx.changed()).await.is_err() {
+                return self.is_placed();
+            }
+        }
+    }
+
+    fn is_placed(&self) -> bool {
+        let map = self.shared.maps.map();
+        let used: std::collections::BTreeSet<_> = map
+            .pools
+            .values()
+            .flat_map(|p| p.pgs.iter().flatten().copied())
+            .collect();
+        !map.pools.is_empty() && self.shared.maps.stores().keys().all(|d| used.contains(d))
+    }
+
+    /// Stops the node: refuses new data-path requests, stops listening and campaigning,
+    /// deregisters, and closes every store (which drains and syncs it).
+    pub async fn shutdown(mut self) {
+        self.shared.stopping.store(true, Ordering::Release);
+        let _ = self.stop_tx.send(true);
+        for task in self.tasks.drain(..) {
+            let _ = task.await;
+        }
+        if let Some(reg) = self.registration.take() {
+            let _ = reg.revoke().await;
+        }
+        for store in self.shared.maps.stores().values() {
+            if let Err(e) = store.close().await {
+                tracing::warn!("closing store {}: {e}", store.info().device_id);
+            }
+        }
+        tracing::info!(node = %self.shared.id, "node stopped");
+    }
+}
+
+fn advertised(config: &NodeConfig, bound: SocketAddr) -> String {
+    if let Some(a) = &config.advertise {
+        return a.clone();
+    }
+    if bound.ip().is_unspecified() {
+        format!("127.0.0.1:{}", bound.port())
+    } else {
+        bound.to_string()
+    }
+}
+
+/// Installs every map the catalog publishes, until `stop`.
+async fn follow_maps(catalog: Catalog, shared: Arc<NodeShared>, mut stop: watch::Receiver<bool>) {
+    loop {
+        let rx = tokio::select! {
+            r = catalog.watch_map::<ClusterMap>() => r,
+            _ = stop.wait_for(|s| *s) => return,
+        };
+        match rx {
+            Ok(mut rx) => loop {
+                tokio::select! {
+                    m = rx.recv() => match m {
+                        Some(map) => { shared.maps.offer(map); }
+                        None => break,
+                    },
+                    _ = stop.wait_for(|s| *s) => return,
+                }
+            },
+            Err(e) => tracing::warn!("watching the map failed: {e}"),
+        }
+        // The watch ended: catch up from a fresh read, then watch again.
+        if let Ok(Some((map, _))) = catalog.get_map::<ClusterMap>().await {
+            shared.maps.offer(map);
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+    }
+}
