@@ -35,7 +35,10 @@ impl ClusterArgs {
         if let Some(addr) = &self.cluster {
             return remote(addr).await;
         }
-        let data = self.data.clone().unwrap_or_else(clusterfile::default_data_dir);
+        let data = self
+            .data
+            .clone()
+            .unwrap_or_else(clusterfile::default_data_dir);
         let Some(file) = clusterfile::read(&data) else {
             bail!(
                 "no running Basalt cluster found (no {}); start one with `basalt up`, \

@@ -41,7 +41,10 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     // Daemons log their progress; one-shot commands only report errors (their background
     // machinery, torn down at exit, has nothing to tell the user).
-    let daemon = matches!(cli.command, Command::Up(_) | Command::Node(_) | Command::Nbd(_));
+    let daemon = matches!(
+        cli.command,
+        Command::Up(_) | Command::Node(_) | Command::Nbd(_)
+    );
     init_logging(if daemon {
         "warn,basalt=info,basalt_node=info"
     } else {

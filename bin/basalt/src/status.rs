@@ -92,7 +92,10 @@ async fn node_status(
     node: basalt_types::NodeId,
 ) -> anyhow::Result<NodeStatus> {
     let body = serde_json::to_vec(&AdminRequest::Status)?;
-    match cluster.call_node(node, Request::Admin { body: body.into() }).await? {
+    match cluster
+        .call_node(node, Request::Admin { body: body.into() })
+        .await?
+    {
         Response::Admin { body } => Ok(serde_json::from_slice(&body)?),
         other => anyhow::bail!("unexpected answer to a status request: {other:?}"),
     }
@@ -106,7 +109,9 @@ fn print_tables(s: &ClusterStatus) {
         s.volumes,
         format_size(s.provisioned_bytes)
     );
-    let mut t = output::table(&["NODE", "ADDRESS", "DEVICE", "I/O", "CAPACITY", "USED", "OBJECTS", "JOURNAL"]);
+    let mut t = output::table(&[
+        "NODE", "ADDRESS", "DEVICE", "I/O", "CAPACITY", "USED", "OBJECTS", "JOURNAL",
+    ]);
     for n in &s.nodes {
         match (&n.status, &n.error) {
             (Some(st), _) => {
@@ -119,7 +124,11 @@ fn print_tables(s: &ClusterStatus) {
                         format_size(d.capacity_bytes),
                         format_size(d.used_bytes),
                         d.objects.to_string(),
-                        format!("{}/{}", format_size(d.journal_used), format_size(d.journal_size)),
+                        format!(
+                            "{}/{}",
+                            format_size(d.journal_used),
+                            format_size(d.journal_size)
+                        ),
                     ]);
                 }
             }

@@ -82,7 +82,10 @@ struct Meta {
 }
 
 pub async fn run(args: UpArgs) -> anyhow::Result<()> {
-    let data = args.data.clone().unwrap_or_else(clusterfile::default_data_dir);
+    let data = args
+        .data
+        .clone()
+        .unwrap_or_else(clusterfile::default_data_dir);
     std::fs::create_dir_all(&data)
         .with_context(|| format!("cannot create the data directory {}", data.display()))?;
     let _lock = lock(&data)?;

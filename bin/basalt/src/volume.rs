@@ -143,11 +143,21 @@ async fn pool_names(
         .collect())
 }
 
-fn view(r: VolumeRecord, pools: &std::collections::HashMap<basalt_types::PoolId, String>) -> VolumeView {
+fn view(
+    r: VolumeRecord,
+    pools: &std::collections::HashMap<basalt_types::PoolId, String>,
+) -> VolumeView {
     VolumeView {
-        pool: pools.get(&r.pool).cloned().unwrap_or_else(|| r.pool.to_string()),
+        pool: pools
+            .get(&r.pool)
+            .cloned()
+            .unwrap_or_else(|| r.pool.to_string()),
         id: r.id.0,
-        size_human: if r.size % 1024 == 0 { format_size(r.size) } else { format_size_approx(r.size) },
+        size_human: if r.size % 1024 == 0 {
+            format_size(r.size)
+        } else {
+            format_size_approx(r.size)
+        },
         size: r.size,
         created_at: output::utc(r.created_at),
         state: format!("{:?}", r.state).to_lowercase(),

@@ -182,9 +182,10 @@ pub enum Command {
 /// Checks a request against the export: known command, flags allowed for it and advertised,
 /// write access, and range. The error is the NBD error value to reply with:
 /// - unknown command, unknown or misplaced flag, unadvertised feature, READ longer than the
-///   maximum payload, READ/TRIM past the end: `EINVAL`;
-/// - WRITE/WRITE_ZEROES past the end (or `offset + length` overflowing): `ENOSPC`, as the
-///   protocol recommends for writes beyond the device's size;
+///   maximum payload: `EINVAL`;
+/// - any request past the end (or `offset + length` overflowing): `EINVAL`. The protocol
+///   allows this for writes too (it only recommends `ENOSPC` there), and one error for "outside
+///   the export" is what Basalt documents;
 /// - WRITE/TRIM/WRITE_ZEROES on a read-only export: `EPERM`.
 pub fn validate(h: &RequestHeader, payload: Bytes, caps: &ExportCaps) -> Result<Command, u32> {
     let allowed = match h.kind {
@@ -211,7 +212,7 @@ pub fn validate(h: &RequestHeader, payload: Bytes, caps: &ExportCaps) -> Result<
     match h.kind {
         cmd::READ if len > caps.max_payload || !in_range => Err(errno::EINVAL),
         cmd::READ => Ok(Command::Read { offset, len }),
-        cmd::WRITE if !in_range => Err(errno::ENOSPC),
+        cmd::WRITE if !in_range => Err(errno::EINVAL),
         cmd::WRITE => Ok(Command::Write {
             offset,
             data: payload,
@@ -223,7 +224,7 @@ pub fn validate(h: &RequestHeader, payload: Bytes, caps: &ExportCaps) -> Result<
         cmd::TRIM if !caps.trim || !in_range => Err(errno::EINVAL),
         cmd::TRIM => Ok(Command::Trim { offset, len, fua }),
         cmd::WRITE_ZEROES if !caps.write_zeroes => Err(errno::EINVAL),
-        cmd::WRITE_ZEROES if !in_range => Err(errno::ENOSPC),
+        cmd::WRITE_ZEROES if !in_range => Err(errno::EINVAL),
         _ => Ok(Command::WriteZeroes {
             offset,
             len,
@@ -366,11 +367,11 @@ mod tests {
         assert_eq!(v(header(cmd::READ, 0, end - 1, 2)), Err(errno::EINVAL));
         assert_eq!(v(header(cmd::READ, 0, u64::MAX, 2)), Err(errno::EINVAL));
         assert_eq!(v(header(cmd::TRIM, 0, end, 1)), Err(errno::EINVAL));
-        assert_eq!(v(header(cmd::WRITE, 0, end, 1)), Err(errno::ENOSPC));
-        assert_eq!(v(header(cmd::WRITE, 0, u64::MAX, 1)), Err(errno::ENOSPC));
+        assert_eq!(v(header(cmd::WRITE, 0, end, 1)), Err(errno::EINVAL));
+        assert_eq!(v(header(cmd::WRITE, 0, u64::MAX, 1)), Err(errno::EINVAL));
         assert_eq!(
             v(header(cmd::WRITE_ZEROES, 0, 1, u32::MAX)),
-            Err(errno::ENOSPC)
+            Err(errno::EINVAL)
         );
         // Read longer than the maximum payload, even inside the export.
         assert_eq!(

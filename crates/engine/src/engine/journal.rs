@@ -328,10 +328,16 @@ impl Engine {
         if self.jr.flush_inflight || self.poisoned.is_some() {
             return;
         }
+        // Group commit: while another record is still being written, wait for it so that one
+        // flush covers both, unless two records are already waiting (no starvation).
+        let first = self.jr.recs.front().map_or(0, |r| r.seq);
+        let skip = self.jr.flushed_upto.saturating_sub(first) as usize;
+        let unflushed_written = self.jr.recs.range(skip.min(self.jr.recs.len())..).filter(|r| r.state == RecState::Written).count();
         let front_ready = self
             .jr
             .rec_mut(self.jr.flushed_upto)
-            .is_some_and(|r| r.state == RecState::Written);
+            .is_some_and(|r| r.state == RecState::Written)
+            && (self.jr.writing == 0 || unflushed_written >= 2);
         let for_records = front_ready && (self.jr.durable_waiting > 0 || self.jr.want_durable || self.closing);
         let for_wb = self.jr.flushes_done < self.jr.want_flush_no;
         if !for_records && !for_wb {

@@ -88,6 +88,11 @@ impl Engine {
             }
             ctx.out = Some(out);
         }
+        if runs.is_empty() {
+            let out = ctx.out.take().expect("assembled");
+            let _ = ctx.reply.take().expect("reply").send(Ok(out.into_bytes().slice(range)));
+            return;
+        }
         ctx.pending = runs.len();
         let plan: Vec<(usize, usize, u64)> = runs
             .iter()

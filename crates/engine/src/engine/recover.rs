@@ -173,6 +173,8 @@ impl Engine {
 
     /// Records newer than the newest durable claim may have lost the data of their
     /// whole-object writes; check it and cut the journal at the first record that did.
+    /// Blocks rewritten by a later record are not checked: write-back may already have written
+    /// that later content in place, and replay takes it from the journal anyway.
     fn verify_tail(&self, dev: &Dev, found: &mut Vec<Found>) -> Result<(), EngineError> {
         let durable = found.iter().map(|f| f.hdr.durable_seq).max().unwrap_or(0);
         let mut cut = None;
@@ -182,12 +184,23 @@ impl Engine {
             }
             for e in &f.hdr.entries {
                 let EntryKind::Full(crcs) = &e.kind else { continue };
-                if self.st.d.seq(e.slot) > f.hdr.seq {
-                    continue;
-                }
+                let rewritten: HashSet<u16> = found[i + 1..]
+                    .iter()
+                    .flat_map(|g| g.hdr.entries.iter())
+                    .filter(|g| g.slot == e.slot)
+                    .flat_map(|g| match &g.kind {
+                        EntryKind::Write(items) => items.iter().map(|it| it.block).collect::<Vec<_>>(),
+                        _ => Vec::new(),
+                    })
+                    .collect();
                 let mut buf = AlignedBuf::zeroed(self.sb.object_size as usize);
                 dev.read_at(self.sb.slot_offset(e.slot, 0), &mut buf)?;
-                if buf.chunks(B).zip(crcs.iter()).any(|(blk, c)| crc32c(blk) != *c) {
+                let bad = buf
+                    .chunks(B)
+                    .zip(crcs.iter())
+                    .enumerate()
+                    .any(|(b, (blk, c))| !rewritten.contains(&(b as u16)) && crc32c(blk) != *c);
+                if bad {
                     cut = Some(i);
                     break 'records;
                 }
@@ -213,7 +226,7 @@ impl Engine {
             {
                 continue;
             }
-            self.st.objs.insert(oid, Obj { version: d.version(s), seq: d.seq(s), slot: s, ..Obj::default() });
+            self.st.objs.insert(oid, Obj { version: d.version(s), slot: s, ..Obj::default() });
         }
     }
 

@@ -28,8 +28,6 @@ pub(crate) struct Base {
 #[derive(Debug, Default)]
 pub(crate) struct Obj {
     pub version: u64,
-    /// Sequence number of the last record applied to this object (replay guard).
-    pub seq: u64,
     pub slot: u32,
     pub base: Option<Box<Base>>,
     pub cache: BTreeMap<u16, Cached>,
@@ -187,21 +185,16 @@ impl State {
 
     /// Applies one journal entry of record `seq` to the live state. `blocks` are the data
     /// blocks of this entry's data items in order; `full` is the object buffer of a full write
-    /// whose data write has not completed yet. Idempotent: entries older than what the object
-    /// already reflects are skipped (replay from an older journal start).
+    /// whose data write has not completed yet. Every effect is absolute, so replaying records
+    /// whose write-back was interrupted gives the same state again.
     pub fn apply(&mut self, seq: u64, e: &Entry, blocks: &[SharedBuf], full: Option<SharedBuf>) {
         match &e.kind {
             EntryKind::Write(items) => {
                 let mut obj = self.objs.remove(&e.oid).unwrap_or(Obj { slot: NO_SLOT, ..Obj::default() });
-                if obj.seq > seq {
-                    self.objs.insert(e.oid, obj);
-                    return;
-                }
                 let mut slot = obj.slot;
                 self.set_slot(&mut slot, e.slot);
                 obj.slot = slot;
                 obj.version = e.version;
-                obj.seq = seq;
                 let mut data = blocks.iter();
                 for it in items {
                     let buf = if it.data { data.next().cloned() } else { None };
@@ -211,23 +204,16 @@ impl State {
             }
             EntryKind::Full(crcs) => {
                 let mut obj = self.objs.remove(&e.oid).unwrap_or(Obj { slot: NO_SLOT, ..Obj::default() });
-                if obj.seq > seq {
-                    self.objs.insert(e.oid, obj);
-                    return;
-                }
                 let mut slot = obj.slot;
                 self.set_slot(&mut slot, e.slot);
                 obj.slot = slot;
                 obj.version = e.version;
-                obj.seq = seq;
                 obj.cache.clear();
                 obj.base = Some(Box::new(Base { seq, crcs: crcs.clone(), inflight: full }));
                 self.objs.insert(e.oid, obj);
             }
             EntryKind::Delete => {
-                if let Some(obj) = self.objs.get(&e.oid)
-                    && obj.seq <= seq
-                {
+                if let Some(obj) = self.objs.get(&e.oid) {
                     let slot = obj.slot;
                     self.objs.remove(&e.oid);
                     if slot != NO_SLOT && !self.replaying {

@@ -177,9 +177,11 @@ impl Engine {
     }
 
     /// The old content of block `b` for a partial update.
-    fn old_block(&self, op: &mut WriteOp, b: u32) -> Old {
-        if let Some(i) = op.old.iter().position(|(blk, _)| *blk == b) {
-            return Old::Buf(op.old.swap_remove(i).1);
+    fn old_block(&self, op: &WriteOp, b: u32) -> Old {
+        // Blocks fetched by earlier read-modify-write reads are kept until the operation is
+        // applied, so a retry that still waits for another block does not lose them.
+        if let Some((_, buf)) = op.old.iter().find(|(blk, _)| *blk == b) {
+            return Old::Buf(AlignedBuf::copy_from(buf));
         }
         let Some(obj) = self.st.objs.get(&op.oid) else { return Old::Zero };
         match self.st.block_src(&op.oid, obj, b) {
@@ -212,7 +214,7 @@ impl Engine {
             let mut block = if whole {
                 AlignedBuf::zeroed(B)
             } else {
-                match self.old_block(&mut op, b) {
+                match self.old_block(&op, b) {
                     Old::Buf(buf) => buf,
                     Old::Zero if matches!(op.kind, WKind::Zero(_)) => continue, // already zeros
                     Old::Zero => AlignedBuf::zeroed(B),
@@ -230,7 +232,6 @@ impl Engine {
             bufs.push(SharedBuf::new(block));
         }
         if !need.is_empty() {
-            op.old.clear();
             op.reads_pending = need.len() as u32;
             for (slot, block, crc) in need {
                 let req = IoReq::Read { off: self.sb.slot_offset(slot, block), buf: AlignedBuf::zeroed(B) };

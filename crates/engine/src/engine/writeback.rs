@@ -1,13 +1,17 @@
 //! Write-back: copies the effects of durable journal records into the slots and the slot
 //! table, then frees their journal space. One batch at a time:
 //!
-//! 1. apply a prefix of durable records to the slot-table image (guarded by per-slot sequence
-//!    numbers, so re-applying after a crash is harmless), collect the newest image of every
-//!    touched block, and write blocks and dirty meta pages (each page to its older copy);
+//! 1. apply a prefix of durable records to the slot-table image, collect the newest image of
+//!    every touched block, and write blocks and dirty meta pages (each page to its older copy);
 //! 2. flush, so slots and pages are durable;
 //! 3. write the journal header with the new start, then flush again;
 //! 4. only now drop the records, clear the cache entries they covered, and let released slots
 //!    be reused.
+//!
+//! Why replay may simply redo a batch: a batch's records stay in the journal until step 3 is
+//! durable, and slots it releases are reused only after step 4. So the records recovery finds
+//! belong to at most one interrupted batch plus records not yet written back, and none of
+//! them targets a slot that was reused since.
 
 use super::journal::RecState;
 use super::{Engine, IoCtx};
@@ -159,38 +163,30 @@ impl Engine {
                 touched.push(e.oid);
                 match &e.kind {
                     EntryKind::Write(items) => {
-                        let apply = d.seq(e.slot) <= seq;
-                        if apply {
-                            d.claim(e.slot, e.oid, e.version, seq);
-                            pages.insert(d.page_of(e.slot));
-                        }
+                        d.claim(e.slot, e.oid, e.version, seq);
+                        pages.insert(d.page_of(e.slot));
                         for it in items {
-                            let buf = if it.data { data.next() } else { None };
-                            if !apply {
-                                continue;
-                            }
-                            d.set_block(e.slot, u32::from(it.block), it.data.then_some(it.crc));
-                            match buf {
-                                Some(buf) => writes.insert((e.slot, u32::from(it.block)), buf.clone()),
-                                None => writes.remove(&(e.slot, u32::from(it.block))),
+                            let b = u32::from(it.block);
+                            d.set_block(e.slot, b, it.data.then_some(it.crc));
+                            match it.data.then(|| data.next()).flatten() {
+                                Some(buf) => writes.insert((e.slot, b), buf.clone()),
+                                None => writes.remove(&(e.slot, b)),
                             };
                         }
                     }
                     EntryKind::Full(crcs) => {
-                        if d.seq(e.slot) <= seq {
-                            d.claim(e.slot, e.oid, e.version, seq);
-                            for (b, c) in crcs.iter().enumerate() {
-                                d.set_block(e.slot, b as u32, Some(*c));
-                            }
-                            // The data is already in the slot; older journaled blocks must not
-                            // be written over it.
-                            drop_slot(&mut writes, e.slot);
-                            pages.insert(d.page_of(e.slot));
+                        d.claim(e.slot, e.oid, e.version, seq);
+                        for (b, c) in crcs.iter().enumerate() {
+                            d.set_block(e.slot, b as u32, Some(*c));
                         }
+                        // The data is already in the slot; older journaled blocks must not be
+                        // written over it.
+                        drop_slot(&mut writes, e.slot);
+                        pages.insert(d.page_of(e.slot));
                     }
                     EntryKind::Delete => {}
                 }
-                if e.old_slot != NO_SLOT && d.seq(e.old_slot) <= seq {
+                if e.old_slot != NO_SLOT {
                     d.release(e.old_slot, seq);
                     drop_slot(&mut writes, e.old_slot);
                     pages.insert(d.page_of(e.old_slot));

@@ -12,7 +12,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::io;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A shared handle to one simulated disk.
 #[derive(Clone)]
@@ -25,6 +25,7 @@ struct SimState {
     fail_flushes: bool,
     fail_writes: bool,
     flushes: u64,
+    flush_latency: Duration,
 }
 
 const SECTOR: usize = 512;
@@ -46,7 +47,14 @@ impl SimDisk {
             fail_flushes: false,
             fail_writes: false,
             flushes: 0,
+            flush_latency: Duration::ZERO,
         })))
+    }
+
+    /// Delays the completion of every later flush, like a real device's cache flush (group
+    /// commit can only batch writers that arrive while a flush is in flight).
+    pub fn set_flush_latency(&self, latency: Duration) {
+        self.0.lock().flush_latency = latency;
     }
 
     pub fn size(&self) -> u64 {
@@ -121,6 +129,7 @@ impl SimDisk {
             fail_flushes: false,
             fail_writes: false,
             flushes: 0,
+            flush_latency: Duration::ZERO,
         })))
     }
 
@@ -178,12 +187,14 @@ impl SimDisk {
 pub(crate) struct SimBackend {
     disk: SimDisk,
     done: Vec<IoDone>,
+    /// Completions held back until their time (flush latency).
+    delayed: Vec<(Instant, IoDone)>,
     waker: Waker,
 }
 
 impl SimBackend {
     pub fn new(disk: SimDisk) -> SimBackend {
-        SimBackend { disk, done: Vec::new(), waker: Waker::condvar() }
+        SimBackend { disk, done: Vec::new(), delayed: Vec::new(), waker: Waker::condvar() }
     }
 }
 
@@ -199,15 +210,39 @@ impl Backend for SimBackend {
                 let parts: Vec<&[u8]> = bufs.iter().map(|b| &**b).collect();
                 self.disk.write_parts(*off, &parts)
             }
-            IoReq::Flush => self.disk.flush(),
+            IoReq::Flush => {
+                let latency = self.disk.0.lock().flush_latency;
+                if !latency.is_zero() {
+                    // The flush takes effect when it completes, as on a real device.
+                    self.delayed.push((Instant::now() + latency, IoDone { token, req, res: Ok(()) }));
+                    return;
+                }
+                self.disk.flush()
+            }
         };
         self.done.push(IoDone { token, req, res });
     }
 
     fn poll(&mut self, out: &mut Vec<IoDone>, wait: Option<Option<Duration>>) {
+        let now = Instant::now();
+        let mut i = 0;
+        while i < self.delayed.len() {
+            if self.delayed[i].0 <= now {
+                let (_, mut d) = self.delayed.swap_remove(i);
+                d.res = self.disk.flush();
+                self.done.push(d);
+            } else {
+                i += 1;
+            }
+        }
         if self.done.is_empty()
             && let Some(timeout) = wait
         {
+            let next = self.delayed.iter().map(|(t, _)| t.saturating_duration_since(now)).min();
+            let timeout = match (timeout, next) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
             self.waker.wait_cond(timeout);
         }
         out.append(&mut self.done);
