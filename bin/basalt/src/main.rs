@@ -6,6 +6,7 @@ mod connect;
 mod nbd_cmd;
 mod node_cmd;
 mod output;
+mod pool;
 mod status;
 mod up;
 mod volume;
@@ -31,6 +32,9 @@ enum Command {
     /// Create, list, inspect, resize and delete volumes.
     #[command(subcommand)]
     Volume(volume::VolumeCommand),
+    /// Create and list pools.
+    #[command(subcommand)]
+    Pool(pool::PoolCommand),
     /// Show the cluster: map epoch, nodes, devices, pools, volumes.
     Status(status::StatusArgs),
     /// Benchmark a cluster (or any NBD target) and write reports.
@@ -85,6 +89,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
         Command::Node(args) => node_cmd::run(args).await,
         Command::Nbd(args) => nbd_cmd::run(args).await,
         Command::Volume(cmd) => volume::run(cmd).await,
+        Command::Pool(cmd) => pool::run(cmd).await,
         Command::Status(args) => status::run(args).await,
         Command::Bench(_) => unreachable!("handled before the runtime starts"),
     }

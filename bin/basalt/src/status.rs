@@ -4,7 +4,7 @@ use crate::connect::ClusterArgs;
 use crate::output;
 use basalt_node::{AdminRequest, NodeStatus};
 use basalt_proto::{Request, Response};
-use basalt_types::size::format_size;
+use basalt_types::size::{format_size, format_size_approx};
 use clap::Args;
 use serde::Serialize;
 
@@ -107,7 +107,7 @@ fn print_tables(s: &ClusterStatus) {
         s.epoch,
         s.nodes.len(),
         s.volumes,
-        format_size(s.provisioned_bytes)
+        format_size_approx(s.provisioned_bytes)
     );
     let mut t = output::table(&[
         "NODE", "ADDRESS", "DEVICE", "I/O", "CAPACITY", "USED", "OBJECTS", "JOURNAL",
@@ -121,13 +121,13 @@ fn print_tables(s: &ClusterStatus) {
                         n.addr.clone(),
                         d.id.to_string(),
                         d.io_backend.clone(),
-                        format_size(d.capacity_bytes),
-                        format_size(d.used_bytes),
+                        format_size_approx(d.capacity_bytes),
+                        format_size_approx(d.used_bytes),
                         d.objects.to_string(),
                         format!(
                             "{}/{}",
-                            format_size(d.journal_used),
-                            format_size(d.journal_size)
+                            format_size_approx(d.journal_used),
+                            format_size_approx(d.journal_size)
                         ),
                     ]);
                 }

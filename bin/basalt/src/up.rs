@@ -9,7 +9,7 @@ use basalt_engine::IoMode;
 use basalt_meta::{EmbeddedStore, EtcdOptions, EtcdProcess, EtcdStore, MetaStore, PoolSpec};
 use basalt_nbd::{CancellationToken, ClusterCatalog, NbdServer, ServerConfig};
 use basalt_node::{DeviceConfig, Node, NodeConfig};
-use basalt_types::size::{format_size, parse_size};
+use basalt_types::size::{format_size, format_size_approx, parse_size};
 use clap::{Args, ValueEnum};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -228,7 +228,7 @@ fn default_device_size(data: &Path) -> anyhow::Result<u64> {
     if size < 256 << 20 {
         bail!(
             "only {} free in {}; free some space or pass --device-size",
-            format_size(free),
+            format_size_approx(free),
             data.display()
         );
     }
@@ -271,8 +271,8 @@ async fn banner(
         println!(
             "  device {}: {} capacity, {} used, {} I/O",
             d.id,
-            format_size(d.capacity_bytes),
-            format_size(d.used_bytes),
+            format_size_approx(d.capacity_bytes),
+            format_size_approx(d.used_bytes),
             d.io_backend
         );
     }

@@ -6,5 +6,8 @@ use basalt_placement::ClusterMap;
 
 /// Reads the published cluster map, if any.
 pub(crate) async fn load_map(catalog: &Catalog) -> Result<Option<ClusterMap>, MetaError> {
-    Ok(catalog.get_map::<ClusterMap>().await?.map(|(map, _rev)| map))
+    Ok(catalog
+        .get_map::<ClusterMap>()
+        .await?
+        .map(|(map, _rev)| map))
 }

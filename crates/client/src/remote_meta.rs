@@ -62,9 +62,13 @@ impl RemoteMetaStore {
         {
             return Ok(l.clone());
         }
-        let link = TcpLink::connect(&self.inner.addr, "basalt-meta-proxy", Duration::from_secs(5))
-            .await
-            .map_err(|detail| self.unavailable(detail))?;
+        let link = TcpLink::connect(
+            &self.inner.addr,
+            "basalt-meta-proxy",
+            Duration::from_secs(5),
+        )
+        .await
+        .map_err(|detail| self.unavailable(detail))?;
         let link = Arc::new(link);
         *guard = Some(link.clone());
         Ok(link)
@@ -108,7 +112,12 @@ impl MetaStore for RemoteMetaStore {
     }
 
     async fn list(&self, prefix: &str) -> Result<Listing, MetaError> {
-        match self.call(MetaCall::List { prefix: prefix.into() }).await? {
+        match self
+            .call(MetaCall::List {
+                prefix: prefix.into(),
+            })
+            .await?
+        {
             MetaAnswer::Listing(l) => Ok(l),
             a => Err(unexpected(a)),
         }
@@ -156,8 +165,11 @@ impl MetaStore for RemoteMetaStore {
                 let _ = tx.try_send(WatchEvent::Put(kv.clone()));
             }
         }
-        let known: HashMap<String, KeyValue> =
-            first.kvs.into_iter().map(|kv| (kv.key.clone(), kv)).collect();
+        let known: HashMap<String, KeyValue> = first
+            .kvs
+            .into_iter()
+            .map(|kv| (kv.key.clone(), kv))
+            .collect();
         tokio::spawn(poll_watch(self.clone(), prefix.to_string(), known, tx));
         Ok(rx)
     }

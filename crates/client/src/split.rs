@@ -46,13 +46,31 @@ mod tests {
     #[test]
     fn examples() {
         let p: Vec<_> = split(0, 4096, 131072).collect();
-        assert_eq!(p, vec![Piece { index: 0, offset: 0, len: 4096, range_offset: 0 }]);
+        assert_eq!(
+            p,
+            vec![Piece {
+                index: 0,
+                offset: 0,
+                len: 4096,
+                range_offset: 0
+            }]
+        );
         let p: Vec<_> = split(131072 - 100, 300, 131072).collect();
         assert_eq!(
             p,
             vec![
-                Piece { index: 0, offset: 131072 - 100, len: 100, range_offset: 0 },
-                Piece { index: 1, offset: 0, len: 200, range_offset: 100 },
+                Piece {
+                    index: 0,
+                    offset: 131072 - 100,
+                    len: 100,
+                    range_offset: 0
+                },
+                Piece {
+                    index: 1,
+                    offset: 0,
+                    len: 200,
+                    range_offset: 100
+                },
             ]
         );
         assert_eq!(split(5, 0, 4096).count(), 0);

@@ -25,6 +25,21 @@ mod tests {
         assert_eq!(crc32c(b"123456789"), 0xe306_9283);
     }
 
+    /// crc-fast against the independent `crc32c` crate, on every length up to 9 KiB and
+    /// unaligned starts.
+    #[test]
+    fn matches_crc32c_crate() {
+        let data: Vec<u8> = (0..9000u32)
+            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+            .collect();
+        for start in 0..8 {
+            for len in (0..data.len() - start).step_by(37) {
+                let s = &data[start..start + len];
+                assert_eq!(crc32c(s), crc32c::crc32c(s), "start {start} len {len}");
+            }
+        }
+    }
+
     #[test]
     fn skipping_equals_zeroed_field() {
         let mut buf: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 3) as u8).collect();

@@ -14,18 +14,29 @@ pub enum EngineError {
     InvalidArgument(String),
     /// No free slot for a new object. Existing data is untouched; free space by deleting or
     /// trimming objects, or add a device.
-    #[error("out of space: need {needed} bytes, {free} bytes free; delete or trim objects, or add a device")]
+    #[error(
+        "out of space: need {needed} bytes, {free} bytes free; delete or trim objects, or add a device"
+    )]
     OutOfSpace { needed: u64, free: u64 },
     /// A 4 KiB block read from the device does not match its stored CRC-32C. The data is not
     /// returned; repair the object from another replica.
-    #[error("checksum mismatch in {oid} at byte offset {offset}; the block is corrupt on disk, repair it from a replica")]
+    #[error(
+        "checksum mismatch in {oid} at byte offset {offset}; the block is corrupt on disk, repair it from a replica"
+    )]
     Checksum { oid: ObjectId, offset: u64 },
     /// A write carried a version that is not newer than the object's current version.
-    #[error("stale version: object is at {current}, write asked for {requested}; versions must increase")]
-    StaleVersion { current: Version, requested: Version },
+    #[error(
+        "stale version: object is at {current}, write asked for {requested}; versions must increase"
+    )]
+    StaleVersion {
+        current: Version,
+        requested: Version,
+    },
     /// An earlier write or flush failed, so the store no longer knows what is durable. Every later
     /// write and flush is refused; reopen the store (recovery decides what survived).
-    #[error("store is poisoned by an earlier I/O failure ({0}); writes are refused, reopen the store to recover")]
+    #[error(
+        "store is poisoned by an earlier I/O failure ({0}); writes are refused, reopen the store to recover"
+    )]
     Poisoned(String),
     /// The device has no Basalt superblock; run format first.
     #[error("{0} is not a Basalt store (no superblock); format it first")]

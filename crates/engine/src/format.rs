@@ -24,7 +24,10 @@ pub fn format(path: &Path, opts: &FormatOptions) -> Result<StoreInfo, EngineErro
         if dev.is_regular_file() {
             dev.extend(size)?;
         } else if dev.size()? < size {
-            return Err(EngineError::invalid(format!("{} is smaller than the requested size {size}", path.display())));
+            return Err(EngineError::invalid(format!(
+                "{} is smaller than the requested size {size}",
+                path.display()
+            )));
         }
     }
     format_dev(&dev, path, opts)
@@ -78,7 +81,13 @@ fn format_dev(dev: &Dev, path: &Path, opts: &FormatOptions) -> Result<StoreInfo,
     rand::rng().fill_bytes(&mut uuid);
     uuid[6] = (uuid[6] & 0x0f) | 0x40; // RFC 4122 version 4
     uuid[8] = (uuid[8] & 0x3f) | 0x80;
-    let sb = Superblock::plan(uuid, opts.device_id, opts.object_size, size, opts.journal_size)?;
+    let sb = Superblock::plan(
+        uuid,
+        opts.device_id,
+        opts.object_size,
+        size,
+        opts.journal_size,
+    )?;
     // 1. No valid superblock from here until the end.
     dev.write_at(0, &AlignedBuf::zeroed(BLOCK as usize))?;
     // 2. Journal and slot table. On a regular file, really write them (zeros), so the hot
@@ -89,8 +98,16 @@ fn format_dev(dev: &Dev, path: &Path, opts: &FormatOptions) -> Result<StoreInfo,
         zero_range(dev, sb.journal_offset, sb.data_offset - sb.journal_offset)?;
         preallocate(dev, sb.data_offset, sb.capacity_bytes())?;
     }
-    dev.write_at(sb.journal_header_offset(0), &AlignedBuf::zeroed(BLOCK as usize))?;
-    let jh = JournalHeader { generation: 1, start_offset: 0, start_seq: 1 };
+    dev.write_at(
+        sb.journal_header_offset(0),
+        &AlignedBuf::zeroed(BLOCK as usize),
+    )?;
+    let jh = JournalHeader {
+        generation: 1,
+        start_offset: 0,
+        start_seq: 1,
+        start_prev_crc: 0,
+    };
     dev.write_at(sb.journal_header_offset(1), &jh.encode(&uuid))?;
     dev.sync()?;
     // 3. The superblock makes the store valid; flush so an acknowledged format survives.

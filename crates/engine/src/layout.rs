@@ -70,12 +70,19 @@ impl Superblock {
         let slot_align = u64::from(object_size).min(1 << 20);
         let avail = device_size.saturating_sub(meta_offset);
         // Each slot costs its data plus its share of two meta-page copies; shrink until it fits.
-        let per_slot = u64::from(object_size) + 2 * u64::from(meta_page_size) / u64::from(entries_per_page) + 1;
+        let per_slot = u64::from(object_size)
+            + 2 * u64::from(meta_page_size) / u64::from(entries_per_page)
+            + 1;
         let mut slots = avail / per_slot;
         let geometry = |slots: u64| {
             let pages = slots.div_ceil(u64::from(entries_per_page));
-            let data_offset = (meta_offset + 2 * pages * u64::from(meta_page_size)).next_multiple_of(slot_align);
-            (pages, data_offset, data_offset + slots * u64::from(object_size))
+            let data_offset =
+                (meta_offset + 2 * pages * u64::from(meta_page_size)).next_multiple_of(slot_align);
+            (
+                pages,
+                data_offset,
+                data_offset + slots * u64::from(object_size),
+            )
         };
         while slots > 0 && geometry(slots).2 > device_size {
             slots -= 1;
@@ -209,7 +216,8 @@ impl Superblock {
         let entry = entry_size(self.object_size);
         let ok = self.meta_page_size as usize >= PAGE_HEADER + entry
             && self.meta_page_size as u64 % BLOCK == 0
-            && self.entries_per_page as usize == (self.meta_page_size as usize - PAGE_HEADER) / entry
+            && self.entries_per_page as usize
+                == (self.meta_page_size as usize - PAGE_HEADER) / entry
             && self.journal_offset == BLOCK
             && self.journal_size >= 4 * BLOCK
             && self.journal_size % BLOCK == 0
@@ -217,12 +225,17 @@ impl Superblock {
             && self.slot_count > 0
             && self.slot_count < u64::from(NO_SLOT)
             && self.meta_pages == self.slot_count.div_ceil(u64::from(self.entries_per_page))
-            && self.data_offset >= self.meta_offset + 2 * self.meta_pages * u64::from(self.meta_page_size)
+            && self.data_offset
+                >= self.meta_offset + 2 * self.meta_pages * u64::from(self.meta_page_size)
             && self
                 .data_offset
                 .checked_add(self.slot_count * u64::from(self.object_size))
                 .is_some_and(|end| end <= self.device_size);
-        if ok { Ok(()) } else { Err("inconsistent geometry".into()) }
+        if ok {
+            Ok(())
+        } else {
+            Err("inconsistent geometry".into())
+        }
     }
 }
 
@@ -253,8 +266,11 @@ pub(crate) fn min_journal_size(object_size: u32) -> u64 {
 }
 
 fn default_journal_size(device_size: u64, object_size: u32) -> u64 {
-    let j = (device_size / 32).clamp(16 << 20, 1 << 30).min(device_size / 4);
-    j.max(min_journal_size(object_size)).next_multiple_of(1 << 20)
+    let j = (device_size / 32)
+        .clamp(16 << 20, 1 << 30)
+        .min(device_size / 4);
+    j.max(min_journal_size(object_size))
+        .next_multiple_of(1 << 20)
 }
 
 #[cfg(test)]
@@ -263,7 +279,12 @@ mod tests {
 
     #[test]
     fn plan_fits_and_roundtrips() {
-        for (size, obj) in [(64u64 << 20, 128 * 1024u32), (2 << 30, 128 * 1024), (256 << 20, 4 << 20), (16 << 20, 4096)] {
+        for (size, obj) in [
+            (64u64 << 20, 128 * 1024u32),
+            (2 << 30, 128 * 1024),
+            (256 << 20, 4 << 20),
+            (16 << 20, 4096),
+        ] {
             let sb = Superblock::plan([7; 16], DeviceId(3), obj, size, None).unwrap();
             assert!(sb.data_offset + sb.capacity_bytes() <= size);
             assert_eq!(sb.data_offset % u64::from(obj).min(1 << 20), 0);
@@ -277,7 +298,10 @@ mod tests {
         let sb = Superblock::plan([1; 16], DeviceId(1), 131072, 64 << 20, None).unwrap();
         let mut enc = sb.encode();
         enc[40] ^= 1;
-        assert!(matches!(Superblock::decode(&enc), Err(EngineError::Corrupt(_))));
+        assert!(matches!(
+            Superblock::decode(&enc),
+            Err(EngineError::Corrupt(_))
+        ));
         assert!(Superblock::decode(&[0u8; 4096]).unwrap().is_none());
     }
 

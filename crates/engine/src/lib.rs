@@ -26,6 +26,8 @@
 mod buf;
 mod codec;
 mod crc;
+#[cfg(test)]
+mod decode_fuzz;
 mod engine;
 mod error;
 mod format;
@@ -120,19 +122,31 @@ pub struct WriteOptions {
 impl Default for WriteOptions {
     /// Durable, next version.
     fn default() -> Self {
-        WriteOptions { durable: true, version: None }
+        WriteOptions {
+            durable: true,
+            version: None,
+        }
     }
 }
 
 impl WriteOptions {
     pub fn durable() -> Self {
-        WriteOptions { durable: true, version: None }
+        WriteOptions {
+            durable: true,
+            version: None,
+        }
     }
     pub fn buffered() -> Self {
-        WriteOptions { durable: false, version: None }
+        WriteOptions {
+            durable: false,
+            version: None,
+        }
     }
     pub fn with_version(self, v: Version) -> Self {
-        WriteOptions { version: Some(v), ..self }
+        WriteOptions {
+            version: Some(v),
+            ..self
+        }
     }
 }
 
@@ -157,7 +171,14 @@ impl StoreInfo {
     /// The uuid as 32 hex digits in the usual 8-4-4-4-12 grouping.
     pub fn uuid_string(&self) -> String {
         let h: String = self.uuid.iter().map(|b| format!("{b:02x}")).collect();
-        format!("{}-{}-{}-{}-{}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
+        format!(
+            "{}-{}-{}-{}-{}",
+            &h[..8],
+            &h[8..12],
+            &h[12..16],
+            &h[16..20],
+            &h[20..]
+        )
     }
 }
 

@@ -188,15 +188,28 @@ impl SlotTable {
             return CopyState::Foreign;
         }
         let generation = r.u64(16).unwrap_or(0);
-        let crc_ok = r.u32(PAGE_CRC_AT) == Some(crc32c_skipping(&buf[..self.page_size], PAGE_CRC_AT));
+        let crc_ok =
+            r.u32(PAGE_CRC_AT) == Some(crc32c_skipping(&buf[..self.page_size], PAGE_CRC_AT));
         let shape_ok = r.u32(44) == Some(self.entry_size as u32);
-        if crc_ok && shape_ok { CopyState::Valid(generation) } else { CopyState::Torn(generation) }
+        if crc_ok && shape_ok {
+            CopyState::Valid(generation)
+        } else {
+            CopyState::Torn(generation)
+        }
     }
 
     /// Loads page `page` from its two copies: the valid copy with the higher generation wins.
     /// No valid copy is an empty page if it was never completely written, `Corrupt` otherwise.
-    pub fn load_page(&mut self, page: u64, copies: [&[u8]; 2], uuid: &[u8; 16]) -> Result<(), EngineError> {
-        let states = [self.classify(copies[0], page, uuid), self.classify(copies[1], page, uuid)];
+    pub fn load_page(
+        &mut self,
+        page: u64,
+        copies: [&[u8]; 2],
+        uuid: &[u8; 16],
+    ) -> Result<(), EngineError> {
+        let states = [
+            self.classify(copies[0], page, uuid),
+            self.classify(copies[1], page, uuid),
+        ];
         let mut best: Option<(u64, usize)> = None;
         for (i, st) in states.iter().enumerate() {
             if let CopyState::Valid(g) = st
@@ -208,7 +221,10 @@ impl SlotTable {
         let Some((generation, i)) = best else {
             // A torn first-ever write (generation 1) leaves nothing valid and is an empty page; a torn
             // later generation means the previous copy, which must have been valid, is damaged.
-            if states.iter().any(|s| matches!(s, CopyState::Torn(g) if *g > 1)) {
+            if states
+                .iter()
+                .any(|s| matches!(s, CopyState::Torn(g) if *g > 1))
+            {
                 return Err(EngineError::Corrupt(format!(
                     "meta page {page}: both copies are damaged; the slot table cannot be rebuilt"
                 )));
@@ -253,7 +269,8 @@ mod tests {
     use basalt_types::DeviceId;
 
     fn table() -> (Superblock, SlotTable) {
-        let sb = Superblock::plan([3; 16], DeviceId(1), 128 * 1024, 64 << 20, Some(4 << 20)).unwrap();
+        let sb =
+            Superblock::plan([3; 16], DeviceId(1), 128 * 1024, 64 << 20, Some(4 << 20)).unwrap();
         let t = SlotTable::new(&sb);
         (sb, t)
     }

@@ -129,7 +129,11 @@ impl Entry {
                     if u32::from(block) >= blocks || state > 1 {
                         return None;
                     }
-                    items.push(Item { block, data: state == 0, crc: r.u32(at + 4)? });
+                    items.push(Item {
+                        block,
+                        data: state == 0,
+                        crc: r.u32(at + 4)?,
+                    });
                 }
                 if slot == NO_SLOT || n == 0 {
                     return None;
@@ -143,12 +147,24 @@ impl Entry {
                 let crcs = (0..n)
                     .map(|i| r.u32(ENTRY_FIXED + 4 * i))
                     .collect::<Option<Vec<u32>>>()?;
-                (EntryKind::Full(crcs.into_boxed_slice()), ENTRY_FIXED + 4 * n)
+                (
+                    EntryKind::Full(crcs.into_boxed_slice()),
+                    ENTRY_FIXED + 4 * n,
+                )
             }
             KIND_DELETE if n == 0 => (EntryKind::Delete, ENTRY_FIXED),
             _ => return None,
         };
-        Some((Entry { oid, version, slot, old_slot, kind }, len))
+        Some((
+            Entry {
+                oid,
+                version,
+                slot,
+                old_slot,
+                kind,
+            },
+            len,
+        ))
     }
 }
 
@@ -284,6 +300,9 @@ pub(crate) struct JournalHeader {
     pub start_offset: u64,
     /// Sequence number expected at `start_offset`.
     pub start_seq: u64,
+    /// Header CRC of the record before the start: the first record must chain to it, so a
+    /// stale record left at the start position by an earlier crash is never replayed.
+    pub start_prev_crc: u32,
 }
 
 impl JournalHeader {
@@ -296,6 +315,7 @@ impl JournalHeader {
         w.bytes(16, uuid);
         w.u64(32, self.start_offset);
         w.u64(40, self.start_seq);
+        w.u32(48, self.start_prev_crc);
         let crc = crc32c(&buf[..JHDR_CRC_AT]);
         LeMut(&mut buf).u32(JHDR_CRC_AT, crc);
         buf
@@ -311,6 +331,7 @@ impl JournalHeader {
             generation: r.u64(8)?,
             start_offset: r.u64(32)?,
             start_seq: r.u64(40)?,
+            start_prev_crc: r.u32(48)?,
         })
     }
 }
@@ -328,12 +349,32 @@ mod tests {
                 slot: 7,
                 old_slot: NO_SLOT,
                 kind: EntryKind::Write(vec![
-                    Item { block: 0, data: true, crc: 11 },
-                    Item { block: 4, data: false, crc: 0 },
+                    Item {
+                        block: 0,
+                        data: true,
+                        crc: 11,
+                    },
+                    Item {
+                        block: 4,
+                        data: false,
+                        crc: 0,
+                    },
                 ]),
             },
-            Entry { oid, version: 6, slot: 9, old_slot: 7, kind: EntryKind::Full(vec![1u32; 32].into()) },
-            Entry { oid, version: 7, slot: NO_SLOT, old_slot: 9, kind: EntryKind::Delete },
+            Entry {
+                oid,
+                version: 6,
+                slot: 9,
+                old_slot: 7,
+                kind: EntryKind::Full(vec![1u32; 32].into()),
+            },
+            Entry {
+                oid,
+                version: 7,
+                slot: NO_SLOT,
+                old_slot: 9,
+                kind: EntryKind::Delete,
+            },
         ]
     }
 
@@ -345,13 +386,19 @@ mod tests {
         assert_eq!(peek_record(&buf, &uuid), Some((42, 1, 1)));
         let h = decode_record_header(&buf, &uuid, 32, 100).unwrap();
         assert_eq!(h.entries, entries);
-        assert_eq!((h.seq, h.durable_seq, h.prev_crc, h.crc), (42, 40, 1234, crc));
+        assert_eq!(
+            (h.seq, h.durable_seq, h.prev_crc, h.crc),
+            (42, 40, 1234, crc)
+        );
         assert!(decode_record_header(&buf, &[8u8; 16], 32, 100).is_none());
         // Every single-byte flip in the used part of the header is detected.
         for at in 0..(REC_HEADER_FIXED + 400) {
             let mut b = AlignedBuf::copy_from(&buf);
             b[at] ^= 0x40;
-            assert!(decode_record_header(&b, &uuid, 32, 100).is_none(), "flip at {at}");
+            assert!(
+                decode_record_header(&b, &uuid, 32, 100).is_none(),
+                "flip at {at}"
+            );
         }
     }
 
@@ -364,7 +411,11 @@ mod tests {
                 version: i + 1,
                 slot: 1,
                 old_slot: NO_SLOT,
-                kind: EntryKind::Write(vec![Item { block: 1, data: true, crc: i as u32 }]),
+                kind: EntryKind::Write(vec![Item {
+                    block: 1,
+                    data: true,
+                    crc: i as u32,
+                }]),
             })
             .collect();
         let (buf, _) = encode_record_header(&[1; 16], 1, 0, 0, &entries);
@@ -376,7 +427,12 @@ mod tests {
 
     #[test]
     fn journal_header_roundtrip() {
-        let h = JournalHeader { generation: 3, start_offset: 8192, start_seq: 77 };
+        let h = JournalHeader {
+            generation: 3,
+            start_offset: 8192,
+            start_seq: 77,
+            start_prev_crc: 5,
+        };
         let buf = h.encode(&[5; 16]);
         assert_eq!(JournalHeader::decode(&buf, &[5; 16]), Some(h));
         assert_eq!(JournalHeader::decode(&buf, &[6; 16]), None);

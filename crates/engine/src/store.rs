@@ -46,7 +46,9 @@ impl Drop for Inner {
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store").field("info", &self.inner.info).finish()
+        f.debug_struct("Store")
+            .field("info", &self.inner.info)
+            .finish()
     }
 }
 
@@ -75,7 +77,15 @@ impl Store {
         let thread = std::thread::Builder::new()
             .name(format!("basalt-io-{}", info.device_id.0))
             .spawn(move || engine.run())?;
-        Ok(Store { inner: Arc::new(Inner { tx, waker, info, shared, thread: Mutex::new(Some(thread)) }) })
+        Ok(Store {
+            inner: Arc::new(Inner {
+                tx,
+                waker,
+                info,
+                shared,
+                thread: Mutex::new(Some(thread)),
+            }),
+        })
     }
 
     pub fn info(&self) -> &StoreInfo {
@@ -111,7 +121,10 @@ impl Store {
         Ok(())
     }
 
-    async fn call<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Msg) -> Result<T, EngineError> {
+    async fn call<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<T>) -> Msg,
+    ) -> Result<T, EngineError> {
         let (tx, rx) = oneshot::channel();
         self.send(make(tx))?;
         rx.await.map_err(|_| EngineError::Closed)
@@ -133,16 +146,35 @@ impl Store {
         if len == 0 {
             return Ok(Bytes::new());
         }
-        self.call(|reply| Msg::Read { oid, offset, len, reply }).await?
+        self.call(|reply| Msg::Read {
+            oid,
+            offset,
+            len,
+            reply,
+        })
+        .await?
     }
 
-    async fn write_op(&self, oid: ObjectId, offset: u32, kind: WKind, opts: WriteOptions) -> Result<Version, EngineError> {
-        self.call(|tx| Msg::Write(WriteOp::new(oid, offset, kind, opts, Reply::Version(tx)))).await?
+    async fn write_op(
+        &self,
+        oid: ObjectId,
+        offset: u32,
+        kind: WKind,
+        opts: WriteOptions,
+    ) -> Result<Version, EngineError> {
+        self.call(|tx| Msg::Write(WriteOp::new(oid, offset, kind, opts, Reply::Version(tx))))
+            .await?
     }
 
     /// Writes `data` at `offset` of `oid` (any alignment; at most the object size). All or
     /// nothing across a crash. Returns the object's new version.
-    pub async fn write(&self, oid: ObjectId, offset: u32, data: Bytes, opts: WriteOptions) -> Result<Version, EngineError> {
+    pub async fn write(
+        &self,
+        oid: ObjectId,
+        offset: u32,
+        data: Bytes,
+        opts: WriteOptions,
+    ) -> Result<Version, EngineError> {
         self.check_range(offset, data.len() as u64)?;
         if data.is_empty() {
             return Err(EngineError::invalid("empty write"));
@@ -154,7 +186,13 @@ impl Store {
     /// (metadata only); partial blocks at the edges are rewritten. An object left with no
     /// allocated block is removed and its slot freed. On an object that does not exist this is
     /// a no-op returning version 0.
-    pub async fn write_zeroes(&self, oid: ObjectId, offset: u32, len: u32, opts: WriteOptions) -> Result<Version, EngineError> {
+    pub async fn write_zeroes(
+        &self,
+        oid: ObjectId,
+        offset: u32,
+        len: u32,
+        opts: WriteOptions,
+    ) -> Result<Version, EngineError> {
         self.check_range(offset, u64::from(len))?;
         if len == 0 {
             return Err(EngineError::invalid("empty write-zeroes"));
@@ -163,21 +201,35 @@ impl Store {
     }
 
     /// Discards a range: same semantics as [`Store::write_zeroes`].
-    pub async fn trim(&self, oid: ObjectId, offset: u32, len: u32, opts: WriteOptions) -> Result<Version, EngineError> {
+    pub async fn trim(
+        &self,
+        oid: ObjectId,
+        offset: u32,
+        len: u32,
+        opts: WriteOptions,
+    ) -> Result<Version, EngineError> {
         self.write_zeroes(oid, offset, len, opts).await
     }
 
     /// Removes an object (no-op if it does not exist). Its version is forgotten.
     pub async fn delete(&self, oid: ObjectId, opts: WriteOptions) -> Result<(), EngineError> {
-        self.call(|tx| Msg::Write(WriteOp::new(oid, 0, WKind::Delete, opts, Reply::Unit(tx)))).await?
+        self.call(|tx| Msg::Write(WriteOp::new(oid, 0, WKind::Delete, opts, Reply::Unit(tx))))
+            .await?
     }
 
     /// Removes every object of a volume, durably. Returns how many were removed.
     pub async fn delete_volume(&self, pool: PoolId, volume: VolumeId) -> Result<u64, EngineError> {
-        let oids = self.call(|reply| Msg::List { filter: Some((pool, volume)), reply }).await?;
+        let oids = self
+            .call(|reply| Msg::List {
+                filter: Some((pool, volume)),
+                reply,
+            })
+            .await?;
         let count = oids.len() as u64;
         for chunk in oids.chunks(1024) {
-            let deletes = chunk.iter().map(|o| self.delete(o.oid, WriteOptions::buffered()));
+            let deletes = chunk
+                .iter()
+                .map(|o| self.delete(o.oid, WriteOptions::buffered()));
             for r in futures::future::join_all(deletes).await {
                 r?;
             }
@@ -198,7 +250,11 @@ impl Store {
 
     /// Every object on the device, in no particular order.
     pub async fn list_objects(&self) -> Result<Vec<ObjectInfo>, EngineError> {
-        self.call(|reply| Msg::List { filter: None, reply }).await
+        self.call(|reply| Msg::List {
+            filter: None,
+            reply,
+        })
+        .await
     }
 
     /// Finishes queued work, writes the journal back, flushes and stops the I/O thread.

@@ -16,16 +16,25 @@ fn small_dev(b: Backend) -> Dev {
 async fn basic_read_write(b: Backend) {
     let dev = small_dev(b);
     let store = dev.open();
-    assert_eq!(store.info().io_backend, match b {
-        Backend::Uring => "io_uring",
-        Backend::Psync => "psync",
-        Backend::Sim => "sim",
-    });
+    assert_eq!(
+        store.info().io_backend,
+        match b {
+            Backend::Uring => "io_uring",
+            Backend::Psync => "psync",
+            Backend::Sim => "sim",
+        }
+    );
     let o = oid(1, 0);
-    assert_eq!(store.read(o, 0, 4096).await.unwrap(), Bytes::from(vec![0u8; 4096]));
+    assert_eq!(
+        store.read(o, 0, 4096).await.unwrap(),
+        Bytes::from(vec![0u8; 4096])
+    );
     assert!(store.object_info(o).await.unwrap().is_none());
     let data = pattern(1, 4096);
-    let v = store.write(o, 8192, Bytes::from(data.clone()), WriteOptions::durable()).await.unwrap();
+    let v = store
+        .write(o, 8192, Bytes::from(data.clone()), WriteOptions::durable())
+        .await
+        .unwrap();
     assert_eq!(v, Version(1));
     assert_eq!(store.read(o, 8192, 4096).await.unwrap(), data);
     assert_eq!(store.read(o, 0, 4096).await.unwrap(), vec![0u8; 4096]);
@@ -33,14 +42,26 @@ async fn basic_read_write(b: Backend) {
     assert_eq!((info.version, info.allocated_bytes), (Version(1), 4096));
     // Full-object write (redirect path) then a read spanning everything.
     let full = pattern(2, OBJ as usize);
-    assert_eq!(store.write(o, 0, Bytes::from(full.clone()), WriteOptions::buffered()).await.unwrap(), Version(2));
+    assert_eq!(
+        store
+            .write(o, 0, Bytes::from(full.clone()), WriteOptions::buffered())
+            .await
+            .unwrap(),
+        Version(2)
+    );
     assert_eq!(store.read(o, 0, OBJ).await.unwrap(), full);
     store.close().await.unwrap();
     store.close().await.unwrap();
-    assert!(matches!(store.read(o, 0, 1).await, Err(EngineError::Closed)));
+    assert!(matches!(
+        store.read(o, 0, 1).await,
+        Err(EngineError::Closed)
+    ));
     let store = dev.open();
     assert_eq!(store.read(o, 0, OBJ).await.unwrap(), full);
-    assert_eq!(store.object_info(o).await.unwrap().unwrap().version, Version(2));
+    assert_eq!(
+        store.object_info(o).await.unwrap().unwrap().version,
+        Version(2)
+    );
 }
 
 /// Random unaligned writes against a byte model, with reads in between and a reopen.
@@ -50,7 +71,9 @@ async fn unaligned(b: Backend) {
     let mut model: HashMap<u64, Vec<u8>> = HashMap::new();
     let mut x: u64 = 12345;
     let mut rnd = |n: u64| {
-        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (x >> 33) % n
     };
     for i in 0..300u64 {
@@ -58,7 +81,18 @@ async fn unaligned(b: Backend) {
         let off = rnd(OBJ as u64) as u32;
         let len = (rnd(3 * 4096) as u32 + 1).min(OBJ - off);
         let data = pattern(i + 100, len as usize);
-        store.write(oid(2, idx), off, Bytes::from(data.clone()), WriteOptions { durable: i % 3 == 0, version: None }).await.unwrap();
+        store
+            .write(
+                oid(2, idx),
+                off,
+                Bytes::from(data.clone()),
+                WriteOptions {
+                    durable: i % 3 == 0,
+                    version: None,
+                },
+            )
+            .await
+            .unwrap();
         let m = model.entry(idx).or_insert_with(|| vec![0; OBJ as usize]);
         m[off as usize..(off + len) as usize].copy_from_slice(&data);
         if i % 50 == 49 {
@@ -69,7 +103,11 @@ async fn unaligned(b: Backend) {
         let roff = rnd(OBJ as u64) as u32;
         let rlen = (rnd(4 * 4096) as u32 + 1).min(OBJ - roff);
         let got = store.read(oid(2, idx), roff, rlen).await.unwrap();
-        assert_eq!(&got[..], &model[&idx][roff as usize..(roff + rlen) as usize], "op {i}");
+        assert_eq!(
+            &got[..],
+            &model[&idx][roff as usize..(roff + rlen) as usize],
+            "op {i}"
+        );
     }
     for (idx, m) in &model {
         assert_eq!(store.read(oid(2, *idx), 0, OBJ).await.unwrap(), &m[..]);
@@ -81,24 +119,39 @@ async fn zeroes_and_trim(b: Backend) {
     let store = dev.open();
     let o = oid(3, 1);
     let data = pattern(3, OBJ as usize);
-    store.write(o, 0, Bytes::from(data.clone()), WriteOptions::durable()).await.unwrap();
+    store
+        .write(o, 0, Bytes::from(data.clone()), WriteOptions::durable())
+        .await
+        .unwrap();
     let used_before = store.stats().used_bytes;
     assert_eq!(used_before, u64::from(OBJ));
     // Partial-block zeroes: bytes 100..5000 become zero, block 0 stays allocated.
-    store.write_zeroes(o, 100, 4900, WriteOptions::durable()).await.unwrap();
+    store
+        .write_zeroes(o, 100, 4900, WriteOptions::durable())
+        .await
+        .unwrap();
     let mut model = data.clone();
     model[100..5000].fill(0);
     assert_eq!(store.read(o, 0, OBJ).await.unwrap(), model);
     // Whole blocks: metadata only.
-    store.trim(o, 8192, 16384, WriteOptions::durable()).await.unwrap();
+    store
+        .trim(o, 8192, 16384, WriteOptions::durable())
+        .await
+        .unwrap();
     model[8192..8192 + 16384].fill(0);
     assert_eq!(store.read(o, 0, OBJ).await.unwrap(), model);
     let info = store.object_info(o).await.unwrap().unwrap();
     assert_eq!(info.allocated_bytes, u64::from(OBJ) - 16384);
     assert_eq!(info.version, Version(3));
     // Trimming everything frees the slot.
-    store.trim(o, 0, OBJ, WriteOptions::durable()).await.unwrap();
-    assert_eq!(store.read(o, 0, OBJ).await.unwrap(), vec![0u8; OBJ as usize]);
+    store
+        .trim(o, 0, OBJ, WriteOptions::durable())
+        .await
+        .unwrap();
+    assert_eq!(
+        store.read(o, 0, OBJ).await.unwrap(),
+        vec![0u8; OBJ as usize]
+    );
     assert!(store.object_info(o).await.unwrap().is_none());
     store.flush().await.unwrap();
     drop(store);
@@ -106,7 +159,13 @@ async fn zeroes_and_trim(b: Backend) {
     assert!(store.object_info(o).await.unwrap().is_none());
     assert_eq!(store.stats().used_bytes, 0);
     // Zeroing a missing object is a no-op.
-    assert_eq!(store.write_zeroes(oid(3, 9), 0, 4096, WriteOptions::durable()).await.unwrap(), Version::NONE);
+    assert_eq!(
+        store
+            .write_zeroes(oid(3, 9), 0, 4096, WriteOptions::durable())
+            .await
+            .unwrap(),
+        Version::NONE
+    );
     assert!(store.object_info(oid(3, 9)).await.unwrap().is_none());
 }
 
@@ -114,15 +173,46 @@ async fn delete_and_delete_volume(b: Backend) {
     let dev = small_dev(b);
     let store = dev.open();
     for i in 0..10 {
-        store.write(oid(4, i), 0, Bytes::from(pattern(i, 4096)), WriteOptions::buffered()).await.unwrap();
-        store.write(oid(5, i), 4096, Bytes::from(pattern(i, 4096)), WriteOptions::buffered()).await.unwrap();
+        store
+            .write(
+                oid(4, i),
+                0,
+                Bytes::from(pattern(i, 4096)),
+                WriteOptions::buffered(),
+            )
+            .await
+            .unwrap();
+        store
+            .write(
+                oid(5, i),
+                4096,
+                Bytes::from(pattern(i, 4096)),
+                WriteOptions::buffered(),
+            )
+            .await
+            .unwrap();
     }
-    store.delete(oid(4, 0), WriteOptions::durable()).await.unwrap();
-    store.delete(oid(4, 0), WriteOptions::durable()).await.unwrap();
+    store
+        .delete(oid(4, 0), WriteOptions::durable())
+        .await
+        .unwrap();
+    store
+        .delete(oid(4, 0), WriteOptions::durable())
+        .await
+        .unwrap();
     assert!(store.object_info(oid(4, 0)).await.unwrap().is_none());
-    assert_eq!(store.read(oid(4, 0), 0, 4096).await.unwrap(), vec![0u8; 4096]);
-    assert_eq!(store.delete_volume(PoolId(1), VolumeId(4)).await.unwrap(), 9);
-    assert_eq!(store.delete_volume(PoolId(1), VolumeId(4)).await.unwrap(), 0);
+    assert_eq!(
+        store.read(oid(4, 0), 0, 4096).await.unwrap(),
+        vec![0u8; 4096]
+    );
+    assert_eq!(
+        store.delete_volume(PoolId(1), VolumeId(4)).await.unwrap(),
+        9
+    );
+    assert_eq!(
+        store.delete_volume(PoolId(1), VolumeId(4)).await.unwrap(),
+        0
+    );
     let left = store.list_objects().await.unwrap();
     assert_eq!(left.len(), 10);
     assert!(left.iter().all(|o| o.oid.volume == VolumeId(5)));
@@ -131,7 +221,18 @@ async fn delete_and_delete_volume(b: Backend) {
     assert_eq!(store.list_objects().await.unwrap().len(), 10);
     assert_eq!(store.stats().objects, 10);
     // A deleted object starts again from version 1.
-    assert_eq!(store.write(oid(4, 3), 0, Bytes::from_static(b"x"), WriteOptions::durable()).await.unwrap(), Version(1));
+    assert_eq!(
+        store
+            .write(
+                oid(4, 3),
+                0,
+                Bytes::from_static(b"x"),
+                WriteOptions::durable()
+            )
+            .await
+            .unwrap(),
+        Version(1)
+    );
 }
 
 async fn versions(b: Backend) {
@@ -139,33 +240,89 @@ async fn versions(b: Backend) {
     let store = dev.open();
     let o = oid(6, 0);
     let w = |v: u64| WriteOptions::durable().with_version(Version(v));
-    assert_eq!(store.write(o, 0, Bytes::from_static(b"a"), w(10)).await.unwrap(), Version(10));
+    assert_eq!(
+        store
+            .write(o, 0, Bytes::from_static(b"a"), w(10))
+            .await
+            .unwrap(),
+        Version(10)
+    );
     match store.write(o, 0, Bytes::from_static(b"b"), w(10)).await {
-        Err(EngineError::StaleVersion { current, requested }) => assert_eq!((current, requested), (Version(10), Version(10))),
+        Err(EngineError::StaleVersion { current, requested }) => {
+            assert_eq!((current, requested), (Version(10), Version(10)))
+        }
         other => panic!("expected StaleVersion, got {other:?}"),
     }
-    assert!(matches!(store.write_zeroes(o, 0, 1, w(3)).await, Err(EngineError::StaleVersion { .. })));
+    assert!(matches!(
+        store.write_zeroes(o, 0, 1, w(3)).await,
+        Err(EngineError::StaleVersion { .. })
+    ));
     assert_eq!(store.read(o, 0, 1).await.unwrap(), &b"a"[..]);
-    assert_eq!(store.write(o, 0, Bytes::from_static(b"c"), WriteOptions::durable()).await.unwrap(), Version(11));
+    assert_eq!(
+        store
+            .write(o, 0, Bytes::from_static(b"c"), WriteOptions::durable())
+            .await
+            .unwrap(),
+        Version(11)
+    );
     drop(store);
     let store = dev.open();
-    assert_eq!(store.object_info(o).await.unwrap().unwrap().version, Version(11));
-    assert_eq!(store.write(o, 0, Bytes::from_static(b"d"), WriteOptions::durable()).await.unwrap(), Version(12));
+    assert_eq!(
+        store.object_info(o).await.unwrap().unwrap().version,
+        Version(11)
+    );
+    assert_eq!(
+        store
+            .write(o, 0, Bytes::from_static(b"d"), WriteOptions::durable())
+            .await
+            .unwrap(),
+        Version(12)
+    );
 }
 
 async fn out_of_range(b: Backend) {
     let dev = small_dev(b);
     let store = dev.open();
     let o = oid(7, 0);
-    assert!(matches!(store.read(o, OBJ - 10, 11).await, Err(EngineError::InvalidArgument(_))));
-    assert!(matches!(store.read(o, OBJ, 1).await, Err(EngineError::InvalidArgument(_))));
+    assert!(matches!(
+        store.read(o, OBJ - 10, 11).await,
+        Err(EngineError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        store.read(o, OBJ, 1).await,
+        Err(EngineError::InvalidArgument(_))
+    ));
     let big = Bytes::from(vec![1u8; OBJ as usize + 1]);
-    assert!(matches!(store.write(o, 0, big, WriteOptions::durable()).await, Err(EngineError::InvalidArgument(_))));
-    assert!(matches!(store.write(o, 1, Bytes::from(vec![1u8; OBJ as usize]), WriteOptions::durable()).await, Err(EngineError::InvalidArgument(_))));
-    assert!(matches!(store.write_zeroes(o, OBJ, 1, WriteOptions::durable()).await, Err(EngineError::InvalidArgument(_))));
-    assert!(matches!(store.write(o, 0, Bytes::new(), WriteOptions::durable()).await, Err(EngineError::InvalidArgument(_))));
+    assert!(matches!(
+        store.write(o, 0, big, WriteOptions::durable()).await,
+        Err(EngineError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        store
+            .write(
+                o,
+                1,
+                Bytes::from(vec![1u8; OBJ as usize]),
+                WriteOptions::durable()
+            )
+            .await,
+        Err(EngineError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        store.write_zeroes(o, OBJ, 1, WriteOptions::durable()).await,
+        Err(EngineError::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        store
+            .write(o, 0, Bytes::new(), WriteOptions::durable())
+            .await,
+        Err(EngineError::InvalidArgument(_))
+    ));
     assert_eq!(store.read(o, OBJ - 1, 1).await.unwrap().len(), 1);
-    assert!(store.object_info(o).await.unwrap().is_none(), "failed writes change nothing");
+    assert!(
+        store.object_info(o).await.unwrap().is_none(),
+        "failed writes change nothing"
+    );
 }
 
 async fn full_device(b: Backend) {
@@ -174,29 +331,89 @@ async fn full_device(b: Backend) {
     let cap = store.info().capacity_bytes / u64::from(OBJ);
     assert!(cap > 10, "capacity {cap} slots");
     for i in 0..cap {
-        store.write(oid(8, i), 0, Bytes::from(pattern(i, 4096)), WriteOptions::buffered()).await.unwrap();
+        store
+            .write(
+                oid(8, i),
+                0,
+                Bytes::from(pattern(i, 4096)),
+                WriteOptions::buffered(),
+            )
+            .await
+            .unwrap();
     }
     assert_eq!(store.stats().free_bytes, 0);
-    match store.write(oid(8, cap), 0, Bytes::from_static(b"x"), WriteOptions::durable()).await {
-        Err(EngineError::OutOfSpace { needed, free }) => assert_eq!((needed, free), (u64::from(OBJ), 0)),
+    match store
+        .write(
+            oid(8, cap),
+            0,
+            Bytes::from_static(b"x"),
+            WriteOptions::durable(),
+        )
+        .await
+    {
+        Err(EngineError::OutOfSpace { needed, free }) => {
+            assert_eq!((needed, free), (u64::from(OBJ), 0))
+        }
         other => panic!("expected OutOfSpace, got {other:?}"),
     }
     // Overwrites of existing objects keep working, including whole-object ones.
-    store.write(oid(8, 0), 4096, Bytes::from(pattern(99, 4096)), WriteOptions::durable()).await.unwrap();
+    store
+        .write(
+            oid(8, 0),
+            4096,
+            Bytes::from(pattern(99, 4096)),
+            WriteOptions::durable(),
+        )
+        .await
+        .unwrap();
     let full = pattern(98, OBJ as usize);
-    store.write(oid(8, 1), 0, Bytes::from(full.clone()), WriteOptions::durable()).await.unwrap();
-    store.write(oid(8, 1), 0, Bytes::from(full.clone()), WriteOptions::durable()).await.unwrap();
+    store
+        .write(
+            oid(8, 1),
+            0,
+            Bytes::from(full.clone()),
+            WriteOptions::durable(),
+        )
+        .await
+        .unwrap();
+    store
+        .write(
+            oid(8, 1),
+            0,
+            Bytes::from(full.clone()),
+            WriteOptions::durable(),
+        )
+        .await
+        .unwrap();
     assert_eq!(store.read(oid(8, 1), 0, OBJ).await.unwrap(), full);
     for i in 2..cap {
-        assert_eq!(store.read(oid(8, i), 0, 4096).await.unwrap(), pattern(i, 4096), "object {i} intact");
+        assert_eq!(
+            store.read(oid(8, i), 0, 4096).await.unwrap(),
+            pattern(i, 4096),
+            "object {i} intact"
+        );
     }
     // Deleting frees a slot for a new object (after write-back releases it).
-    store.delete(oid(8, 5), WriteOptions::durable()).await.unwrap();
-    store.write(oid(8, cap), 0, Bytes::from_static(b"new"), WriteOptions::durable()).await.unwrap();
+    store
+        .delete(oid(8, 5), WriteOptions::durable())
+        .await
+        .unwrap();
+    store
+        .write(
+            oid(8, cap),
+            0,
+            Bytes::from_static(b"new"),
+            WriteOptions::durable(),
+        )
+        .await
+        .unwrap();
     drop(store);
     let store = dev.open();
     assert_eq!(store.read(oid(8, cap), 0, 3).await.unwrap(), &b"new"[..]);
-    assert_eq!(store.read(oid(8, 0), 4096, 4096).await.unwrap(), pattern(99, 4096));
+    assert_eq!(
+        store.read(oid(8, 0), 4096, 4096).await.unwrap(),
+        pattern(99, 4096)
+    );
 }
 
 async fn reopen_persistence(b: Backend) {
@@ -204,14 +421,28 @@ async fn reopen_persistence(b: Backend) {
     let store = dev.open();
     for i in 0..20u64 {
         let durable = i % 2 == 0;
-        store.write(oid(9, i), (i as u32 % 7) * 1000, Bytes::from(pattern(i, 5000)), WriteOptions { durable, version: None }).await.unwrap();
+        store
+            .write(
+                oid(9, i),
+                (i as u32 % 7) * 1000,
+                Bytes::from(pattern(i, 5000)),
+                WriteOptions {
+                    durable,
+                    version: None,
+                },
+            )
+            .await
+            .unwrap();
     }
     store.flush().await.unwrap();
     drop(store);
     let store = dev.open();
     for i in 0..20u64 {
         let off = (i as u32 % 7) * 1000;
-        assert_eq!(store.read(oid(9, i), off, 5000).await.unwrap(), pattern(i, 5000));
+        assert_eq!(
+            store.read(oid(9, i), off, 5000).await.unwrap(),
+            pattern(i, 5000)
+        );
     }
     assert_eq!(store.stats().objects, 20);
 }
@@ -226,11 +457,28 @@ async fn concurrency(b: Backend) {
             for i in 0..40u64 {
                 let o = oid(10, t);
                 let data = pattern(t * 1000 + i, 4096);
-                s.write(o, (i as u32 % 32) * 4096, Bytes::from(data.clone()), WriteOptions { durable: i % 4 == 0, version: None }).await.unwrap();
+                s.write(
+                    o,
+                    (i as u32 % 32) * 4096,
+                    Bytes::from(data.clone()),
+                    WriteOptions {
+                        durable: i % 4 == 0,
+                        version: None,
+                    },
+                )
+                .await
+                .unwrap();
                 assert_eq!(s.read(o, (i as u32 % 32) * 4096, 4096).await.unwrap(), data);
                 // A shared object, disjoint 4 KiB stripes per task.
                 let shared = pattern(t + 7, 4096);
-                s.write(oid(10, 999), t as u32 * 4096, Bytes::from(shared.clone()), WriteOptions::buffered()).await.unwrap();
+                s.write(
+                    oid(10, 999),
+                    t as u32 * 4096,
+                    Bytes::from(shared.clone()),
+                    WriteOptions::buffered(),
+                )
+                .await
+                .unwrap();
             }
         }));
     }
@@ -241,18 +489,56 @@ async fn concurrency(b: Backend) {
     drop(store);
     let store = dev.open();
     for t in 0..16u64 {
-        assert_eq!(store.read(oid(10, 999), t as u32 * 4096, 4096).await.unwrap(), pattern(t + 7, 4096));
-        assert_eq!(store.object_info(oid(10, t)).await.unwrap().unwrap().version, Version(40));
+        assert_eq!(
+            store
+                .read(oid(10, 999), t as u32 * 4096, 4096)
+                .await
+                .unwrap(),
+            pattern(t + 7, 4096)
+        );
+        assert_eq!(
+            store
+                .object_info(oid(10, t))
+                .await
+                .unwrap()
+                .unwrap()
+                .version,
+            Version(40)
+        );
     }
-    assert_eq!(store.object_info(oid(10, 999)).await.unwrap().unwrap().version, Version(16 * 40));
+    assert_eq!(
+        store
+            .object_info(oid(10, 999))
+            .await
+            .unwrap()
+            .unwrap()
+            .version,
+        Version(16 * 40)
+    );
 }
 
 async fn checksum_corruption(b: Backend) {
     let dev = small_dev(b);
     let store = dev.open();
     let bad = pattern(4242, OBJ as usize);
-    store.write(oid(11, 0), 0, Bytes::from(bad.clone()), WriteOptions::durable()).await.unwrap();
-    store.write(oid(11, 1), 0, Bytes::from(pattern(4343, OBJ as usize)), WriteOptions::durable()).await.unwrap();
+    store
+        .write(
+            oid(11, 0),
+            0,
+            Bytes::from(bad.clone()),
+            WriteOptions::durable(),
+        )
+        .await
+        .unwrap();
+    store
+        .write(
+            oid(11, 1),
+            0,
+            Bytes::from(pattern(4343, OBJ as usize)),
+            WriteOptions::durable(),
+        )
+        .await
+        .unwrap();
     store.close().await.unwrap();
     drop(store);
     // Whole-object writes go straight to the slot, so the pattern is on the device once.
@@ -261,18 +547,50 @@ async fn checksum_corruption(b: Backend) {
     dev.corrupt(hits[0] + 3 * 4096 + 17);
     let store = dev.open();
     match store.read(oid(11, 0), 3 * 4096 + 100, 10).await {
-        Err(EngineError::Checksum { oid: o, offset }) => assert_eq!((o, offset), (oid(11, 0), 3 * 4096)),
+        Err(EngineError::Checksum { oid: o, offset }) => {
+            assert_eq!((o, offset), (oid(11, 0), 3 * 4096))
+        }
         other => panic!("expected a checksum error, got {other:?}"),
     }
-    assert!(matches!(store.read(oid(11, 0), 0, OBJ).await, Err(EngineError::Checksum { .. })));
-    assert_eq!(store.read(oid(11, 0), 0, 3 * 4096).await.unwrap(), &bad[..3 * 4096]);
-    assert_eq!(store.read(oid(11, 1), 0, OBJ).await.unwrap(), pattern(4343, OBJ as usize));
+    assert!(matches!(
+        store.read(oid(11, 0), 0, OBJ).await,
+        Err(EngineError::Checksum { .. })
+    ));
+    assert_eq!(
+        store.read(oid(11, 0), 0, 3 * 4096).await.unwrap(),
+        &bad[..3 * 4096]
+    );
+    assert_eq!(
+        store.read(oid(11, 1), 0, OBJ).await.unwrap(),
+        pattern(4343, OBJ as usize)
+    );
     assert!(store.stats().checksum_errors >= 2);
     // A partial write into the damaged block cannot merge with corrupt data: refused.
-    assert!(matches!(store.write(oid(11, 0), 3 * 4096 + 5, Bytes::from_static(b"z"), WriteOptions::durable()).await, Err(EngineError::Checksum { .. })));
+    assert!(matches!(
+        store
+            .write(
+                oid(11, 0),
+                3 * 4096 + 5,
+                Bytes::from_static(b"z"),
+                WriteOptions::durable()
+            )
+            .await,
+        Err(EngineError::Checksum { .. })
+    ));
     // Overwriting the whole block repairs it.
-    store.write(oid(11, 0), 3 * 4096, Bytes::from(vec![5u8; 4096]), WriteOptions::durable()).await.unwrap();
-    assert_eq!(store.read(oid(11, 0), 3 * 4096, 4096).await.unwrap(), vec![5u8; 4096]);
+    store
+        .write(
+            oid(11, 0),
+            3 * 4096,
+            Bytes::from(vec![5u8; 4096]),
+            WriteOptions::durable(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        store.read(oid(11, 0), 3 * 4096, 4096).await.unwrap(),
+        vec![5u8; 4096]
+    );
 }
 
 async fn group_commit(b: Backend) {
@@ -287,7 +605,14 @@ async fn group_commit(b: Backend) {
         let s = store.clone();
         tasks.push(tokio::spawn(async move {
             for i in 0..20u64 {
-                s.write(oid(12, t), (i as u32) * 4096, Bytes::from(pattern(i, 4096)), WriteOptions::durable()).await.unwrap();
+                s.write(
+                    oid(12, t),
+                    (i as u32) * 4096,
+                    Bytes::from(pattern(i, 4096)),
+                    WriteOptions::durable(),
+                )
+                .await
+                .unwrap();
             }
         }));
     }
@@ -298,7 +623,11 @@ async fn group_commit(b: Backend) {
     let writes = after.writes - before.writes;
     let flushes = after.flushes - before.flushes;
     assert_eq!(writes, 640);
-    assert!(flushes * 4 < writes, "{flushes} flushes ({} for write-back) for {writes} durable writes: no group commit", 2 * (after.writeback_batches - before.writeback_batches));
+    assert!(
+        flushes * 4 < writes,
+        "{flushes} flushes ({} for write-back) for {writes} durable writes: no group commit",
+        2 * (after.writeback_batches - before.writeback_batches)
+    );
 }
 
 macro_rules! suite {

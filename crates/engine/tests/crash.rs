@@ -7,9 +7,12 @@
 mod common;
 
 use basalt_engine::sim::SimDisk;
-use basalt_engine::{DeviceId, EngineError, FormatOptions, ObjectId, OpenOptions, Store, Version, WriteOptions, format_sim};
+use basalt_engine::{
+    DeviceId, EngineError, FormatOptions, ObjectId, OpenOptions, Store, Version, WriteOptions,
+    format_sim,
+};
 use bytes::Bytes;
-use common::{oid, pattern};
+use common::{ObjState, Op, oid, pattern};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -20,62 +23,6 @@ const OBJ: usize = 32 * 1024;
 const BLK: usize = 4096;
 const TASKS: u64 = 4;
 const OBJS_PER_TASK: u64 = 3;
-
-#[derive(Clone, Debug)]
-enum Op {
-    Write { off: usize, data: Vec<u8> },
-    Zero { off: usize, len: usize },
-    Delete,
-}
-
-/// One object's model: bytes, allocated blocks, version.
-#[derive(Clone, Debug, PartialEq)]
-struct ObjState {
-    data: Vec<u8>,
-    alloc: Vec<bool>,
-    version: u64,
-}
-
-impl ObjState {
-    fn empty() -> Self {
-        ObjState { data: vec![0; OBJ], alloc: vec![false; OBJ / BLK], version: 0 }
-    }
-
-    fn exists(&self) -> bool {
-        self.version > 0
-    }
-
-    fn apply(&self, op: &Op) -> ObjState {
-        let mut s = self.clone();
-        match op {
-            Op::Write { off, data } => {
-                s.data[*off..off + data.len()].copy_from_slice(data);
-                for b in off / BLK..=(off + data.len() - 1) / BLK {
-                    s.alloc[b] = true;
-                }
-                s.version += 1;
-            }
-            Op::Zero { off, len } => {
-                if !s.exists() {
-                    return s;
-                }
-                s.data[*off..off + len].fill(0);
-                for b in off / BLK..=(off + len - 1) / BLK {
-                    let whole = b * BLK >= *off && (b + 1) * BLK <= off + len;
-                    if whole {
-                        s.alloc[b] = false;
-                    }
-                }
-                s.version += 1;
-                if !s.alloc.iter().any(|a| *a) {
-                    return ObjState::empty();
-                }
-            }
-            Op::Delete => return ObjState::empty(),
-        }
-        s
-    }
-}
 
 /// What happened to one operation.
 #[derive(Clone, Debug)]
@@ -100,9 +47,15 @@ fn random_op(rng: &mut StdRng) -> Op {
         0..=4 => {
             let off = rng.random_range(0..OBJ);
             let len = rng.random_range(1..=(OBJ - off).min(3 * BLK));
-            Op::Write { off, data: pattern(rng.random(), len) }
+            Op::Write {
+                off,
+                data: pattern(rng.random(), len),
+            }
         }
-        5..=6 => Op::Write { off: 0, data: pattern(rng.random(), OBJ) },
+        5..=6 => Op::Write {
+            off: 0,
+            data: pattern(rng.random(), OBJ),
+        },
         7..=8 => {
             let off = rng.random_range(0..OBJ) / 512 * 512;
             let len = rng.random_range(1..=(OBJ - off).min(4 * BLK));
@@ -112,7 +65,13 @@ fn random_op(rng: &mut StdRng) -> Op {
     }
 }
 
-async fn run_task(store: Store, shared: Arc<Shared>, task: u64, seed: u64, log: Arc<Mutex<Vec<Vec<Record>>>>) {
+async fn run_task(
+    store: Store,
+    shared: Arc<Shared>,
+    task: u64,
+    seed: u64,
+    log: Arc<Mutex<Vec<Vec<Record>>>>,
+) {
     let mut rng = StdRng::seed_from_u64(seed ^ (task << 32));
     loop {
         if shared.crashed.load(Ordering::SeqCst) {
@@ -131,12 +90,26 @@ async fn run_task(store: Store, shared: Arc<Shared>, task: u64, seed: u64, log: 
         let o = oid(1, idx as u64);
         let op = random_op(&mut rng);
         let durable = rng.random_bool(0.5);
-        let opts = WriteOptions { durable, version: None };
+        let opts = WriteOptions {
+            durable,
+            version: None,
+        };
         let at = log.lock().unwrap()[idx].len();
-        log.lock().unwrap()[idx].push(Record { op: op.clone(), acked_at: None, durable, failed: false });
+        log.lock().unwrap()[idx].push(Record {
+            op: op.clone(),
+            acked_at: None,
+            durable,
+            failed: false,
+        });
         let res = match &op {
-            Op::Write { off, data } => store.write(o, *off as u32, Bytes::from(data.clone()), opts).await.map(|_| ()),
-            Op::Zero { off, len } => store.write_zeroes(o, *off as u32, *len as u32, opts).await.map(|_| ()),
+            Op::Write { off, data } => store
+                .write(o, *off as u32, Bytes::from(data.clone()), opts)
+                .await
+                .map(|_| ()),
+            Op::Zero { off, len } => store
+                .write_zeroes(o, *off as u32, *len as u32, opts)
+                .await
+                .map(|_| ()),
             Op::Delete => store.delete(o, opts).await,
         };
         let mut l = log.lock().unwrap();
@@ -163,20 +136,33 @@ async fn run_task(store: Store, shared: Arc<Shared>, task: u64, seed: u64, log: 
 }
 
 async fn read_state(store: &Store, o: ObjectId) -> Result<(Vec<u8>, u64), String> {
-    let data = store.read(o, 0, OBJ as u32).await.map_err(|e| format!("read {o}: {e}"))?.to_vec();
-    let version = store.object_info(o).await.map_err(|e| e.to_string())?.map_or(0, |i| i.version.0);
+    let data = store
+        .read(o, 0, OBJ as u32)
+        .await
+        .map_err(|e| format!("read {o}: {e}"))?
+        .to_vec();
+    let version = store
+        .object_info(o)
+        .await
+        .map_err(|e| e.to_string())?
+        .map_or(0, |i| i.version.0);
     Ok((data, version))
 }
 
 /// Checks one object: recovered state == state after some prefix that includes every
 /// operation that had to survive.
-fn check_object(idx: usize, recs: &[Record], got: &(Vec<u8>, u64), flushed_upto: u64) -> Result<usize, String> {
+fn check_object(
+    idx: usize,
+    recs: &[Record],
+    got: &(Vec<u8>, u64),
+    flushed_upto: u64,
+) -> Result<usize, String> {
     let live: Vec<&Record> = recs.iter().filter(|r| !r.failed).collect();
     let must = live
         .iter()
         .rposition(|r| r.acked_at.is_some_and(|a| r.durable || a < flushed_upto))
         .map_or(0, |i| i + 1);
-    let mut states = vec![ObjState::empty()];
+    let mut states = vec![ObjState::empty(OBJ)];
     for r in &live {
         let next = states.last().unwrap().apply(&r.op);
         states.push(next);
@@ -194,15 +180,32 @@ fn check_object(idx: usize, recs: &[Record], got: &(Vec<u8>, u64), flushed_upto:
     ))
 }
 
-async fn one_iteration(seed: u64) -> Result<(), String> {
+/// What an iteration exercised, to check the test is not vacuous.
+#[derive(Default)]
+struct Coverage {
+    writeback_batches: u64,
+    unflushed_at_crash: u64,
+    acked: u64,
+}
+
+async fn one_iteration(seed: u64, cov: &mut Coverage) -> Result<(), String> {
     let mut rng = StdRng::seed_from_u64(seed);
     let disk = SimDisk::new(6 << 20);
-    let fmt = FormatOptions { device_id: DeviceId(1), object_size: OBJ as u32, size: None, journal_size: Some(1 << 20), force: false };
+    let fmt = FormatOptions {
+        device_id: DeviceId(1),
+        object_size: OBJ as u32,
+        size: None,
+        journal_size: Some(1 << 20),
+        force: false,
+    };
     format_sim(&disk, &fmt).map_err(|e| e.to_string())?;
     if rng.random_bool(0.5) {
         disk.set_flush_latency(Duration::from_micros(rng.random_range(10..300)));
     }
-    let opts = OpenOptions { writeback_idle: Duration::from_micros(rng.random_range(50..2000)), ..OpenOptions::default() };
+    let opts = OpenOptions {
+        writeback_idle: Duration::from_micros(rng.random_range(50..2000)),
+        ..OpenOptions::default()
+    };
     let store = Store::open_sim(&disk, &opts).map_err(|e| e.to_string())?;
     let shared = Arc::new(Shared {
         crashed: AtomicBool::new(false),
@@ -213,7 +216,15 @@ async fn one_iteration(seed: u64) -> Result<(), String> {
     let nobj = (TASKS * OBJS_PER_TASK) as usize;
     let log = Arc::new(Mutex::new(vec![Vec::new(); nobj]));
     let tasks: Vec<_> = (0..TASKS)
-        .map(|t| tokio::spawn(run_task(store.clone(), shared.clone(), t, seed, log.clone())))
+        .map(|t| {
+            tokio::spawn(run_task(
+                store.clone(),
+                shared.clone(),
+                t,
+                seed,
+                log.clone(),
+            ))
+        })
         .collect();
     let crash_after = rng.random_range(5..400);
     while shared.ops_done.load(Ordering::SeqCst) < crash_after {
@@ -221,50 +232,231 @@ async fn one_iteration(seed: u64) -> Result<(), String> {
     }
     shared.crashed.store(true, Ordering::SeqCst);
     let image = disk.crash_image(seed);
+    cov.unflushed_at_crash += disk.unflushed_writes() as u64;
+    cov.writeback_batches += store.stats().writeback_batches;
     for t in tasks {
         t.await.map_err(|e| format!("task panicked: {e}"))?;
     }
     drop(store);
     let flushed_upto = shared.flushed_upto.load(Ordering::SeqCst);
     let log = log.lock().unwrap().clone();
+    cov.acked += log
+        .iter()
+        .flatten()
+        .filter(|r| r.acked_at.is_some())
+        .count() as u64;
 
     // Recover twice: the second time after a clean close of the first recovery.
     let mut first = Vec::new();
     for round in 0..2 {
-        let store = Store::open_sim(&image, &opts).map_err(|e| format!("round {round}: open failed: {e}"))?;
+        let store = Store::open_sim(&image, &opts)
+            .map_err(|e| format!("round {round}: open failed: {e}"))?;
         for (idx, recs) in log.iter().enumerate() {
-            let got = read_state(&store, oid(1, idx as u64)).await.map_err(|e| format!("round {round}: {e}"))?;
-            check_object(idx, recs, &got, flushed_upto).map_err(|e| format!("round {round}: {e}"))?;
+            let got = read_state(&store, oid(1, idx as u64))
+                .await
+                .map_err(|e| format!("round {round}: {e}"))?;
+            check_object(idx, recs, &got, flushed_upto)
+                .map_err(|e| format!("round {round}: {e}"))?;
             if round == 0 {
                 first.push(got);
             } else if first[idx] != got {
-                let diff = first[idx].0.iter().zip(got.0.iter()).position(|(a, b)| a != b);
+                let diff = first[idx]
+                    .0
+                    .iter()
+                    .zip(got.0.iter())
+                    .position(|(a, b)| a != b);
                 let k = check_object(idx, recs, &first[idx], flushed_upto);
                 let k2 = check_object(idx, recs, &got, flushed_upto);
                 return Err(format!(
                     "object {idx} changed between two recoveries: versions {} -> {}, first differing byte {diff:?}, prefixes {k:?} -> {k2:?}, ops {:?}",
-                    first[idx].1, got.1, recs.iter().map(|r| match &r.op { Op::Write { off, data } => format!("W{}+{}{}", off, data.len(), if r.acked_at.is_some() {"a"} else {""}), Op::Zero { off, len } => format!("Z{off}+{len}{}", if r.acked_at.is_some() {"a"} else {""}), Op::Delete => "D".into() }).collect::<Vec<_>>()
+                    first[idx].1,
+                    got.1,
+                    recs.iter()
+                        .map(|r| match &r.op {
+                            Op::Write { off, data } => format!(
+                                "W{}+{}{}",
+                                off,
+                                data.len(),
+                                if r.acked_at.is_some() { "a" } else { "" }
+                            ),
+                            Op::Zero { off, len } => format!(
+                                "Z{off}+{len}{}",
+                                if r.acked_at.is_some() { "a" } else { "" }
+                            ),
+                            Op::Delete => "D".into(),
+                        })
+                        .collect::<Vec<_>>()
                 ));
             }
         }
         // The recovered store keeps working.
-        store.write(oid(2, 0), 0, Bytes::from_static(b"after"), WriteOptions::durable()).await.map_err(|e| e.to_string())?;
+        store
+            .write(
+                oid(2, 0),
+                0,
+                Bytes::from_static(b"after"),
+                WriteOptions::durable(),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
         store.close().await.map_err(|e| format!("close: {e}"))?;
     }
     let store = Store::open_sim(&image, &opts).map_err(|e| e.to_string())?;
     assert_eq!(store.read(oid(2, 0), 0, 5).await.unwrap(), &b"after"[..]);
-    assert_eq!(store.object_info(oid(2, 0)).await.unwrap().unwrap().version, Version(2));
+    assert_eq!(
+        store.object_info(oid(2, 0)).await.unwrap().unwrap().version,
+        Version(2)
+    );
     Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_consistency_random() {
-    let base: u64 = std::env::var("CRASH_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0x5eed);
-    let iterations: u64 = std::env::var("CRASH_ITERATIONS").ok().and_then(|s| s.parse().ok()).unwrap_or(250);
+    let base: u64 = std::env::var("CRASH_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x5eed);
+    let iterations: u64 = std::env::var("CRASH_ITERATIONS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(250);
+    let mut cov = Coverage::default();
     for i in 0..iterations {
         let seed = base + i;
-        if let Err(e) = one_iteration(seed).await {
-            panic!("crash test failed with seed {seed} (rerun: CRASH_SEED={seed} CRASH_ITERATIONS=1): {e}");
+        if let Err(e) = one_iteration(seed, &mut cov).await {
+            panic!(
+                "crash test failed with seed {seed} (rerun: CRASH_SEED={seed} CRASH_ITERATIONS=1): {e}"
+            );
         }
     }
+    eprintln!(
+        "{iterations} crashes: {} acknowledged operations checked, {} write-back batches, {} unflushed writes at crash time",
+        cov.acked, cov.writeback_batches, cov.unflushed_at_crash
+    );
+    assert!(
+        cov.writeback_batches > iterations
+            && cov.unflushed_at_crash > iterations
+            && cov.acked > 10 * iterations
+    );
+}
+
+/// A failed flush poisons the store: the waiting durable write fails, every later write and
+/// flush is refused, reads of intact data still work, and after reopening everything that was
+/// acknowledged as durable before the failure is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_flush_poisons() {
+    let disk = SimDisk::new(8 << 20);
+    let fmt = FormatOptions {
+        device_id: DeviceId(1),
+        object_size: OBJ as u32,
+        size: None,
+        journal_size: Some(1 << 20),
+        force: false,
+    };
+    format_sim(&disk, &fmt).unwrap();
+    let store = Store::open_sim(&disk, &OpenOptions::default()).unwrap();
+    let good = pattern(1, 5000);
+    store
+        .write(
+            oid(1, 0),
+            100,
+            Bytes::from(good.clone()),
+            WriteOptions::durable(),
+        )
+        .await
+        .unwrap();
+    disk.fail_flushes(true);
+    let r = store
+        .write(
+            oid(1, 1),
+            0,
+            Bytes::from_static(b"lost?"),
+            WriteOptions::durable(),
+        )
+        .await;
+    assert!(matches!(r, Err(EngineError::Poisoned(_))), "{r:?}");
+    disk.fail_flushes(false);
+    assert!(matches!(
+        store
+            .write(
+                oid(1, 2),
+                0,
+                Bytes::from_static(b"x"),
+                WriteOptions::buffered()
+            )
+            .await,
+        Err(EngineError::Poisoned(_))
+    ));
+    assert!(matches!(store.flush().await, Err(EngineError::Poisoned(_))));
+    assert!(matches!(
+        store.delete(oid(1, 0), WriteOptions::durable()).await,
+        Err(EngineError::Poisoned(_))
+    ));
+    assert_eq!(store.read(oid(1, 0), 100, 5000).await.unwrap(), good);
+    assert!(matches!(store.close().await, Err(EngineError::Poisoned(_))));
+    drop(store);
+    let store = Store::open_sim(&disk, &OpenOptions::default()).unwrap();
+    assert_eq!(store.read(oid(1, 0), 100, 5000).await.unwrap(), good);
+    assert!(store.object_info(oid(1, 2)).await.unwrap().is_none());
+    store
+        .write(
+            oid(1, 2),
+            0,
+            Bytes::from_static(b"ok"),
+            WriteOptions::durable(),
+        )
+        .await
+        .unwrap();
+}
+
+/// A failed write poisons the store the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_write_poisons() {
+    let disk = SimDisk::new(8 << 20);
+    let fmt = FormatOptions {
+        device_id: DeviceId(1),
+        object_size: OBJ as u32,
+        size: None,
+        journal_size: Some(1 << 20),
+        force: false,
+    };
+    format_sim(&disk, &fmt).unwrap();
+    let store = Store::open_sim(&disk, &OpenOptions::default()).unwrap();
+    store
+        .write(
+            oid(1, 0),
+            0,
+            Bytes::from_static(b"kept"),
+            WriteOptions::durable(),
+        )
+        .await
+        .unwrap();
+    disk.fail_writes(true);
+    assert!(matches!(
+        store
+            .write(
+                oid(1, 1),
+                0,
+                Bytes::from_static(b"x"),
+                WriteOptions::buffered()
+            )
+            .await,
+        Err(EngineError::Poisoned(_))
+    ));
+    disk.fail_writes(false);
+    assert!(matches!(
+        store
+            .write(
+                oid(1, 1),
+                0,
+                Bytes::from_static(b"y"),
+                WriteOptions::durable()
+            )
+            .await,
+        Err(EngineError::Poisoned(_))
+    ));
+    assert_eq!(store.read(oid(1, 0), 0, 4).await.unwrap(), &b"kept"[..]);
+    drop(store);
+    let store = Store::open_sim(&disk, &OpenOptions::default()).unwrap();
+    assert_eq!(store.read(oid(1, 0), 0, 4).await.unwrap(), &b"kept"[..]);
 }

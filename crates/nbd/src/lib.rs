@@ -46,5 +46,5 @@ pub use fuzzing::{FUZZ_EXPORT, FUZZ_EXPORT_SIZE, fuzz_handshake, fuzz_session};
 pub use mem::{MemCatalog, MemExport, MemStats};
 pub use negotiate::MAX_OPTION_LEN;
 pub use server::{NbdServer, serve};
-pub use volume::{ClusterCatalog, VolumeExport};
 pub use tokio_util::sync::CancellationToken;
+pub use volume::{ClusterCatalog, VolumeExport};

@@ -59,9 +59,16 @@ pub(crate) struct AdminHandler {
 }
 
 impl AdminHandler {
-    pub(crate) async fn handle(&self, node: &NodeShared, body: Bytes) -> Result<Response, WireError> {
+    pub(crate) async fn handle(
+        &self,
+        node: &NodeShared,
+        body: Bytes,
+    ) -> Result<Response, WireError> {
         let req: AdminRequest = serde_json::from_slice(&body).map_err(|e| {
-            WireError::new(ErrorCode::InvalidArgument, format!("bad admin request: {e}"))
+            WireError::new(
+                ErrorCode::InvalidArgument,
+                format!("bad admin request: {e}"),
+            )
         })?;
         let answer = match req {
             AdminRequest::Status => serde_json::to_vec(&self.status(node)),
@@ -80,7 +87,10 @@ impl AdminHandler {
             ));
         };
         let call: basalt_meta::remote::MetaCall = serde_json::from_slice(&body).map_err(|e| {
-            WireError::new(ErrorCode::InvalidArgument, format!("bad metadata call: {e}"))
+            WireError::new(
+                ErrorCode::InvalidArgument,
+                format!("bad metadata call: {e}"),
+            )
         })?;
         let answer = basalt_meta::remote::serve(store.as_ref(), call).await;
         let body = serde_json::to_vec(&answer)

@@ -13,11 +13,11 @@ pub(crate) async fn load_or_allocate(catalog: &Catalog, dir: &Path) -> Result<No
         source,
     };
     match std::fs::read_to_string(&path) {
-        Ok(s) => s
-            .trim()
-            .parse()
-            .map(NodeId)
-            .map_err(|_| NodeError::Config(format!("{} does not hold a node id", path.display()))),
+        Ok(s) => {
+            s.trim().parse().map(NodeId).map_err(|_| {
+                NodeError::Config(format!("{} does not hold a node id", path.display()))
+            })
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             std::fs::create_dir_all(dir).map_err(io_err)?;
             let id = NodeId(catalog.next_id(IdKind::Node).await? as u32);

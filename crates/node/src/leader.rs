@@ -2,14 +2,23 @@
 //! placement of every pool from the registered pools, devices and live nodes, and publishes a new
 //! cluster map whenever that placement changes.
 
-use basalt_meta::{Catalog, DeviceState, FailureDomain as MetaDomain, Leadership, MetaError, WatchEvent, keys};
-use basalt_placement::{ClusterMap, DeviceInfo, FailureDomain, NodeInfo, PlacementInput, PoolSpec, compute};
+use basalt_meta::{
+    Catalog, DeviceState, FailureDomain as MetaDomain, Leadership, MetaError, WatchEvent, keys,
+};
+use basalt_placement::{
+    ClusterMap, DeviceInfo, FailureDomain, NodeInfo, PlacementInput, PoolSpec, compute,
+};
 use std::collections::BTreeSet;
 use std::time::Duration;
 use tokio::sync::watch;
 
 /// Campaigns for leadership until `stop`; while leader, keeps the map up to date.
-pub(crate) async fn run(catalog: Catalog, name: String, ttl: Duration, mut stop: watch::Receiver<bool>) {
+pub(crate) async fn run(
+    catalog: Catalog,
+    name: String,
+    ttl: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
     loop {
         let elected = tokio::select! {
             l = catalog.elect(&name, ttl) => l,

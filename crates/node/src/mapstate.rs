@@ -87,6 +87,28 @@ impl MapState {
         }
     }
 
+    /// Like [`MapState::primary_store`], for a write. A PG whose acting set has more than one
+    /// device needs replication, which this version does not do: such writes are refused rather
+    /// than acknowledged with fewer copies than the pool promises.
+    pub(crate) fn primary_store_for_write(
+        &self,
+        map: &ClusterMap,
+        oid: &ObjectId,
+    ) -> Result<&Store, WireError> {
+        if let Some((pg, devices)) = map.locate(oid)
+            && devices.len() > 1
+        {
+            return Err(WireError::new(
+                ErrorCode::Unsupported,
+                format!(
+                    "{pg} has {} copies; replicated writes are not supported by this version",
+                    devices.len()
+                ),
+            ));
+        }
+        self.primary_store(map, oid)
+    }
+
     /// The local store holding the primary copy of `oid`, or `NotPrimary`.
     pub(crate) fn primary_store(
         &self,
@@ -96,7 +118,10 @@ impl MapState {
         let (pg, devices) = map.locate(oid).ok_or_else(|| {
             WireError::new(
                 ErrorCode::InvalidArgument,
-                format!("pool {} does not exist in map epoch {}", oid.pool, map.epoch.0),
+                format!(
+                    "pool {} does not exist in map epoch {}",
+                    oid.pool, map.epoch.0
+                ),
             )
         })?;
         let primary = devices.first().ok_or_else(|| {

@@ -69,16 +69,29 @@ impl Node {
             shared.maps.offer(map);
         }
         let (stop_tx, stop_rx) = watch::channel(false);
-        let mut tasks = vec![tokio::spawn(follow_maps(catalog.clone(), shared.clone(), stop_rx.clone()))];
+        let mut tasks = vec![tokio::spawn(follow_maps(
+            catalog.clone(),
+            shared.clone(),
+            stop_rx.clone(),
+        ))];
         let service = NodeService {
             shared: shared.clone(),
         };
-        tasks.push(tokio::spawn(server::serve(listener, service, stop_rx.clone())));
+        tasks.push(tokio::spawn(server::serve(
+            listener,
+            service,
+            stop_rx.clone(),
+        )));
         let record = NodeRecord::new(id, config.name.clone(), addr.clone());
         let registration = catalog.register_node(&record, config.lease_ttl).await?;
         if config.leader_eligible {
             let name = format!("{id}@{addr}");
-            tasks.push(tokio::spawn(leader::run(catalog.clone(), name, config.lease_ttl, stop_rx)));
+            tasks.push(tokio::spawn(leader::run(
+                catalog.clone(),
+                name,
+                config.lease_ttl,
+                stop_rx,
+            )));
         }
         tracing::info!(node = %id, %addr, "node started");
         Ok(Node {

@@ -15,9 +15,6 @@ pub(crate) async fn read(
 ) -> Result<Response, WireError> {
     let map = node.maps.admit(epoch).await?;
     let store = node.maps.primary_store(&map, &oid)?;
-    let data = store
-        .read(oid, offset, len)
-        .await
-        .map_err(engine_to_wire)?;
+    let data = store.read(oid, offset, len).await.map_err(engine_to_wire)?;
     Ok(Response::Read { data })
 }

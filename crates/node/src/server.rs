@@ -32,7 +32,11 @@ type Answer = (
 );
 
 /// Accepts connections until `stop` turns true.
-pub(crate) async fn serve(listener: TcpListener, service: NodeService, mut stop: watch::Receiver<bool>) {
+pub(crate) async fn serve(
+    listener: TcpListener,
+    service: NodeService,
+    mut stop: watch::Receiver<bool>,
+) {
     loop {
         let accepted = tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
@@ -85,7 +89,12 @@ async fn connection(
             if greeted == is_hello {
                 let e = ProtoError::Malformed {
                     what: "connection",
-                    detail: if greeted { "second Hello" } else { "first message must be Hello" }.into(),
+                    detail: if greeted {
+                        "second Hello"
+                    } else {
+                        "first message must be Hello"
+                    }
+                    .into(),
                 };
                 refuse(&tx, Some(&frame), &e);
                 break 'conn e.to_string();

@@ -27,7 +27,7 @@ pub(crate) async fn write(
     data: Bytes,
 ) -> Result<Response, WireError> {
     let map = node.maps.admit(epoch).await?;
-    let store = node.maps.primary_store(&map, &oid)?;
+    let store = node.maps.primary_store_for_write(&map, &oid)?;
     let version = store
         .write(oid, offset, data, options(fua, version))
         .await
@@ -44,7 +44,7 @@ pub(crate) async fn write_zeroes(
     fua: bool,
 ) -> Result<Response, WireError> {
     let map = node.maps.admit(epoch).await?;
-    let store = node.maps.primary_store(&map, &oid)?;
+    let store = node.maps.primary_store_for_write(&map, &oid)?;
     let version = store
         .write_zeroes(oid, offset, len, options(fua, Version::NONE))
         .await
@@ -60,7 +60,7 @@ pub(crate) async fn trim(
     len: u32,
 ) -> Result<Response, WireError> {
     let map = node.maps.admit(epoch).await?;
-    let store = node.maps.primary_store(&map, &oid)?;
+    let store = node.maps.primary_store_for_write(&map, &oid)?;
     let version = store
         .trim(oid, offset, len, options(false, Version::NONE))
         .await

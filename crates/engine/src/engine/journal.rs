@@ -48,6 +48,8 @@ pub(crate) enum RecState {
 pub(crate) struct Record {
     pub seq: u64,
     pub pos: u64,
+    /// Header CRC of the previous record (what this record chains to).
+    pub prev_crc: u32,
     pub entries: Vec<Entry>,
     pub blocks: Vec<SharedBuf>,
     pub pending: u32,
@@ -122,7 +124,11 @@ impl Journal {
     /// not fit before the end of the ring starts at offset 0 (recovery looks there too).
     pub fn place(&self, len: u64) -> Option<u64> {
         if self.recs.is_empty() {
-            return Some(if self.head + len <= self.ring { self.head } else { 0 });
+            return Some(if self.head + len <= self.ring {
+                self.head
+            } else {
+                0
+            });
         }
         let (s, h) = (self.start(), self.head);
         if h > s {
@@ -186,9 +192,16 @@ impl Engine {
     /// Adds an operation's entry to the open batch and applies it to the live state, so later
     /// operations and reads see it at once. The waiter is answered when the record is written
     /// or flushed.
-    pub fn add_entry(&mut self, entry: Entry, blocks: Vec<SharedBuf>, full: Option<(ObjectId, u32, SharedBuf)>, waiter: Waiter) {
+    pub fn add_entry(
+        &mut self,
+        entry: Entry,
+        blocks: Vec<SharedBuf>,
+        full: Option<(ObjectId, u32, SharedBuf)>,
+        waiter: Waiter,
+    ) {
         let seq = self.open_batch().seq;
-        self.st.apply(seq, &entry, &blocks, full.as_ref().map(|f| f.2.clone()));
+        self.st
+            .apply(seq, &entry, &blocks, full.as_ref().map(|f| f.2.clone()));
         if waiter.durable {
             self.jr.durable_waiting += 1;
         }
@@ -213,7 +226,11 @@ impl Engine {
         let (wu, fu) = (self.jr.written_upto, self.jr.flushed_upto);
         match self.jr.recs.back_mut() {
             Some(r) if (w.durable && r.seq >= fu) || (!w.durable && r.seq >= wu) => {
-                if w.durable { r.d_waiters.push(w) } else { r.nd_waiters.push(w) }
+                if w.durable {
+                    r.d_waiters.push(w)
+                } else {
+                    r.nd_waiters.push(w)
+                }
             }
             _ => {
                 if w.durable {
@@ -255,7 +272,13 @@ impl Engine {
 
     fn seal(&mut self, b: Batch, pos: u64) {
         let durable_seq = self.jr.flushed_upto.saturating_sub(1);
-        let (header, crc) = encode_record_header(&self.sb.uuid, b.seq, durable_seq, self.jr.prev_crc, &b.entries);
+        let (header, crc) = encode_record_header(
+            &self.sb.uuid,
+            b.seq,
+            durable_seq,
+            self.jr.prev_crc,
+            &b.entries,
+        );
         let len = header.len() as u64 + b.blocks.len() as u64 * BLOCK;
         let mut bufs: Vec<IoBuf> = Vec::with_capacity(1 + b.blocks.len());
         bufs.push(IoBuf::Owned(header));
@@ -266,14 +289,23 @@ impl Engine {
         while !rest.is_empty() {
             let tail = rest.split_off(rest.len().min(MAX_IOV));
             let chunk_len: u64 = rest.iter().map(|x| x.len() as u64).sum();
-            self.submit(IoCtx::Record { seq: b.seq }, IoReq::Write { off, bufs: rest });
+            self.submit(
+                IoCtx::Record { seq: b.seq },
+                IoReq::Write { off, bufs: rest },
+            );
             off += chunk_len;
             pending += 1;
             rest = tail;
         }
         for (oid, slot, data) in b.fulls {
             let off = self.sb.slot_offset(slot, 0);
-            self.submit(IoCtx::FullData { seq: b.seq, oid }, IoReq::Write { off, bufs: vec![IoBuf::Shared(data)] });
+            self.submit(
+                IoCtx::FullData { seq: b.seq, oid },
+                IoReq::Write {
+                    off,
+                    bufs: vec![IoBuf::Shared(data)],
+                },
+            );
             pending += 1;
         }
         let (mut nd, mut d) = (Vec::new(), Vec::new());
@@ -283,6 +315,7 @@ impl Engine {
         self.jr.recs.push_back(Record {
             seq: b.seq,
             pos,
+            prev_crc: self.jr.prev_crc,
             entries: b.entries,
             blocks: b.blocks,
             pending,
@@ -311,7 +344,9 @@ impl Engine {
         if let Err(e) = res {
             self.poison(format!("journal write failed: {e}"));
         }
-        let Some(r) = self.jr.rec_mut(seq) else { return };
+        let Some(r) = self.jr.rec_mut(seq) else {
+            return;
+        };
         r.pending -= 1;
         if r.pending > 0 || r.state != RecState::Writing {
             return;
@@ -332,13 +367,19 @@ impl Engine {
         // flush covers both, unless two records are already waiting (no starvation).
         let first = self.jr.recs.front().map_or(0, |r| r.seq);
         let skip = self.jr.flushed_upto.saturating_sub(first) as usize;
-        let unflushed_written = self.jr.recs.range(skip.min(self.jr.recs.len())..).filter(|r| r.state == RecState::Written).count();
+        let unflushed_written = self
+            .jr
+            .recs
+            .range(skip.min(self.jr.recs.len())..)
+            .filter(|r| r.state == RecState::Written)
+            .count();
         let front_ready = self
             .jr
             .rec_mut(self.jr.flushed_upto)
             .is_some_and(|r| r.state == RecState::Written)
             && (self.jr.writing == 0 || unflushed_written >= 2);
-        let for_records = front_ready && (self.jr.durable_waiting > 0 || self.jr.want_durable || self.closing);
+        let for_records =
+            front_ready && (self.jr.durable_waiting > 0 || self.jr.want_durable || self.closing);
         let for_wb = self.jr.flushes_done < self.jr.want_flush_no;
         if !for_records && !for_wb {
             return;
@@ -350,7 +391,9 @@ impl Engine {
         }
         self.jr.flush_inflight = true;
         self.jr.flushes_issued += 1;
-        self.shared.flushes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.shared
+            .flushes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.submit(IoCtx::Flush, IoReq::Flush);
     }
 

@@ -31,7 +31,6 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 use writeback::WriteBack;
 
-
 /// Counters shared with the handles (relaxed atomics; read by `Store::stats`).
 #[derive(Default)]
 pub(crate) struct Shared {
@@ -50,12 +49,27 @@ pub(crate) struct Shared {
 
 /// A message from a handle to the I/O thread.
 pub(crate) enum Msg {
-    Read { oid: ObjectId, offset: u32, len: u32, reply: oneshot::Sender<Result<Bytes, EngineError>> },
+    Read {
+        oid: ObjectId,
+        offset: u32,
+        len: u32,
+        reply: oneshot::Sender<Result<Bytes, EngineError>>,
+    },
     Write(WriteOp),
-    Flush { reply: oneshot::Sender<Result<(), EngineError>> },
-    ObjectInfo { oid: ObjectId, reply: oneshot::Sender<Option<ObjectInfo>> },
-    List { filter: Option<(PoolId, VolumeId)>, reply: oneshot::Sender<Vec<ObjectInfo>> },
-    Close { reply: Option<oneshot::Sender<Result<(), EngineError>>> },
+    Flush {
+        reply: oneshot::Sender<Result<(), EngineError>>,
+    },
+    ObjectInfo {
+        oid: ObjectId,
+        reply: oneshot::Sender<Option<ObjectInfo>>,
+    },
+    List {
+        filter: Option<(PoolId, VolumeId)>,
+        reply: oneshot::Sender<Vec<ObjectInfo>>,
+    },
+    Close {
+        reply: Option<oneshot::Sender<Result<(), EngineError>>>,
+    },
 }
 
 /// What a write-class operation does.
@@ -100,8 +114,23 @@ pub(crate) struct WriteOp {
 }
 
 impl WriteOp {
-    pub fn new(oid: ObjectId, offset: u32, kind: WKind, opts: WriteOptions, reply: Reply) -> WriteOp {
-        WriteOp { oid, offset, kind, opts, reply, old: Vec::new(), reads_pending: 0, failed: None }
+    pub fn new(
+        oid: ObjectId,
+        offset: u32,
+        kind: WKind,
+        opts: WriteOptions,
+        reply: Reply,
+    ) -> WriteOp {
+        WriteOp {
+            oid,
+            offset,
+            kind,
+            opts,
+            reply,
+            old: Vec::new(),
+            reads_pending: 0,
+            failed: None,
+        }
     }
 }
 
@@ -147,7 +176,11 @@ pub(crate) struct Slab<T> {
 
 impl<T> Slab<T> {
     pub fn new() -> Self {
-        Slab { items: Vec::new(), free: Vec::new(), len: 0 }
+        Slab {
+            items: Vec::new(),
+            free: Vec::new(),
+            len: 0,
+        }
     }
     pub fn insert(&mut self, v: T) -> usize {
         self.len += 1;
@@ -218,7 +251,9 @@ impl Engine {
     /// Hands a request to the backend under a fresh token.
     pub fn submit(&mut self, ctx: IoCtx, req: IoReq) {
         if let IoReq::Write { .. } = &req {
-            self.shared.device_bytes_written.fetch_add(req.len() as u64, Ordering::Relaxed);
+            self.shared
+                .device_bytes_written
+                .fetch_add(req.len() as u64, Ordering::Relaxed);
         }
         let token = self.ios.insert(ctx) as u64;
         self.be.submit(token, req);
@@ -236,7 +271,11 @@ impl Engine {
             }
             let wait = if got == 0 && !busy {
                 self.waker.set_sleeping();
-                if self.rx.is_empty() { Some(self.timer()) } else { None }
+                if self.rx.is_empty() {
+                    Some(self.timer())
+                } else {
+                    None
+                }
             } else {
                 None
             };
@@ -260,7 +299,12 @@ impl Engine {
     fn timer(&self) -> Option<Duration> {
         if self.poisoned.is_none() && !self.jr.recs.is_empty() && !self.wb.active() {
             let since = self.last_write.elapsed();
-            return Some(self.cfg.writeback_idle.saturating_sub(since).max(Duration::from_micros(100)));
+            return Some(
+                self.cfg
+                    .writeback_idle
+                    .saturating_sub(since)
+                    .max(Duration::from_micros(100)),
+            );
         }
         None
     }
@@ -284,7 +328,12 @@ impl Engine {
 
     fn handle(&mut self, msg: Msg) {
         match msg {
-            Msg::Read { oid, offset, len, reply } => self.start_read(oid, offset, len, reply),
+            Msg::Read {
+                oid,
+                offset,
+                len,
+                reply,
+            } => self.start_read(oid, offset, len, reply),
             Msg::Write(op) => self.handle_write(op),
             Msg::Flush { reply } => {
                 if self.closing {
@@ -292,7 +341,11 @@ impl Engine {
                 } else if let Some(p) = &self.poisoned {
                     let _ = reply.send(Err(EngineError::Poisoned(p.clone())));
                 } else {
-                    let w = Waiter { durable: true, reply: Reply::Unit(reply), version: Version(0) };
+                    let w = Waiter {
+                        durable: true,
+                        reply: Reply::Unit(reply),
+                        version: Version(0),
+                    };
                     self.add_barrier(w);
                 }
             }
@@ -320,7 +373,11 @@ impl Engine {
     }
 
     fn object_info(&self, oid: &ObjectId, o: &state::Obj) -> ObjectInfo {
-        ObjectInfo { oid: *oid, version: Version(o.version), allocated_bytes: self.st.allocated_bytes(oid, o) }
+        ObjectInfo {
+            oid: *oid,
+            version: Version(o.version),
+            allocated_bytes: self.st.allocated_bytes(oid, o),
+        }
     }
 
     /// Makes progress that needs no new input: retries waiting objects, seals, flushes,
@@ -340,9 +397,15 @@ impl Engine {
 
     fn publish_gauges(&self) {
         let a = &self.st.alloc;
-        self.shared.used_slots.store(a.claimed + a.limbo, Ordering::Relaxed);
-        self.shared.objects.store(self.st.objs.len() as u64, Ordering::Relaxed);
-        self.shared.journal_used.store(self.jr.used(), Ordering::Relaxed);
+        self.shared
+            .used_slots
+            .store(a.claimed + a.limbo, Ordering::Relaxed);
+        self.shared
+            .objects
+            .store(self.st.objs.len() as u64, Ordering::Relaxed);
+        self.shared
+            .journal_used
+            .store(self.jr.used(), Ordering::Relaxed);
     }
 
     /// True when closing and nothing is left in flight.
@@ -357,7 +420,9 @@ impl Engine {
     }
 
     fn complete(&mut self, d: IoDone) {
-        let Some(ctx) = self.ios.remove(d.token as usize) else { return };
+        let Some(ctx) = self.ios.remove(d.token as usize) else {
+            return;
+        };
         match ctx {
             IoCtx::Read { rid, first, n } => self.read_done(rid, first, n, d),
             IoCtx::Rmw { oid, block, crc } => self.rmw_done(oid, block, crc, d),
@@ -387,7 +452,11 @@ impl Engine {
         for oid in blocked {
             if let Some(b) = self.blocked.get_mut(&oid) {
                 // Keep an op whose RMW reads are in flight; its completion will fail it.
-                let keep = if b.reason == Reason::Reads { b.ops.pop_front() } else { None };
+                let keep = if b.reason == Reason::Reads {
+                    b.ops.pop_front()
+                } else {
+                    None
+                };
                 for op in b.ops.drain(..) {
                     op.reply.err(err.duplicate());
                 }

@@ -38,14 +38,24 @@ pub(crate) struct ReadCtx {
 impl Engine {
     fn srcs(&self, oid: &ObjectId, first: u32, last: u32) -> Vec<Src> {
         match self.st.objs.get(oid) {
-            Some(obj) => (first..=last).map(|b| self.st.block_src(oid, obj, b)).collect(),
+            Some(obj) => (first..=last)
+                .map(|b| self.st.block_src(oid, obj, b))
+                .collect(),
             None => vec![Src::Zero; (last - first + 1) as usize],
         }
     }
 
-    pub fn start_read(&mut self, oid: ObjectId, offset: u32, len: u32, reply: oneshot::Sender<Result<Bytes, EngineError>>) {
+    pub fn start_read(
+        &mut self,
+        oid: ObjectId,
+        offset: u32,
+        len: u32,
+        reply: oneshot::Sender<Result<Bytes, EngineError>>,
+    ) {
         self.shared.reads.fetch_add(1, Ordering::Relaxed);
-        self.shared.bytes_read.fetch_add(u64::from(len), Ordering::Relaxed);
+        self.shared
+            .bytes_read
+            .fetch_add(u64::from(len), Ordering::Relaxed);
         let ctx = ReadCtx {
             oid,
             offset,
@@ -63,7 +73,10 @@ impl Engine {
     }
 
     fn issue_read(&mut self, mut ctx: ReadCtx) {
-        let (first, last) = (ctx.offset / BLOCK as u32, (ctx.offset + ctx.len - 1) / BLOCK as u32);
+        let (first, last) = (
+            ctx.offset / BLOCK as u32,
+            (ctx.offset + ctx.len - 1) / BLOCK as u32,
+        );
         ctx.srcs = self.srcs(&ctx.oid, first, last);
         let in_off = ctx.offset as usize - first as usize * B;
         let range = in_off..in_off + ctx.len as usize;
@@ -74,7 +87,11 @@ impl Engine {
             return;
         }
         if ctx.srcs.iter().all(|s| matches!(s, Src::Zero)) {
-            let _ = ctx.reply.take().expect("reply").send(Ok(Bytes::from(vec![0u8; ctx.len as usize])));
+            let _ = ctx
+                .reply
+                .take()
+                .expect("reply")
+                .send(Ok(Bytes::from(vec![0u8; ctx.len as usize])));
             return;
         }
         let runs = disk_runs(&ctx.srcs);
@@ -90,7 +107,11 @@ impl Engine {
         }
         if runs.is_empty() {
             let out = ctx.out.take().expect("assembled");
-            let _ = ctx.reply.take().expect("reply").send(Ok(out.into_bytes().slice(range)));
+            let _ = ctx
+                .reply
+                .take()
+                .expect("reply")
+                .send(Ok(out.into_bytes().slice(range)));
             return;
         }
         ctx.pending = runs.len();
@@ -103,14 +124,24 @@ impl Engine {
             .collect();
         let rid = self.reads.insert(ctx);
         for (i, n, off) in plan {
-            self.submit(IoCtx::Read { rid, first: i, n }, IoReq::Read { off, buf: AlignedBuf::zeroed(n * B) });
+            self.submit(
+                IoCtx::Read { rid, first: i, n },
+                IoReq::Read {
+                    off,
+                    buf: AlignedBuf::zeroed(n * B),
+                },
+            );
         }
     }
 
     pub fn read_done(&mut self, rid: usize, first: usize, n: usize, d: IoDone) {
-        let Some(ctx) = self.reads.get_mut(rid) else { return };
+        let Some(ctx) = self.reads.get_mut(rid) else {
+            return;
+        };
         ctx.pending -= 1;
-        let IoReq::Read { buf, .. } = d.req else { return };
+        let IoReq::Read { buf, .. } = d.req else {
+            return;
+        };
         if let Err(e) = d.res {
             ctx.failed = Some(EngineError::Io(e));
         } else {
@@ -126,7 +157,10 @@ impl Engine {
                 let expected: Vec<Src> = bad.iter().map(|&k| ctx.srcs[first + k].clone()).collect();
                 let now: Vec<Src> = bad
                     .iter()
-                    .map(|&k| self.srcs(&oid, (fb + first + k) as u32, (fb + first + k) as u32).remove(0))
+                    .map(|&k| {
+                        self.srcs(&oid, (fb + first + k) as u32, (fb + first + k) as u32)
+                            .remove(0)
+                    })
                     .collect();
                 let ctx = self.reads.get_mut(rid).expect("present");
                 if now != expected && ctx.attempt + 1 < MAX_ATTEMPTS {
@@ -175,7 +209,11 @@ fn disk_runs(srcs: &[Src]) -> Vec<(usize, usize)> {
         match s {
             Src::Disk { slot, block, .. } => {
                 match (prev, runs.last_mut()) {
-                    (Some((ps, pb)), Some(run)) if ps == *slot && pb + 1 == *block && run.0 + run.1 == i => run.1 += 1,
+                    (Some((ps, pb)), Some(run))
+                        if ps == *slot && pb + 1 == *block && run.0 + run.1 == i =>
+                    {
+                        run.1 += 1
+                    }
                     _ => runs.push((i, 1)),
                 }
                 prev = Some((*slot, *block));

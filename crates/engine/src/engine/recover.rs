@@ -55,7 +55,9 @@ fn choose_backend(dev: &Dev, opts: &OpenOptions) -> Result<Box<dyn Backend>, Eng
             Ok("psync") => IoMode::Psync,
             Ok("uring") | Ok("io_uring") => IoMode::Uring,
             Ok(other) if !other.is_empty() => {
-                return Err(EngineError::invalid(format!("BASALT_IO={other}: use psync or uring")));
+                return Err(EngineError::invalid(format!(
+                    "BASALT_IO={other}: use psync or uring"
+                )));
             }
             _ if uring::available() => IoMode::Uring,
             _ => IoMode::Psync,
@@ -70,7 +72,12 @@ fn choose_backend(dev: &Dev, opts: &OpenOptions) -> Result<Box<dyn Backend>, Eng
 
 impl Engine {
     /// Opens the device: superblock, backend, recovery. Blocking.
-    pub fn open(dev: Dev, path: &Path, opts: &OpenOptions, rx: Receiver<Msg>) -> Result<Engine, EngineError> {
+    pub fn open(
+        dev: Dev,
+        path: &Path,
+        opts: &OpenOptions,
+        rx: Receiver<Msg>,
+    ) -> Result<Engine, EngineError> {
         let sb = read_superblock(&dev, path)?;
         let size = dev.size()?;
         if size < sb.device_size {
@@ -93,7 +100,9 @@ impl Engine {
             direct_io: direct,
         };
         let waker = be.waker();
-        let max_record = (sb.ring_size() / 4).min(8 << 20).max(max_single_record(sb.object_size));
+        let max_record = (sb.ring_size() / 4)
+            .min(8 << 20)
+            .max(max_single_record(sb.object_size));
         let mut engine = Engine {
             jr: Journal::new(sb.ring_size(), max_record),
             st: State {
@@ -108,7 +117,9 @@ impl Engine {
             waker,
             rx,
             shared: Arc::new(Shared::default()),
-            cfg: Config { writeback_idle: opts.writeback_idle },
+            cfg: Config {
+                writeback_idle: opts.writeback_idle,
+            },
             wb: WriteBack::default(),
             ios: Slab::new(),
             reads: Slab::new(),
@@ -143,7 +154,7 @@ impl Engine {
         self.rebuild_allocator(&found);
         let (head, next_seq, prev_crc) = match found.last() {
             Some(f) => (f.pos + f.hdr.len(), f.hdr.seq + 1, f.hdr.crc),
-            None => (jh.start_offset, jh.start_seq, 0),
+            None => (jh.start_offset, jh.start_seq, jh.start_prev_crc),
         };
         self.jr.head = head.min(self.sb.ring_size());
         self.jr.next_seq = next_seq;
@@ -155,6 +166,7 @@ impl Engine {
             self.jr.recs.push_back(Record {
                 seq: f.hdr.seq,
                 pos: f.pos,
+                prev_crc: f.hdr.prev_crc,
                 entries: f.hdr.entries,
                 blocks: f.blocks,
                 pending: 0,
@@ -183,13 +195,17 @@ impl Engine {
                 continue;
             }
             for e in &f.hdr.entries {
-                let EntryKind::Full(crcs) = &e.kind else { continue };
+                let EntryKind::Full(crcs) = &e.kind else {
+                    continue;
+                };
                 let rewritten: HashSet<u16> = found[i + 1..]
                     .iter()
                     .flat_map(|g| g.hdr.entries.iter())
                     .filter(|g| g.slot == e.slot)
                     .flat_map(|g| match &g.kind {
-                        EntryKind::Write(items) => items.iter().map(|it| it.block).collect::<Vec<_>>(),
+                        EntryKind::Write(items) => {
+                            items.iter().map(|it| it.block).collect::<Vec<_>>()
+                        }
                         _ => Vec::new(),
                     })
                     .collect();
@@ -207,7 +223,10 @@ impl Engine {
             }
         }
         if let Some(i) = cut {
-            tracing::info!("journal replay stops at record {}: its object data is not on disk", found[i].hdr.seq);
+            tracing::info!(
+                "journal replay stops at record {}: its object data is not on disk",
+                found[i].hdr.seq
+            );
             found.truncate(i);
         }
         Ok(())
@@ -226,13 +245,26 @@ impl Engine {
             {
                 continue;
             }
-            self.st.objs.insert(oid, Obj { version: d.version(s), slot: s, ..Obj::default() });
+            self.st.objs.insert(
+                oid,
+                Obj {
+                    version: d.version(s),
+                    slot: s,
+                    ..Obj::default()
+                },
+            );
         }
     }
 
     fn rebuild_allocator(&mut self, found: &[Found]) {
         let slots = self.sb.slot_count as u32;
-        let claimed: HashSet<u32> = self.st.objs.values().map(|o| o.slot).filter(|&s| s != NO_SLOT).collect();
+        let claimed: HashSet<u32> = self
+            .st
+            .objs
+            .values()
+            .map(|o| o.slot)
+            .filter(|&s| s != NO_SLOT)
+            .collect();
         let mentioned: HashSet<u32> = found
             .iter()
             .flat_map(|f| f.hdr.entries.iter().flat_map(|e| [e.slot, e.old_slot]))
@@ -284,9 +316,14 @@ fn read_journal_header(dev: &Dev, sb: &Superblock) -> Result<JournalHeader, Engi
             best = Some(h);
         }
     }
-    let h = best.ok_or_else(|| EngineError::Corrupt("no valid journal header; the store cannot be recovered".into()))?;
+    let h = best.ok_or_else(|| {
+        EngineError::Corrupt("no valid journal header; the store cannot be recovered".into())
+    })?;
     if h.start_offset % BLOCK != 0 || h.start_offset > sb.ring_size() {
-        return Err(EngineError::Corrupt(format!("journal header start {} is outside the ring", h.start_offset)));
+        return Err(EngineError::Corrupt(format!(
+            "journal header start {} is outside the ring",
+            h.start_offset
+        )));
     }
     Ok(h)
 }
@@ -301,7 +338,10 @@ fn load_slot_table(dev: &Dev, sb: &Superblock, d: &mut SlotTable) -> Result<(), 
         dev.read_at(sb.meta_copy_offset(p, 0), &mut buf)?;
         for k in 0..n {
             let a = (2 * k * page) as usize;
-            let (c0, c1) = (&buf[a..a + page as usize], &buf[a + page as usize..a + 2 * page as usize]);
+            let (c0, c1) = (
+                &buf[a..a + page as usize],
+                &buf[a + page as usize..a + 2 * page as usize],
+            );
             d.load_page(p + k, [c0, c1], &sb.uuid)?;
         }
         p += n;
@@ -311,7 +351,7 @@ fn load_slot_table(dev: &Dev, sb: &Superblock, d: &mut SlotTable) -> Result<(), 
 
 fn scan_journal(dev: &Dev, sb: &Superblock, jh: &JournalHeader) -> Result<Vec<Found>, EngineError> {
     let mut found = Vec::new();
-    let (mut pos, mut expect, mut prev) = (jh.start_offset, jh.start_seq, None);
+    let (mut pos, mut expect, mut prev) = (jh.start_offset, jh.start_seq, jh.start_prev_crc);
     let mut scanned = 0u64;
     loop {
         let mut rec = read_record(dev, sb, pos, expect, prev)?;
@@ -321,39 +361,54 @@ fn scan_journal(dev: &Dev, sb: &Superblock, jh: &JournalHeader) -> Result<Vec<Fo
         let Some(f) = rec else { break };
         pos = f.pos + f.hdr.len();
         expect += 1;
-        prev = Some(f.hdr.crc);
+        prev = f.hdr.crc;
         scanned += f.hdr.len();
         found.push(f);
         if scanned > sb.ring_size() {
-            return Err(EngineError::Corrupt("journal scan ran past the ring size".into()));
+            return Err(EngineError::Corrupt(
+                "journal scan ran past the ring size".into(),
+            ));
         }
     }
     Ok(found)
 }
 
 /// Reads and fully verifies the record expected at `pos`; `None` if it is not there intact.
-fn read_record(dev: &Dev, sb: &Superblock, pos: u64, expect: u64, prev: Option<u32>) -> Result<Option<Found>, EngineError> {
+fn read_record(
+    dev: &Dev,
+    sb: &Superblock,
+    pos: u64,
+    expect: u64,
+    prev: u32,
+) -> Result<Option<Found>, EngineError> {
     let ring = sb.ring_size();
     if pos + BLOCK > ring {
         return Ok(None);
     }
     let mut first = AlignedBuf::zeroed(B);
     dev.read_at(sb.ring_offset() + pos, &mut first)?;
-    let Some((seq, hb, db)) = peek_record(&first, &sb.uuid) else { return Ok(None) };
+    let Some((seq, hb, db)) = peek_record(&first, &sb.uuid) else {
+        return Ok(None);
+    };
     let len = u64::from(hb) + u64::from(db);
     if seq != expect || pos + len * BLOCK > ring {
         return Ok(None);
     }
     let mut buf = AlignedBuf::zeroed((len * BLOCK) as usize);
     dev.read_at(sb.ring_offset() + pos, &mut buf)?;
-    let Some(hdr) = decode_record_header(&buf, &sb.uuid, sb.blocks_per_object(), sb.slot_count) else {
+    let Some(hdr) = decode_record_header(&buf, &sb.uuid, sb.blocks_per_object(), sb.slot_count)
+    else {
         return Ok(None);
     };
-    if prev.is_some_and(|p| p != hdr.prev_crc) {
+    if hdr.prev_crc != prev {
         return Ok(None);
     }
     let crcs = hdr.entries.iter().flat_map(|e| match &e.kind {
-        EntryKind::Write(items) => items.iter().filter(|i| i.data).map(|i| i.crc).collect::<Vec<_>>(),
+        EntryKind::Write(items) => items
+            .iter()
+            .filter(|i| i.data)
+            .map(|i| i.crc)
+            .collect::<Vec<_>>(),
         _ => Vec::new(),
     });
     let mut blocks = Vec::with_capacity(db as usize);

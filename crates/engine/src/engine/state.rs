@@ -39,7 +39,11 @@ pub(crate) enum Src {
     Zero,
     /// In memory: the buffer and the byte offset of the block inside it.
     Mem(SharedBuf, usize),
-    Disk { slot: u32, block: u32, crc: u32 },
+    Disk {
+        slot: u32,
+        block: u32,
+        crc: u32,
+    },
 }
 
 impl PartialEq for Src {
@@ -47,9 +51,18 @@ impl PartialEq for Src {
         match (self, other) {
             (Src::Zero, Src::Zero) => true,
             (Src::Mem(a, x), Src::Mem(b, y)) => std::sync::Arc::ptr_eq(&a.0, &b.0) && x == y,
-            (Src::Disk { slot: a, block: b, crc: c }, Src::Disk { slot: x, block: y, crc: z }) => {
-                a == x && b == y && c == z
-            }
+            (
+                Src::Disk {
+                    slot: a,
+                    block: b,
+                    crc: c,
+                },
+                Src::Disk {
+                    slot: x,
+                    block: y,
+                    crc: z,
+                },
+            ) => a == x && b == y && c == z,
             _ => false,
         }
     }
@@ -72,7 +85,13 @@ pub(crate) struct Allocator {
 
 impl Allocator {
     pub fn new(slots: u32) -> Allocator {
-        Allocator { state: vec![FREE; slots as usize], cursor: 0, free: u64::from(slots), claimed: 0, limbo: 0 }
+        Allocator {
+            state: vec![FREE; slots as usize],
+            cursor: 0,
+            free: u64::from(slots),
+            claimed: 0,
+            limbo: 0,
+        }
     }
 
     /// Takes a free slot (next-fit from the last allocation, so fresh objects land in order).
@@ -113,7 +132,11 @@ impl Allocator {
     }
 
     /// Rebuilds the allocator after recovery.
-    pub fn rebuild(slots: u32, claimed: impl Fn(u32) -> bool, limbo: impl Fn(u32) -> bool) -> Allocator {
+    pub fn rebuild(
+        slots: u32,
+        claimed: impl Fn(u32) -> bool,
+        limbo: impl Fn(u32) -> bool,
+    ) -> Allocator {
         let mut a = Allocator::new(slots);
         a.free = 0;
         for s in 0..slots {
@@ -154,12 +177,20 @@ impl State {
         if let Some(base) = &obj.base {
             return match &base.inflight {
                 Some(buf) => Src::Mem(buf.clone(), (u64::from(b) * BLOCK) as usize),
-                None => Src::Disk { slot: obj.slot, block: b, crc: base.crcs[b as usize] },
+                None => Src::Disk {
+                    slot: obj.slot,
+                    block: b,
+                    crc: base.crcs[b as usize],
+                },
             };
         }
         let s = obj.slot;
         if s != NO_SLOT && self.d.is_used(s) && self.d.owner(s) == *oid && self.d.allocated(s, b) {
-            return Src::Disk { slot: s, block: b, crc: self.d.crc(s, b) };
+            return Src::Disk {
+                slot: s,
+                block: b,
+                crc: self.d.crc(s, b),
+            };
         }
         Src::Zero
     }
@@ -171,7 +202,10 @@ impl State {
 
     /// Allocated bytes of an object.
     pub fn allocated_bytes(&self, oid: &ObjectId, obj: &Obj) -> u64 {
-        (0..self.d.blocks).filter(|&b| self.is_allocated(oid, obj, b)).count() as u64 * BLOCK
+        (0..self.d.blocks)
+            .filter(|&b| self.is_allocated(oid, obj, b))
+            .count() as u64
+            * BLOCK
     }
 
     fn set_slot(&mut self, obj_slot: &mut u32, new: u32) {
@@ -190,7 +224,10 @@ impl State {
     pub fn apply(&mut self, seq: u64, e: &Entry, blocks: &[SharedBuf], full: Option<SharedBuf>) {
         match &e.kind {
             EntryKind::Write(items) => {
-                let mut obj = self.objs.remove(&e.oid).unwrap_or(Obj { slot: NO_SLOT, ..Obj::default() });
+                let mut obj = self.objs.remove(&e.oid).unwrap_or(Obj {
+                    slot: NO_SLOT,
+                    ..Obj::default()
+                });
                 let mut slot = obj.slot;
                 self.set_slot(&mut slot, e.slot);
                 obj.slot = slot;
@@ -203,13 +240,20 @@ impl State {
                 self.objs.insert(e.oid, obj);
             }
             EntryKind::Full(crcs) => {
-                let mut obj = self.objs.remove(&e.oid).unwrap_or(Obj { slot: NO_SLOT, ..Obj::default() });
+                let mut obj = self.objs.remove(&e.oid).unwrap_or(Obj {
+                    slot: NO_SLOT,
+                    ..Obj::default()
+                });
                 let mut slot = obj.slot;
                 self.set_slot(&mut slot, e.slot);
                 obj.slot = slot;
                 obj.version = e.version;
                 obj.cache.clear();
-                obj.base = Some(Box::new(Base { seq, crcs: crcs.clone(), inflight: full }));
+                obj.base = Some(Box::new(Base {
+                    seq,
+                    crcs: crcs.clone(),
+                    inflight: full,
+                }));
                 self.objs.insert(e.oid, obj);
             }
             EntryKind::Delete => {

@@ -44,7 +44,10 @@ impl Engine {
 
     fn block(&mut self, op: WriteOp, reason: Reason) {
         let oid = op.oid;
-        let b = self.blocked.entry(oid).or_insert_with(|| Blocked { ops: VecDeque::new(), reason });
+        let b = self.blocked.entry(oid).or_insert_with(|| Blocked {
+            ops: VecDeque::new(),
+            reason,
+        });
         b.reason = reason;
         b.ops.push_front(op);
         if reason != Reason::Reads {
@@ -75,7 +78,9 @@ impl Engine {
     pub fn retry_waiting(&mut self) {
         let n = self.waiting.len();
         for _ in 0..n {
-            let Some(oid) = self.waiting.pop_front() else { break };
+            let Some(oid) = self.waiting.pop_front() else {
+                break;
+            };
             let ready = match self.blocked.get(&oid).map(|b| b.reason) {
                 Some(Reason::Room) => {
                     let blocks = self.sb.blocks_per_object() as usize;
@@ -86,7 +91,11 @@ impl Engine {
             };
             if ready {
                 self.resume(oid);
-            } else if self.blocked.get(&oid).is_some_and(|b| b.reason != Reason::Reads) {
+            } else if self
+                .blocked
+                .get(&oid)
+                .is_some_and(|b| b.reason != Reason::Reads)
+            {
                 self.waiting.push_back(oid);
             }
         }
@@ -105,7 +114,10 @@ impl Engine {
         let current = self.st.objs.get(&op.oid).map_or(0, |o| o.version);
         let version = match op.opts.version {
             Some(v) if v.0 <= current => {
-                op.reply.err(EngineError::StaleVersion { current: Version(current), requested: v });
+                op.reply.err(EngineError::StaleVersion {
+                    current: Version(current),
+                    requested: v,
+                });
                 return Ok(());
             }
             Some(v) => v.0,
@@ -120,7 +132,9 @@ impl Engine {
                 self.op_delete(op, version);
                 Ok(())
             }
-            WKind::Data(d) if op.offset == 0 && d.len() == self.sb.object_size as usize => self.op_full(op, version),
+            WKind::Data(d) if op.offset == 0 && d.len() == self.sb.object_size as usize => {
+                self.op_full(op, version)
+            }
             _ => self.op_partial(op, version),
         }
     }
@@ -133,12 +147,31 @@ impl Engine {
         let (durable, v) = Self::waiter(&op, version);
         let Some(obj) = self.st.objs.get(&op.oid) else {
             // Nothing to delete; still ordered after earlier operations.
-            self.add_barrier(Waiter { durable, reply: op.reply, version: v });
+            self.add_barrier(Waiter {
+                durable,
+                reply: op.reply,
+                version: v,
+            });
             return;
         };
-        let entry = Entry { oid: op.oid, version, slot: NO_SLOT, old_slot: obj.slot, kind: EntryKind::Delete };
+        let entry = Entry {
+            oid: op.oid,
+            version,
+            slot: NO_SLOT,
+            old_slot: obj.slot,
+            kind: EntryKind::Delete,
+        };
         self.shared.writes.fetch_add(1, Ordering::Relaxed);
-        self.add_entry(entry, Vec::new(), None, Waiter { durable, reply: op.reply, version: v });
+        self.add_entry(
+            entry,
+            Vec::new(),
+            None,
+            Waiter {
+                durable,
+                reply: op.reply,
+                version: v,
+            },
+        );
     }
 
     /// A whole-object write: redirect-on-write into a fresh slot, so the data is written once
@@ -151,20 +184,39 @@ impl Engine {
             }
             return self.no_space(op);
         };
-        let WKind::Data(data) = &op.kind else { unreachable!("op_full is only called for data") };
+        let WKind::Data(data) = &op.kind else {
+            unreachable!("op_full is only called for data")
+        };
         let buf = AlignedBuf::copy_from(data);
         let crcs: Box<[u32]> = buf.chunks(B).map(crc32c).collect();
         let buf = SharedBuf::new(buf);
-        let entry = Entry { oid: op.oid, version, slot, old_slot, kind: EntryKind::Full(crcs) };
+        let entry = Entry {
+            oid: op.oid,
+            version,
+            slot,
+            old_slot,
+            kind: EntryKind::Full(crcs),
+        };
         self.count_write(data.len());
         let (durable, v) = Self::waiter(&op, version);
-        self.add_entry(entry, Vec::new(), Some((op.oid, slot, buf)), Waiter { durable, reply: op.reply, version: v });
+        self.add_entry(
+            entry,
+            Vec::new(),
+            Some((op.oid, slot, buf)),
+            Waiter {
+                durable,
+                reply: op.reply,
+                version: v,
+            },
+        );
         Ok(())
     }
 
     fn count_write(&self, bytes: usize) {
         self.shared.writes.fetch_add(1, Ordering::Relaxed);
-        self.shared.bytes_written.fetch_add(bytes as u64, Ordering::Relaxed);
+        self.shared
+            .bytes_written
+            .fetch_add(bytes as u64, Ordering::Relaxed);
     }
 
     fn no_space(&mut self, op: WriteOp) -> Result<(), (WriteOp, Reason)> {
@@ -172,7 +224,10 @@ impl Engine {
             // Slots are being released by write-back; wait for it.
             return Err((op, Reason::Space));
         }
-        op.reply.err(EngineError::OutOfSpace { needed: u64::from(self.sb.object_size), free: 0 });
+        op.reply.err(EngineError::OutOfSpace {
+            needed: u64::from(self.sb.object_size),
+            free: 0,
+        });
         Ok(())
     }
 
@@ -183,7 +238,9 @@ impl Engine {
         if let Some((_, buf)) = op.old.iter().find(|(blk, _)| *blk == b) {
             return Old::Buf(AlignedBuf::copy_from(buf));
         }
-        let Some(obj) = self.st.objs.get(&op.oid) else { return Old::Zero };
+        let Some(obj) = self.st.objs.get(&op.oid) else {
+            return Old::Zero;
+        };
         match self.st.block_src(&op.oid, obj, b) {
             Src::Zero => Old::Zero,
             Src::Mem(buf, off) => Old::Buf(AlignedBuf::copy_from(&buf.0[off..off + B])),
@@ -208,7 +265,11 @@ impl Engine {
             let (lo, hi) = (start.max(bs), end.min(be));
             let whole = lo == bs && hi == be;
             if whole && matches!(op.kind, WKind::Zero(_)) {
-                items.push(Item { block: b as u16, data: false, crc: 0 });
+                items.push(Item {
+                    block: b as u16,
+                    data: false,
+                    crc: 0,
+                });
                 continue;
             }
             let mut block = if whole {
@@ -225,17 +286,33 @@ impl Engine {
                 }
             };
             match &op.kind {
-                WKind::Data(d) => block[lo - bs..hi - bs].copy_from_slice(&d[lo - start..hi - start]),
+                WKind::Data(d) => {
+                    block[lo - bs..hi - bs].copy_from_slice(&d[lo - start..hi - start])
+                }
                 _ => block[lo - bs..hi - bs].fill(0),
             }
-            items.push(Item { block: b as u16, data: true, crc: crc32c(&block) });
+            items.push(Item {
+                block: b as u16,
+                data: true,
+                crc: crc32c(&block),
+            });
             bufs.push(SharedBuf::new(block));
         }
         if !need.is_empty() {
             op.reads_pending = need.len() as u32;
             for (slot, block, crc) in need {
-                let req = IoReq::Read { off: self.sb.slot_offset(slot, block), buf: AlignedBuf::zeroed(B) };
-                self.submit(IoCtx::Rmw { oid: op.oid, block, crc }, req);
+                let req = IoReq::Read {
+                    off: self.sb.slot_offset(slot, block),
+                    buf: AlignedBuf::zeroed(B),
+                };
+                self.submit(
+                    IoCtx::Rmw {
+                        oid: op.oid,
+                        block,
+                        crc,
+                    },
+                    req,
+                );
             }
             return Err((op, Reason::Reads));
         }
@@ -246,7 +323,11 @@ impl Engine {
             Some(s) if s != NO_SLOT => s,
             _ if !has_data => {
                 // Zeroing an object that does not exist: nothing to record.
-                self.add_barrier(Waiter { durable, reply: op.reply, version: Version::NONE });
+                self.add_barrier(Waiter {
+                    durable,
+                    reply: op.reply,
+                    version: Version::NONE,
+                });
                 return Ok(());
             }
             _ => match self.st.alloc.take() {
@@ -256,7 +337,11 @@ impl Engine {
         };
         if items.is_empty() {
             // Zeroing blocks that are already unallocated: record the version bump only.
-            items.push(Item { block: (start / B) as u16, data: false, crc: 0 });
+            items.push(Item {
+                block: (start / B) as u16,
+                data: false,
+                crc: 0,
+            });
         }
         self.count_write(len as usize);
         let kind = if !has_data && self.empties_object(&op.oid, &items) {
@@ -266,16 +351,39 @@ impl Engine {
             EntryKind::Write(items)
         };
         let entry = match kind {
-            EntryKind::Delete => Entry { oid: op.oid, version, slot: NO_SLOT, old_slot: slot, kind },
-            kind => Entry { oid: op.oid, version, slot, old_slot: NO_SLOT, kind },
+            EntryKind::Delete => Entry {
+                oid: op.oid,
+                version,
+                slot: NO_SLOT,
+                old_slot: slot,
+                kind,
+            },
+            kind => Entry {
+                oid: op.oid,
+                version,
+                slot,
+                old_slot: NO_SLOT,
+                kind,
+            },
         };
-        self.add_entry(entry, bufs, None, Waiter { durable, reply: op.reply, version: v });
+        self.add_entry(
+            entry,
+            bufs,
+            None,
+            Waiter {
+                durable,
+                reply: op.reply,
+                version: v,
+            },
+        );
         Ok(())
     }
 
     /// Would unallocating `items` leave `oid` without any allocated block?
     fn empties_object(&self, oid: &ObjectId, items: &[Item]) -> bool {
-        let Some(obj) = self.st.objs.get(oid) else { return true };
+        let Some(obj) = self.st.objs.get(oid) else {
+            return true;
+        };
         (0..self.sb.blocks_per_object()).all(|b| {
             items.iter().any(|i| u32::from(i.block) == b) || !self.st.is_allocated(oid, obj, b)
         })
@@ -283,15 +391,22 @@ impl Engine {
 
     /// A read-modify-write read finished: verify it and resume the object when all are in.
     pub fn rmw_done(&mut self, oid: ObjectId, block: u32, crc: u32, d: IoDone) {
-        let Some(b) = self.blocked.get_mut(&oid) else { return };
+        let Some(b) = self.blocked.get_mut(&oid) else {
+            return;
+        };
         let Some(op) = b.ops.front_mut() else { return };
         op.reads_pending -= 1;
-        let IoReq::Read { buf, .. } = d.req else { return };
+        let IoReq::Read { buf, .. } = d.req else {
+            return;
+        };
         match d.res {
             Err(e) => op.failed = Some(EngineError::Io(e)),
             Ok(()) if crc32c(&buf) != crc => {
                 self.shared.checksum_errors.fetch_add(1, Ordering::Relaxed);
-                op.failed = Some(EngineError::Checksum { oid, offset: u64::from(block) * BLOCK });
+                op.failed = Some(EngineError::Checksum {
+                    oid,
+                    offset: u64::from(block) * BLOCK,
+                });
             }
             Ok(()) => op.old.push((block, buf)),
         }

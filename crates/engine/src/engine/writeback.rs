@@ -69,7 +69,11 @@ impl Engine {
         }
         let idle = self.jr.open.is_none() && self.jr.writing == 0 && self.blocked.is_empty();
         self.closing
-            || self.waiting.iter().any(|o| self.blocked.get(o).is_some_and(|b| b.reason == super::Reason::Space))
+            || self.waiting.iter().any(|o| {
+                self.blocked
+                    .get(o)
+                    .is_some_and(|b| b.reason == super::Reason::Space)
+            })
             || self.jr.used() * 4 >= self.jr.ring
             || self.jr.recs.len() >= MAX_LIVE_RECORDS
             || (idle && self.last_write.elapsed() >= self.cfg.writeback_idle)
@@ -103,7 +107,10 @@ impl Engine {
         let mut n = 0;
         let mut blocks = 0;
         for r in &self.jr.recs {
-            if r.state != RecState::Flushed || n >= MAX_BATCH_RECORDS || (n > 0 && blocks + r.blocks.len() > MAX_BATCH_BLOCKS) {
+            if r.state != RecState::Flushed
+                || n >= MAX_BATCH_RECORDS
+                || (n > 0 && blocks + r.blocks.len() > MAX_BATCH_BLOCKS)
+            {
                 break;
             }
             n += 1;
@@ -126,10 +133,23 @@ impl Engine {
             // Alternate copies: the other copy still holds the previous generation intact.
             let buf = self.st.d.encode_page(p, generation, &self.sb.uuid);
             let off = self.sb.meta_copy_offset(p, generation % 2);
-            self.submit(IoCtx::WriteBack, IoReq::Write { off, bufs: vec![IoBuf::Owned(buf)] });
+            self.submit(
+                IoCtx::WriteBack,
+                IoReq::Write {
+                    off,
+                    bufs: vec![IoBuf::Owned(buf)],
+                },
+            );
             pending += 1;
         }
-        self.wb.batch = Some(Batch { records: n, last_seq, pending, phase: Phase::Writing, released, touched });
+        self.wb.batch = Some(Batch {
+            records: n,
+            last_seq,
+            pending,
+            phase: Phase::Writing,
+            released,
+            touched,
+        });
         if pending == 0 {
             self.writeback_io_done(Ok(()));
         }
@@ -142,7 +162,13 @@ impl Engine {
     fn apply_to_slot_table(
         &mut self,
         n: usize,
-    ) -> (BTreeMap<(u32, u32), SharedBuf>, BTreeSet<u64>, Vec<u32>, Vec<ObjectId>, u64) {
+    ) -> (
+        BTreeMap<(u32, u32), SharedBuf>,
+        BTreeSet<u64>,
+        Vec<u32>,
+        Vec<ObjectId>,
+        u64,
+    ) {
         let mut writes: BTreeMap<(u32, u32), SharedBuf> = BTreeMap::new();
         let mut pages = BTreeSet::new();
         let mut released = Vec::new();
@@ -230,23 +256,36 @@ impl Engine {
     fn write_header(&mut self) {
         let Some(b) = &mut self.wb.batch else { return };
         let next = self.jr.recs.get(b.records);
-        let (start_offset, start_seq) = match next {
-            Some(r) => (r.pos, r.seq),
-            None => (self.jr.head, self.jr.next_seq),
+        let (start_offset, start_seq, start_prev_crc) = match next {
+            Some(r) => (r.pos, r.seq, r.prev_crc),
+            None => (self.jr.head, self.jr.next_seq, self.jr.prev_crc),
         };
         b.phase = Phase::Header;
         b.pending = 1;
         self.jr.header_gen += 1;
-        let h = JournalHeader { generation: self.jr.header_gen, start_offset, start_seq };
+        let h = JournalHeader {
+            generation: self.jr.header_gen,
+            start_offset,
+            start_seq,
+            start_prev_crc,
+        };
         let buf = h.encode(&self.sb.uuid);
         // Alternate copies: a torn header write leaves the previous start, which is still valid
         // because its records' space is not reused before this header is durable.
         let off = self.sb.journal_header_offset(h.generation % 2);
-        self.submit(IoCtx::WriteBack, IoReq::Write { off, bufs: vec![IoBuf::Owned(buf)] });
+        self.submit(
+            IoCtx::WriteBack,
+            IoReq::Write {
+                off,
+                bufs: vec![IoBuf::Owned(buf)],
+            },
+        );
     }
 
     fn finish_batch(&mut self) {
-        let Some(b) = self.wb.batch.take() else { return };
+        let Some(b) = self.wb.batch.take() else {
+            return;
+        };
         for _ in 0..b.records {
             self.jr.recs.pop_front();
         }
@@ -261,18 +300,25 @@ impl Engine {
         for s in b.released {
             self.st.alloc.written_back_free(s);
         }
-        self.shared.writeback_batches.fetch_add(1, Ordering::Relaxed);
+        self.shared
+            .writeback_batches
+            .fetch_add(1, Ordering::Relaxed);
     }
 }
 
 /// Groups block writes that are contiguous on the device into vectored writes.
-fn merge_runs(sb: &crate::layout::Superblock, writes: BTreeMap<(u32, u32), SharedBuf>) -> Vec<(u64, Vec<IoBuf>)> {
+fn merge_runs(
+    sb: &crate::layout::Superblock,
+    writes: BTreeMap<(u32, u32), SharedBuf>,
+) -> Vec<(u64, Vec<IoBuf>)> {
     let mut out: Vec<(u64, Vec<IoBuf>)> = Vec::new();
     let mut next_off = u64::MAX;
     for ((slot, block), buf) in writes {
         let off = sb.slot_offset(slot, block);
         match out.last_mut() {
-            Some((_, bufs)) if off == next_off && bufs.len() < MAX_IOV => bufs.push(IoBuf::Shared(buf)),
+            Some((_, bufs)) if off == next_off && bufs.len() < MAX_IOV => {
+                bufs.push(IoBuf::Shared(buf))
+            }
             _ => out.push((off, vec![IoBuf::Shared(buf)])),
         }
         next_off = off + BLOCK;

@@ -11,7 +11,11 @@ use std::sync::Arc;
 /// An open device: a file or block device, or a simulated disk.
 #[derive(Clone)]
 pub(crate) enum Dev {
-    File { file: Arc<File>, direct: bool, block: bool },
+    File {
+        file: Arc<File>,
+        direct: bool,
+        block: bool,
+    },
     Sim(SimDisk),
 }
 
@@ -41,19 +45,35 @@ impl Dev {
             (open(0)?, false)
         };
         let block = file.metadata()?.file_type().is_block_device();
-        Ok(Dev::File { file: Arc::new(file), direct, block })
+        Ok(Dev::File {
+            file: Arc::new(file),
+            direct,
+            block,
+        })
     }
 
     pub fn size(&self) -> io::Result<u64> {
         match self {
-            Dev::File { file, block: false, .. } => Ok(file.metadata()?.len()),
-            Dev::File { file, block: true, .. } => {
+            Dev::File {
+                file, block: false, ..
+            } => Ok(file.metadata()?.len()),
+            Dev::File {
+                file, block: true, ..
+            } => {
                 let mut size: u64 = 0;
                 // SAFETY: BLKGETSIZE64 writes one u64 through the pointer.
                 let rc = unsafe {
-                    libc::ioctl(std::os::fd::AsRawFd::as_raw_fd(&**file), BLKGETSIZE64, &mut size)
+                    libc::ioctl(
+                        std::os::fd::AsRawFd::as_raw_fd(&**file),
+                        BLKGETSIZE64,
+                        &mut size,
+                    )
                 };
-                if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(size) }
+                if rc < 0 {
+                    Err(io::Error::last_os_error())
+                } else {
+                    Ok(size)
+                }
             }
             Dev::Sim(s) => Ok(s.size()),
         }
@@ -66,7 +86,9 @@ impl Dev {
     /// Grows a regular file to `size` bytes (never shrinks).
     pub fn extend(&self, size: u64) -> io::Result<()> {
         match self {
-            Dev::File { file, block: false, .. } if file.metadata()?.len() < size => file.set_len(size),
+            Dev::File {
+                file, block: false, ..
+            } if file.metadata()?.len() < size => file.set_len(size),
             _ => Ok(()),
         }
     }

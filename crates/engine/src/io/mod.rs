@@ -105,11 +105,17 @@ impl Waker {
     }
 
     pub fn condvar() -> Waker {
-        Waker::with(WakeKind::Cond { flag: Mutex::new(false), cv: Condvar::new() })
+        Waker::with(WakeKind::Cond {
+            flag: Mutex::new(false),
+            cv: Condvar::new(),
+        })
     }
 
     fn with(kind: WakeKind) -> Waker {
-        Waker(Arc::new(WakeInner { sleeping: AtomicBool::new(false), kind }))
+        Waker(Arc::new(WakeInner {
+            sleeping: AtomicBool::new(false),
+            kind,
+        }))
     }
 
     /// Wakes the thread if it is (about to be) asleep.

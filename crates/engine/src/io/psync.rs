@@ -26,13 +26,19 @@ impl PsyncBackend {
         let waker = Waker::condvar();
         let threads = (0..threads.max(1))
             .map(|i| {
-                let (rx, done, waker, file) = (rx.clone(), done.clone(), waker.clone(), file.clone());
+                let (rx, done, waker, file) =
+                    (rx.clone(), done.clone(), waker.clone(), file.clone());
                 std::thread::Builder::new()
                     .name(format!("basalt-psync-{i}"))
                     .spawn(move || worker(&file, &rx, &done, &waker))
             })
             .collect::<io::Result<Vec<_>>>()?;
-        Ok(PsyncBackend { tx: Some(tx), done, waker, threads })
+        Ok(PsyncBackend {
+            tx: Some(tx),
+            done,
+            waker,
+            threads,
+        })
     }
 }
 
@@ -43,7 +49,14 @@ fn worker(file: &File, rx: &Receiver<(u64, IoReq)>, done: &Mutex<Vec<IoDone>>, w
             IoReq::Read { off, buf } => {
                 // SAFETY: buf is valid for buf.len() writable bytes.
                 let n = unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), *off as i64) };
-                check_len(if n < 0 { -(errno() as isize) } else { n as isize }, buf.len())
+                check_len(
+                    if n < 0 {
+                        -(errno() as isize)
+                    } else {
+                        n as isize
+                    },
+                    buf.len(),
+                )
             }
             IoReq::Write { off, bufs } => pwritev_all(fd, *off, bufs),
             // SAFETY: plain syscall on an open descriptor.
@@ -58,19 +71,31 @@ fn worker(file: &File, rx: &Receiver<(u64, IoReq)>, done: &Mutex<Vec<IoDone>>, w
 }
 
 fn errno() -> i32 {
-    io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+    io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
 }
 
 /// Writes all buffers back to back at `off`, retrying short writes.
 fn pwritev_all(fd: i32, mut off: u64, bufs: &[IoBuf]) -> io::Result<()> {
     let mut iov: Vec<libc::iovec> = bufs
         .iter()
-        .map(|b| libc::iovec { iov_base: b.as_ptr() as *mut _, iov_len: b.len() })
+        .map(|b| libc::iovec {
+            iov_base: b.as_ptr() as *mut _,
+            iov_len: b.len(),
+        })
         .collect();
     let mut first = 0;
     while first < iov.len() {
         // SAFETY: the iovecs point into buffers borrowed for the duration of this call.
-        let n = unsafe { libc::pwritev(fd, iov[first..].as_ptr(), (iov.len() - first) as i32, off as i64) };
+        let n = unsafe {
+            libc::pwritev(
+                fd,
+                iov[first..].as_ptr(),
+                (iov.len() - first) as i32,
+                off as i64,
+            )
+        };
         if n < 0 {
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::Interrupted {
@@ -79,7 +104,10 @@ fn pwritev_all(fd: i32, mut off: u64, bufs: &[IoBuf]) -> io::Result<()> {
             return Err(e);
         }
         if n == 0 {
-            return Err(io::Error::new(io::ErrorKind::WriteZero, "pwritev wrote nothing"));
+            return Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                "pwritev wrote nothing",
+            ));
         }
         let mut n = n as usize;
         off += n as u64;

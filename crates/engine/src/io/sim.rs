@@ -136,10 +136,12 @@ impl SimDisk {
     pub(crate) fn read_into(&self, off: u64, buf: &mut [u8]) -> io::Result<()> {
         let s = self.0.lock();
         let o = off as usize;
-        let src = s
-            .current
-            .get(o..o + buf.len())
-            .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "read past the end of the sim disk"))?;
+        let src = s.current.get(o..o + buf.len()).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "read past the end of the sim disk",
+            )
+        })?;
         buf.copy_from_slice(src);
         Ok(())
     }
@@ -156,7 +158,10 @@ impl SimDisk {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         let o = off as usize;
         if o + len > s.current.len() {
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "write past the end of the sim disk"));
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "write past the end of the sim disk",
+            ));
         }
         let mut all = Vec::with_capacity(len);
         for p in parts {
@@ -194,7 +199,12 @@ pub(crate) struct SimBackend {
 
 impl SimBackend {
     pub fn new(disk: SimDisk) -> SimBackend {
-        SimBackend { disk, done: Vec::new(), delayed: Vec::new(), waker: Waker::condvar() }
+        SimBackend {
+            disk,
+            done: Vec::new(),
+            delayed: Vec::new(),
+            waker: Waker::condvar(),
+        }
     }
 }
 
@@ -214,7 +224,14 @@ impl Backend for SimBackend {
                 let latency = self.disk.0.lock().flush_latency;
                 if !latency.is_zero() {
                     // The flush takes effect when it completes, as on a real device.
-                    self.delayed.push((Instant::now() + latency, IoDone { token, req, res: Ok(()) }));
+                    self.delayed.push((
+                        Instant::now() + latency,
+                        IoDone {
+                            token,
+                            req,
+                            res: Ok(()),
+                        },
+                    ));
                     return;
                 }
                 self.disk.flush()
@@ -238,7 +255,11 @@ impl Backend for SimBackend {
         if self.done.is_empty()
             && let Some(timeout) = wait
         {
-            let next = self.delayed.iter().map(|(t, _)| t.saturating_duration_since(now)).min();
+            let next = self
+                .delayed
+                .iter()
+                .map(|(t, _)| t.saturating_duration_since(now))
+                .min();
             let timeout = match (timeout, next) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
@@ -269,7 +290,13 @@ mod tests {
             assert_eq!(img.read(0, 4096), vec![1u8; 4096]);
             let second = img.read(4096, 4096);
             let twos = second.iter().filter(|&&b| b == 2).count();
-            saw[if twos == 0 { 0 } else if twos == 4096 { 1 } else { 2 }] = true;
+            saw[if twos == 0 {
+                0
+            } else if twos == 4096 {
+                1
+            } else {
+                2
+            }] = true;
         }
         assert_eq!(saw, [true; 3], "drop, keep and tear all happen");
     }

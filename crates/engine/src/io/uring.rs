@@ -74,7 +74,9 @@ impl UringBackend {
             }
         }
         while self.inflight < RING_ENTRIES as usize && !self.ring.submission().is_full() {
-            let Some((token, mut req)) = self.backlog.pop_front() else { break };
+            let Some((token, mut req)) = self.backlog.pop_front() else {
+                break;
+            };
             let idx = self.free.pop().unwrap_or_else(|| {
                 self.slab.push(None);
                 self.slab.len() - 1
@@ -82,23 +84,36 @@ impl UringBackend {
             let mut iov = Vec::new();
             let entry = match &mut req {
                 IoReq::Read { off, buf } => {
-                    opcode::Read::new(fd, buf.as_mut_ptr(), buf.len() as u32).offset(*off).build()
+                    opcode::Read::new(fd, buf.as_mut_ptr(), buf.len() as u32)
+                        .offset(*off)
+                        .build()
                 }
                 IoReq::Write { off, bufs } => {
                     iov = bufs
                         .iter()
-                        .map(|b| libc::iovec { iov_base: b.as_ptr() as *mut _, iov_len: b.len() })
+                        .map(|b| libc::iovec {
+                            iov_base: b.as_ptr() as *mut _,
+                            iov_len: b.len(),
+                        })
                         .collect();
-                    opcode::Writev::new(fd, iov.as_ptr(), iov.len() as u32).offset(*off).build()
+                    opcode::Writev::new(fd, iov.as_ptr(), iov.len() as u32)
+                        .offset(*off)
+                        .build()
                 }
-                IoReq::Flush => opcode::Fsync::new(fd).flags(types::FsyncFlags::DATASYNC).build(),
+                IoReq::Flush => opcode::Fsync::new(fd)
+                    .flags(types::FsyncFlags::DATASYNC)
+                    .build(),
             };
             let entry = entry.user_data(idx as u64);
             // SAFETY: every buffer and the iovec array are owned by the InFlight stored below
             // and stay at the same address until the completion is reaped.
             let pushed = unsafe { self.ring.submission().push(&entry) };
             debug_assert!(pushed.is_ok(), "checked is_full above");
-            self.slab[idx] = Some(InFlight { token, req, _iov: iov });
+            self.slab[idx] = Some(InFlight {
+                token,
+                req,
+                _iov: iov,
+            });
             self.inflight += 1;
         }
     }
@@ -137,18 +152,28 @@ impl Backend for UringBackend {
         self.enter(if ready { None } else { wait });
         loop {
             let before = out.len();
-            let cqes: Vec<(u64, i32)> = self.ring.completion().map(|c| (c.user_data(), c.result())).collect();
+            let cqes: Vec<(u64, i32)> = self
+                .ring
+                .completion()
+                .map(|c| (c.user_data(), c.result()))
+                .collect();
             for (ud, result) in cqes {
                 if ud == WAKE_TOKEN {
                     self.wake_armed = false;
                     continue;
                 }
                 let idx = ud as usize;
-                let Some(inf) = self.slab[idx].take() else { continue };
+                let Some(inf) = self.slab[idx].take() else {
+                    continue;
+                };
                 self.free.push(idx);
                 self.inflight -= 1;
                 let res = check_len(result as isize, inf.req.len());
-                out.push(IoDone { token: inf.token, req: inf.req, res });
+                out.push(IoDone {
+                    token: inf.token,
+                    req: inf.req,
+                    res,
+                });
             }
             // Refill the ring with backlog now that slots are free, without waiting.
             if self.backlog.is_empty() || out.len() == before {

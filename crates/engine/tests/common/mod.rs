@@ -3,7 +3,8 @@
 
 use basalt_engine::sim::SimDisk;
 use basalt_engine::{
-    DeviceId, FormatOptions, IoMode, ObjectId, OpenOptions, PoolId, Store, VolumeId, format, format_sim,
+    DeviceId, FormatOptions, IoMode, ObjectId, OpenOptions, PoolId, Store, VolumeId, format,
+    format_sim,
 };
 use std::path::PathBuf;
 use std::time::Duration;
@@ -42,13 +43,23 @@ impl Dev {
             Backend::Sim => {
                 let sim = SimDisk::new(size);
                 format_sim(&sim, &opts).unwrap();
-                Dev { backend, dir: None, path: PathBuf::from("<sim>"), sim: Some(sim) }
+                Dev {
+                    backend,
+                    dir: None,
+                    path: PathBuf::from("<sim>"),
+                    sim: Some(sim),
+                }
             }
             _ => {
                 let dir = tempfile::tempdir().unwrap();
                 let path = dir.path().join("dev.img");
                 format(&path, &opts).unwrap();
-                Dev { backend, dir: Some(dir), path, sim: None }
+                Dev {
+                    backend,
+                    dir: Some(dir),
+                    path,
+                    sim: None,
+                }
             }
         }
     }
@@ -85,7 +96,11 @@ impl Dev {
             Some(sim) => sim.corrupt(offset),
             None => {
                 use std::os::unix::fs::FileExt;
-                let f = std::fs::OpenOptions::new().read(true).write(true).open(&self.path).unwrap();
+                let f = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(&self.path)
+                    .unwrap();
                 let mut b = [0u8; 1];
                 f.read_exact_at(&mut b, offset).unwrap();
                 b[0] ^= 0xff;
@@ -116,4 +131,67 @@ pub fn find_aligned(hay: &[u8], needle: &[u8]) -> Vec<u64> {
         .filter(|&i| &hay[i..i + needle.len()] == needle)
         .map(|i| i as u64)
         .collect()
+}
+
+const BLK: usize = 4096;
+
+/// One operation of the model.
+#[derive(Clone, Debug)]
+pub enum Op {
+    Write { off: usize, data: Vec<u8> },
+    Zero { off: usize, len: usize },
+    Delete,
+}
+
+/// One object's model: bytes, allocated blocks, version.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ObjState {
+    pub data: Vec<u8>,
+    pub alloc: Vec<bool>,
+    pub version: u64,
+}
+
+impl ObjState {
+    pub fn empty(size: usize) -> Self {
+        ObjState {
+            data: vec![0; size],
+            alloc: vec![false; size / BLK],
+            version: 0,
+        }
+    }
+
+    pub fn exists(&self) -> bool {
+        self.version > 0
+    }
+
+    pub fn apply(&self, op: &Op) -> ObjState {
+        let mut s = self.clone();
+        match op {
+            Op::Write { off, data } => {
+                s.data[*off..off + data.len()].copy_from_slice(data);
+                for b in off / BLK..=(off + data.len() - 1) / BLK {
+                    s.alloc[b] = true;
+                }
+                s.version += 1;
+            }
+            Op::Zero { off, len } => {
+                if !s.exists() {
+                    return s;
+                }
+                s.data[*off..off + len].fill(0);
+                for b in off / BLK..=(off + len - 1) / BLK {
+                    let whole = b * BLK >= *off && (b + 1) * BLK <= off + len;
+                    if whole {
+                        s.alloc[b] = false;
+                    }
+                }
+                s.version += 1;
+                if !s.alloc.iter().any(|a| *a) {
+                    return ObjState::empty(s.data.len());
+                }
+            }
+            Op::Delete => return ObjState::empty(s.data.len()),
+        }
+        s
+    }
 }

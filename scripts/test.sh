@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Runs every test Basalt has, as CI does (.ci/run calls this):
+#   1. installs what the tests need (scripts/setup.sh: etcd, fio, nbdkit, libnbd, qemu-img, ...)
+#   2. cargo fmt --check and cargo clippy -D warnings on the whole workspace
+#   3. cargo test --workspace: unit, property, conformance (engine over io_uring/psync/sim, both
+#      metadata backends against a real etcd), crash (simulated power loss, kill -9 of a real
+#      process), fuzz smoke runs, and end-to-end tests with fio, qemu-img, nbdinfo and nbdsh
+#      against real `basalt up` processes, plus a short `basalt bench` run producing its report.
+# Set CARGO_TARGET_DIR to reuse a build between runs (default: ~/.cache/basalt/target).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+[ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/basalt/target}
+export RUST_BACKTRACE=${RUST_BACKTRACE:-1}
+start=$(date +%s)
+step() { printf '\n== %s (+%ss)\n' "$*" "$(( $(date +%s) - start ))"; }
+
+step "format"
+cargo fmt --all -- --check
+step "lint"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+step "build"
+cargo test --workspace --locked --no-run
+step "tests"
+cargo test --workspace --locked
+step "all tests passed"
