@@ -302,3 +302,63 @@ fn restart_serves_the_same_data() {
     assert_eq!(list.as_array().unwrap().len(), 1, "{list}");
     up.stop();
 }
+
+#[test]
+fn map_changes_during_io_are_retried_transparently() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = Up::start(dir.path(), &UpOptions::default());
+    let epoch0 = up.cli_json(&["status"])["epoch"].as_u64().unwrap();
+    // A separate gateway process: it follows the map through the node (by polling), so it lags
+    // behind the node after each change and its requests carry stale epochs for a while.
+    let listen = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let mut gw = std::process::Command::new(common::BASALT)
+        .args(["nbd", "--cluster", &up.node, "--listen", &listen])
+        .env("RUST_LOG", "basalt_client=debug")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(dir.path().join("gw.err")).unwrap())
+        .spawn()
+        .unwrap();
+    common::wait_until("the gateway", Duration::from_secs(30), || {
+        std::net::TcpStream::connect(&listen).is_ok()
+    });
+    let uri = format!("nbd://{listen}/vol0");
+    let fio_run = std::thread::spawn(move || {
+        fio(
+            &uri,
+            &[
+                "--rw=randrw",
+                "--bs=4k",
+                "--iodepth=16",
+                "--size=64m",
+                "--time_based",
+                "--runtime=6",
+                "--verify=crc32c",
+                "--verify_backlog=256",
+            ],
+        )
+    });
+    // Each new pool makes the leader publish a new map epoch; requests still carrying the old
+    // one are refused by the node (StaleEpoch) and retried by the client.
+    for i in 0..4 {
+        std::thread::sleep(Duration::from_millis(700));
+        up.cli_json(&["pool", "create", &format!("p{i}"), "--pg-count", "8"]);
+    }
+    let out = fio_run.join().unwrap();
+    let _ = gw.kill();
+    let _ = gw.wait();
+    assert_eq!(fio_errors(&out), 0, "{out}");
+    let epoch1 = up.cli_json(&["status"])["epoch"].as_u64().unwrap();
+    assert!(
+        epoch1 >= epoch0 + 4,
+        "the map epoch went from {epoch0} to {epoch1}"
+    );
+    let log = std::fs::read_to_string(dir.path().join("gw.err")).unwrap();
+    assert!(
+        log.contains("retrying"),
+        "no request was ever retried; the test did not exercise a stale epoch"
+    );
+    up.stop();
+}

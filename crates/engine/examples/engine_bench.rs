@@ -148,32 +148,23 @@ async fn main() -> Result<()> {
 
     // Fill every object once (whole-object writes) so that reads hit data.
     let t = Instant::now();
-    let s = store.clone();
-    let f = full.clone();
-    let fill = run(16, Duration::from_secs(3600), move |w, n| {
-        let (s, f) = (s.clone(), f.clone());
-        async move {
-            let i = n * 16 + w;
-            if i < objects {
-                s.write(oid(i), 0, f, WriteOptions::buffered())
-                    .await
-                    .unwrap();
-            } else {
-                tokio::time::sleep(Duration::from_secs(3600)).await;
-            }
-        }
-    });
-    let fill = tokio::time::timeout(Duration::from_secs(600), async {
-        // Stop once all objects are written.
-        loop {
-            if store.stats().objects >= objects {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
-    drop(fill);
+    let fillers: Vec<_> = (0..16u64)
+        .map(|w| {
+            let (s, f) = (store.clone(), full.clone());
+            tokio::spawn(async move {
+                let mut i = w;
+                while i < objects {
+                    s.write(oid(i), 0, f.clone(), WriteOptions::buffered())
+                        .await
+                        .unwrap();
+                    i += 16;
+                }
+            })
+        })
+        .collect();
+    for f in fillers {
+        f.await?;
+    }
     store.flush().await?;
     println!(
         "fill: {} objects in {:.1} s",

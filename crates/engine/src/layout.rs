@@ -215,12 +215,12 @@ impl Superblock {
         check_object_size(self.object_size).map_err(|e| e.to_string())?;
         let entry = entry_size(self.object_size);
         let ok = self.meta_page_size as usize >= PAGE_HEADER + entry
-            && self.meta_page_size as u64 % BLOCK == 0
+            && u64::from(self.meta_page_size).is_multiple_of(BLOCK)
             && self.entries_per_page as usize
                 == (self.meta_page_size as usize - PAGE_HEADER) / entry
             && self.journal_offset == BLOCK
             && self.journal_size >= 4 * BLOCK
-            && self.journal_size % BLOCK == 0
+            && self.journal_size.is_multiple_of(BLOCK)
             && self.meta_offset == self.journal_offset + self.journal_size
             && self.slot_count > 0
             && self.slot_count < u64::from(NO_SLOT)

@@ -68,14 +68,12 @@ async fn run(backend: Backend, seed: u64) {
         };
         let o = oid(1, idx);
         match &op {
-            Op::Write { off, data } => drop(
-                store
-                    .write(o, *off as u32, Bytes::from(data.clone()), opts)
-                    .await
-                    .unwrap(),
-            ),
+            Op::Write { off, data } => {
+                let data = Bytes::from(data.clone());
+                store.write(o, *off as u32, data, opts).await.unwrap();
+            }
             Op::Zero { off, len } => {
-                drop(store.trim(o, *off as u32, *len as u32, opts).await.unwrap())
+                store.trim(o, *off as u32, *len as u32, opts).await.unwrap();
             }
             Op::Delete => store.delete(o, opts).await.unwrap(),
         }

@@ -137,3 +137,101 @@ impl MapState {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use basalt_engine::sim::SimDisk;
+    use basalt_engine::{FormatOptions, OpenOptions};
+    use basalt_placement::{DeviceInfo, FailureDomain, NodeInfo, PoolMap};
+    use basalt_types::{NodeId, PoolId, VolumeId};
+
+    fn state() -> MapState {
+        let disk = SimDisk::new(64 << 20);
+        let opts = FormatOptions {
+            device_id: DeviceId(1),
+            ..FormatOptions::default()
+        };
+        basalt_engine::format_sim(&disk, &opts).unwrap();
+        let store = Store::open_sim(&disk, &OpenOptions::default()).unwrap();
+        MapState::new(HashMap::from([(DeviceId(1), store)]))
+    }
+
+    /// A map at `epoch` whose single pool has one PG with the given device set.
+    fn map(epoch: u64, pg: Vec<DeviceId>) -> ClusterMap {
+        let mut m = ClusterMap {
+            epoch: Epoch(epoch),
+            ..ClusterMap::default()
+        };
+        for d in [1, 2] {
+            m.devices.insert(
+                DeviceId(d),
+                DeviceInfo {
+                    node: NodeId(d),
+                    class: "ssd".into(),
+                    weight: 1,
+                    up: true,
+                    r#in: true,
+                },
+            );
+            m.nodes.insert(NodeId(d), NodeInfo { addr: format!("127.0.0.1:{d}") });
+        }
+        m.pools.insert(
+            PoolId(1),
+            PoolMap {
+                pg_count: 1,
+                replicas: pg.len() as u8,
+                object_size: 128 << 10,
+                failure_domain: FailureDomain::Host,
+                device_class: None,
+                pgs: vec![pg],
+                degraded: Default::default(),
+            },
+        );
+        m
+    }
+
+    const OID: ObjectId = ObjectId {
+        pool: PoolId(1),
+        volume: VolumeId(1),
+        index: 0,
+    };
+
+    #[tokio::test]
+    async fn stale_epochs_are_refused_with_the_current_one() {
+        let s = state();
+        assert!(s.offer(map(3, vec![DeviceId(1)])));
+        assert!(!s.offer(map(2, vec![DeviceId(2)])), "an older map replaced a newer one");
+        assert!(s.admit(Epoch(3)).await.is_ok());
+        let e = s.admit(Epoch(2)).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::StaleEpoch);
+        assert_eq!(e.epoch, Epoch(3));
+    }
+
+    #[tokio::test]
+    async fn a_newer_epoch_waits_for_the_node_to_catch_up() {
+        let s = Arc::new(state());
+        s.offer(map(1, vec![DeviceId(1)]));
+        let waiter = {
+            let s = s.clone();
+            tokio::spawn(async move { s.admit(Epoch(2)).await.map(|m| m.epoch) })
+        };
+        tokio::task::yield_now().await;
+        s.offer(map(2, vec![DeviceId(1)]));
+        assert_eq!(waiter.await.unwrap().unwrap(), Epoch(2));
+    }
+
+    #[test]
+    fn only_the_primary_serves_and_replicated_writes_are_refused() {
+        let s = state();
+        let m = map(1, vec![DeviceId(2), DeviceId(1)]);
+        let e = s.primary_store(&m, &OID).err().unwrap();
+        assert_eq!(e.code, ErrorCode::NotPrimary);
+        let m = map(1, vec![DeviceId(1), DeviceId(2)]);
+        assert!(s.primary_store(&m, &OID).is_ok(), "reads are served by the primary");
+        let e = s.primary_store_for_write(&m, &OID).err().unwrap();
+        assert_eq!(e.code, ErrorCode::Unsupported);
+        let m = map(1, vec![DeviceId(1)]);
+        assert!(s.primary_store_for_write(&m, &OID).is_ok());
+    }
+}

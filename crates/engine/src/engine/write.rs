@@ -19,6 +19,9 @@ use std::sync::atomic::Ordering;
 
 const B: usize = BLOCK as usize;
 
+/// `Err` hands an operation back with the reason it must wait (boxed: waiting is rare).
+type Step = Result<(), Box<(WriteOp, Reason)>>;
+
 /// The old content of a block needed for read-modify-write.
 enum Old {
     Zero,
@@ -37,7 +40,8 @@ impl Engine {
             b.ops.push_back(op);
             return;
         }
-        if let Err((op, reason)) = self.try_op(op) {
+        if let Err(b) = self.try_op(op) {
+            let (op, reason) = *b;
             self.block(op, reason);
         }
     }
@@ -62,7 +66,8 @@ impl Engine {
                 self.blocked.remove(&oid);
                 return;
             };
-            if let Err((op, reason)) = self.try_op(op) {
+            if let Err(w) = self.try_op(op) {
+                let (op, reason) = *w;
                 let b = self.blocked.get_mut(&oid).expect("still blocked");
                 b.reason = reason;
                 b.ops.push_front(op);
@@ -102,7 +107,7 @@ impl Engine {
     }
 
     /// Tries to apply one operation. `Err` hands it back with the reason it must wait.
-    fn try_op(&mut self, mut op: WriteOp) -> Result<(), (WriteOp, Reason)> {
+    fn try_op(&mut self, mut op: WriteOp) -> Step {
         if let Some(e) = op.failed.take() {
             op.reply.err(e);
             return Ok(());
@@ -125,7 +130,7 @@ impl Engine {
         };
         let blocks = self.sb.blocks_per_object() as usize;
         if !self.batch_has_room(40 + 8 * blocks, blocks) {
-            return Err((op, Reason::Room));
+            return Err(Box::new((op, Reason::Room)));
         }
         match &op.kind {
             WKind::Delete => {
@@ -176,7 +181,7 @@ impl Engine {
 
     /// A whole-object write: redirect-on-write into a fresh slot, so the data is written once
     /// and the journal carries only CRCs. Without a free slot it is journaled in place.
-    fn op_full(&mut self, op: WriteOp, version: u64) -> Result<(), (WriteOp, Reason)> {
+    fn op_full(&mut self, op: WriteOp, version: u64) -> Step {
         let old_slot = self.st.objs.get(&op.oid).map_or(NO_SLOT, |o| o.slot);
         let Some(slot) = self.st.alloc.take() else {
             if old_slot != NO_SLOT {
@@ -219,10 +224,10 @@ impl Engine {
             .fetch_add(bytes as u64, Ordering::Relaxed);
     }
 
-    fn no_space(&mut self, op: WriteOp) -> Result<(), (WriteOp, Reason)> {
+    fn no_space(&mut self, op: WriteOp) -> Step {
         if self.st.alloc.limbo > 0 {
             // Slots are being released by write-back; wait for it.
-            return Err((op, Reason::Space));
+            return Err(Box::new((op, Reason::Space)));
         }
         op.reply.err(EngineError::OutOfSpace {
             needed: u64::from(self.sb.object_size),
@@ -250,7 +255,7 @@ impl Engine {
 
     /// Writes and write-zeroes below the object size: new 4 KiB block images journaled in the
     /// record and kept in the cache until write-back.
-    fn op_partial(&mut self, mut op: WriteOp, version: u64) -> Result<(), (WriteOp, Reason)> {
+    fn op_partial(&mut self, mut op: WriteOp, version: u64) -> Step {
         let len = match &op.kind {
             WKind::Data(d) => d.len() as u32,
             WKind::Zero(n) => *n,
@@ -314,7 +319,7 @@ impl Engine {
                     req,
                 );
             }
-            return Err((op, Reason::Reads));
+            return Err(Box::new((op, Reason::Reads)));
         }
         let has_data = !bufs.is_empty();
         let existing = self.st.objs.get(&op.oid).map(|o| o.slot);
