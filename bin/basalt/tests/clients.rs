@@ -314,13 +314,15 @@ fn map_changes_during_io_are_retried_transparently() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().to_string()
     };
-    let mut gw = std::process::Command::new(common::BASALT)
-        .args(["nbd", "--cluster", &up.node, "--listen", &listen])
-        .env("RUST_LOG", "basalt_client=debug")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(dir.path().join("gw.err")).unwrap())
-        .spawn()
-        .unwrap();
+    let _gw = common::Proc(
+        std::process::Command::new(common::BASALT)
+            .args(["nbd", "--cluster", &up.node, "--listen", &listen])
+            .env("RUST_LOG", "basalt_client=debug")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("gw.err")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
     common::wait_until("the gateway", Duration::from_secs(30), || {
         std::net::TcpStream::connect(&listen).is_ok()
     });
@@ -347,8 +349,6 @@ fn map_changes_during_io_are_retried_transparently() {
         up.cli_json(&["pool", "create", &format!("p{i}"), "--pg-count", "8"]);
     }
     let out = fio_run.join().unwrap();
-    let _ = gw.kill();
-    let _ = gw.wait();
     assert_eq!(fio_errors(&out), 0, "{out}");
     let epoch1 = up.cli_json(&["status"])["epoch"].as_u64().unwrap();
     assert!(

@@ -4,8 +4,8 @@
 
 mod common;
 
-use common::{BASALT, Up, UpOptions, tool_ok, wait_until};
-use std::process::{Child, Command, Stdio};
+use common::{BASALT, Proc, Up, UpOptions, tool_ok, wait_until};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 const LONG: Duration = Duration::from_secs(300);
@@ -50,15 +50,6 @@ fn up_with_its_own_etcd_keeps_data_across_restarts() {
         .collect();
     assert_eq!(names, ["e1", "vol0"]);
     up.stop();
-}
-
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 fn free_port() -> u16 {

@@ -221,10 +221,13 @@ fn start_targets(
             server_pids: c.server_pids.clone(),
         }
     };
-    let durability = c
-        .durability
-        .clone()
-        .unwrap_or_else(|| "as configured by the target (not given with --durability)".into());
+    // A cluster the bench starts runs in the mode given (default `sync`: every acknowledged write
+    // is durable); for an external target the report states only what the user said.
+    let durability = match (&primary, &c.durability) {
+        (_, Some(d)) => d.clone(),
+        (TargetSpec::LocalBasalt { .. }, None) => "sync".into(),
+        (_, None) => "as configured by the target (not given with --durability)".into(),
+    };
     v.push(Target::start(
         primary,
         &c.label,

@@ -281,11 +281,16 @@ impl Target {
         cmd.arg("up").arg("--data").arg(&data).args([
             "--nbd",
             &addr.to_string(),
+            "--listen",
+            "127.0.0.1:0",
             "--volume",
             "bench-0",
             "--volume-size",
             &size.to_string(),
         ]);
+        if matches!(self.info.durability.as_str(), "sync" | "flush") {
+            cmd.args(["--durability", &self.info.durability]);
+        }
         let log = self
             .log_dir
             .join(format!("{}-basalt-up.log", self.info.label));

@@ -2,7 +2,7 @@
 
 use std::alloc::{self, Layout};
 use std::ptr::NonNull;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// Alignment of every buffer handed to the device (O_DIRECT needs the logical block size; 4 KiB
 /// covers every device we support).
@@ -19,12 +19,30 @@ unsafe impl Send for AlignedBuf {}
 // SAFETY: shared access only hands out &[u8].
 unsafe impl Sync for AlignedBuf {}
 
+/// Freed buffers of power-of-two sizes from 4 KiB to 4 MiB are kept for reuse: large
+/// allocations would otherwise be mmap'ed, page-faulted and unmapped on every I/O.
+const CLASSES: usize = 11;
+const POOL_BYTES_PER_CLASS: usize = 64 << 20;
+static POOL: [Mutex<Vec<usize>>; CLASSES] = [const { Mutex::new(Vec::new()) }; CLASSES];
+
+fn class(len: usize) -> Option<usize> {
+    (len.is_power_of_two() && (ALIGN..=ALIGN << (CLASSES - 1)).contains(&len))
+        .then(|| (len.trailing_zeros() - ALIGN.trailing_zeros()) as usize)
+}
+
 impl AlignedBuf {
-    /// A zeroed buffer of `len` bytes rounded up to a multiple of 4 KiB (at least 4 KiB).
-    pub fn zeroed(len: usize) -> AlignedBuf {
+    /// A buffer of `len` bytes rounded up to a multiple of 4 KiB (at least 4 KiB) whose content
+    /// is unspecified (initialised, possibly stale): for device reads that overwrite all of it.
+    pub fn for_read(len: usize) -> AlignedBuf {
         let len = len.max(1).next_multiple_of(ALIGN);
+        if let Some(c) = class(len)
+            && let Some(addr) = POOL[c].lock().unwrap_or_else(|e| e.into_inner()).pop()
+        {
+            let ptr = NonNull::new(addr as *mut u8).expect("pooled pointers are non-null");
+            return AlignedBuf { ptr, len };
+        }
         let layout = Layout::from_size_align(len, ALIGN).expect("buffer layout");
-        // SAFETY: layout has non-zero size.
+        // SAFETY: layout has non-zero size. Zeroed, so the memory is always initialised.
         let raw = unsafe { alloc::alloc_zeroed(layout) };
         let Some(ptr) = NonNull::new(raw) else {
             alloc::handle_alloc_error(layout)
@@ -32,10 +50,18 @@ impl AlignedBuf {
         AlignedBuf { ptr, len }
     }
 
+    /// A zeroed buffer of `len` bytes rounded up to a multiple of 4 KiB (at least 4 KiB).
+    pub fn zeroed(len: usize) -> AlignedBuf {
+        let mut b = AlignedBuf::for_read(len);
+        b.fill(0);
+        b
+    }
+
     /// A buffer holding a copy of `data`, zero-padded to a multiple of 4 KiB.
     pub fn copy_from(data: &[u8]) -> AlignedBuf {
-        let mut b = AlignedBuf::zeroed(data.len());
+        let mut b = AlignedBuf::for_read(data.len());
         b[..data.len()].copy_from_slice(data);
+        b[data.len()..].fill(0);
         b
     }
 
@@ -55,6 +81,13 @@ impl AlignedBuf {
 
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
+        if let Some(c) = class(self.len) {
+            let mut pool = POOL[c].lock().unwrap_or_else(|e| e.into_inner());
+            if pool.len() * self.len < POOL_BYTES_PER_CLASS {
+                pool.push(self.ptr.as_ptr() as usize);
+                return;
+            }
+        }
         let layout = Layout::from_size_align(self.len, ALIGN).expect("buffer layout");
         // SAFETY: allocated in `zeroed` with exactly this layout.
         unsafe { alloc::dealloc(self.ptr.as_ptr(), layout) }

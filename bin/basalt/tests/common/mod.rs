@@ -158,6 +158,16 @@ impl Drop for Up {
     }
 }
 
+/// A child process killed (SIGKILL) and reaped when dropped, also when a test fails.
+pub struct Proc(pub Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn unsafe_kill(pid: u32, sig: i32) {
     // SAFETY: sending a signal to our own child process.
     unsafe {

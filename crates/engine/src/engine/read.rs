@@ -128,7 +128,7 @@ impl Engine {
                 IoCtx::Read { rid, first: i, n },
                 IoReq::Read {
                     off,
-                    buf: AlignedBuf::zeroed(n * B),
+                    buf: AlignedBuf::for_read(n * B),
                 },
             );
         }

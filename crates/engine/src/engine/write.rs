@@ -278,7 +278,7 @@ impl Engine {
                 continue;
             }
             let mut block = if whole {
-                AlignedBuf::zeroed(B)
+                AlignedBuf::for_read(B)
             } else {
                 match self.old_block(&op, b) {
                     Old::Buf(buf) => buf,
@@ -308,7 +308,7 @@ impl Engine {
             for (slot, block, crc) in need {
                 let req = IoReq::Read {
                     off: self.sb.slot_offset(slot, block),
-                    buf: AlignedBuf::zeroed(B),
+                    buf: AlignedBuf::for_read(B),
                 };
                 self.submit(
                     IoCtx::Rmw {

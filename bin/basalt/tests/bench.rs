@@ -1,0 +1,195 @@
+//! `basalt bench` end to end: it starts a real local cluster (`basalt up`, this package's binary),
+//! runs real fio steps of about a second against its volume, and writes the report. The checks
+//! read fio's own JSON files independently and look for the same numbers in report.html.
+
+use basalt_bench::BenchArgs;
+use clap::Parser;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Parser)]
+struct Cli {
+    #[command(flatten)]
+    bench: BenchArgs,
+}
+
+fn basalt_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_basalt"))
+}
+
+fn run(args: &[&str], out: &Path, scratch: &Path) -> Result<PathBuf, basalt_bench::BenchError> {
+    let mut v: Vec<String> = vec!["bench".into()];
+    v.extend(args.iter().map(|s| s.to_string()));
+    v.extend(
+        [
+            "--out",
+            &out.display().to_string(),
+            "--scratch",
+            &scratch.display().to_string(),
+            "--runtime",
+            "1",
+            "--ramp",
+            "0.5",
+            "--size",
+            "64MiB",
+            "--quiet-timeout",
+            "0",
+            "--settle-timeout",
+            "0",
+            "--attempts",
+            "1",
+            "--no-progress",
+            "--net-seconds",
+            "0.3",
+        ]
+        .map(String::from),
+    );
+    basalt_bench::run_to_dir(Cli::try_parse_from(v).expect("arguments parse").bench)
+}
+
+fn fio_json(dir: &Path, step: &str) -> Value {
+    let text = std::fs::read_to_string(dir.join("fio").join(format!("{step}.json")))
+        .expect("fio json kept");
+    let start = text.find("\n{").map_or(0, |i| i + 1);
+    serde_json::from_str(&text[start..]).expect("fio wrote JSON")
+}
+
+/// Every `<td data-step=.. data-metric=.. data-value=..>` of the HTML.
+fn cells(html: &str) -> Vec<(String, String, f64)> {
+    let attr = |s: &str, name: &str| -> Option<String> {
+        let i = s.find(&format!("{name}=\""))? + name.len() + 2;
+        Some(s[i..i + s[i..].find('"')?].to_string())
+    };
+    html.split("<td")
+        .skip(1)
+        .filter_map(|td| {
+            let head = &td[..td.find('>')?];
+            Some((
+                attr(head, "data-step")?,
+                attr(head, "data-metric")?,
+                attr(head, "data-value")?.parse().ok()?,
+            ))
+        })
+        .collect()
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
+}
+
+#[test]
+fn matrix_on_a_local_cluster_writes_a_report_with_fios_numbers() {
+    let out = tempfile::tempdir().expect("out");
+    let scratch = tempfile::tempdir().expect("scratch");
+    let bin = basalt_bin();
+    let dir = run(
+        &[
+            "matrix",
+            "--bs",
+            "4k",
+            "--mixes",
+            "100,0,70",
+            "--jobs",
+            "1",
+            "--iodepth",
+            "4",
+            "--basalt-bin",
+            bin.to_str().expect("utf8"),
+        ],
+        out.path(),
+        scratch.path(),
+    )
+    .expect("the run completes");
+    for f in [
+        "report.html",
+        "results.json",
+        "results.csv",
+        "env.json",
+        "plots/matrix-4k.svg",
+    ] {
+        assert!(dir.join(f).exists(), "{f} written");
+    }
+    let html = std::fs::read_to_string(dir.join("report.html")).expect("html");
+    let results: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).expect("json"))
+            .expect("parses");
+
+    // Every IOPS and Mbit/s cell equals what fio wrote for that step.
+    let cells = cells(&html);
+    let mut checked = 0;
+    for (step, metric, value) in &cells {
+        let j = &fio_json(&dir, step)["jobs"][0];
+        let sum =
+            |k: &str| j["read"][k].as_f64().unwrap_or(0.0) + j["write"][k].as_f64().unwrap_or(0.0);
+        let want = match metric.as_str() {
+            "iops" => sum("iops"),
+            "mbit_s" => sum("bw_bytes") * 8.0 / 1e6,
+            "mib_s" => sum("bw_bytes") / 1048576.0,
+            _ => continue,
+        };
+        assert!(
+            (value - want).abs() <= want.abs() * 1e-12,
+            "{step} {metric}: report {value}, fio {want}"
+        );
+        checked += 1;
+    }
+    // Three matrix steps x (IOPS table + Mbit/s table + per-section step table), plus baselines.
+    assert!(checked >= 9, "only {checked} numeric cells checked");
+    for m in ["4k-rand-r100", "4k-rand-r0", "4k-rand-r70", "4k-seq-r70"] {
+        assert!(
+            cells.iter().any(|(s, k, _)| s.contains(m) && k == "iops"),
+            "matrix step {m} in a table"
+        );
+    }
+    assert!(html.contains("Table 1: IOPS, Random access pattern with 4K block size"));
+    assert!(
+        html.contains("of disk 4K random"),
+        "results are shown as a fraction of the raw limit"
+    );
+
+    // Every Basalt step has server CPU per IO (the server pid is known) and is a success.
+    let steps: Vec<&Value> = results["sections"]
+        .as_array()
+        .expect("sections")
+        .iter()
+        .flat_map(|s| s["steps"].as_array().expect("steps"))
+        .collect();
+    let matrix: Vec<&&Value> = steps.iter().filter(|s| s["section"] == "matrix").collect();
+    assert_eq!(matrix.len(), 6);
+    for s in &matrix {
+        assert_eq!(s["status"], "ok", "{s}");
+        assert!(
+            s["cpu"]["server_us_per_io"]
+                .as_f64()
+                .is_some_and(|v| v > 0.0),
+            "server CPU per IO: {}",
+            s["cpu"]
+        );
+        assert!(
+            s["cpu"]["client_us_per_io"]
+                .as_f64()
+                .is_some_and(|v| v > 0.0)
+        );
+        assert!(s["limit"]["fraction"].as_f64().is_some_and(|v| v > 0.0));
+    }
+    // Honesty fields.
+    let env = &results["env"];
+    assert_eq!(env["runtime_s"], 1.0);
+    assert_eq!(env["targets"][0]["kind"], "basalt-local");
+    assert_eq!(env["targets"][0]["size_bytes"], 64 << 20);
+    assert_eq!(env["targets"][0]["filled_bytes"], 64 << 20);
+    assert!(
+        results["baselines"]["rand_read_iops"]
+            .as_f64()
+            .is_some_and(|v| v > 0.0)
+    );
+    assert!(
+        results["baselines"]["net"]["throughput_bytes_s"]
+            .as_f64()
+            .is_some_and(|v| v > 0.0)
+    );
+
+    // The cluster the bench started is gone.
+    let pid = env["targets"][0]["server_pids"][0].as_u64().expect("pid") as u32;
+    assert!(!alive(pid), "server {pid} still running after the bench");
+}
