@@ -38,7 +38,7 @@ enum Command {
     /// Show the cluster: map epoch, nodes, devices, pools, volumes.
     Status(status::StatusArgs),
     /// Benchmark a cluster (or any NBD target) and write reports.
-    Bench(basalt_bench::BenchArgs),
+    Bench(Box<basalt_bench::BenchArgs>),
 }
 
 fn main() -> std::process::ExitCode {
@@ -55,7 +55,7 @@ fn main() -> std::process::ExitCode {
         "error"
     });
     let result = match cli.command {
-        Command::Bench(args) => basalt_bench::run(args).map_err(anyhow::Error::from),
+        Command::Bench(args) => basalt_bench::run(*args).map_err(anyhow::Error::from),
         command => runtime().block_on(run(command)),
     };
     match result {

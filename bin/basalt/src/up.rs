@@ -163,7 +163,7 @@ async fn open_meta(args: &UpArgs, data: &Path) -> anyhow::Result<Meta> {
         .await
         .context("cannot start etcd (is Debian's etcd-server installed?)")?;
         let endpoint = etcd.endpoint();
-        let store = EtcdStore::connect(&[endpoint.clone()], "").await?;
+        let store = EtcdStore::connect(std::slice::from_ref(&endpoint), "").await?;
         return Ok(Meta {
             store: Arc::new(store),
             embedded: false,

@@ -153,7 +153,7 @@ fn view(
             .cloned()
             .unwrap_or_else(|| r.pool.to_string()),
         id: r.id.0,
-        size_human: if r.size % 1024 == 0 {
+        size_human: if r.size.is_multiple_of(1024) {
             format_size(r.size)
         } else {
             format_size_approx(r.size)

@@ -3,7 +3,6 @@
 
 use basalt_bench::BenchArgs;
 use clap::Parser;
-use serde_json::Value;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Parser)]
@@ -42,13 +41,6 @@ fn run(args: &[&str], out: &Path, scratch: &Path) -> Result<PathBuf, basalt_benc
     basalt_bench::run_to_dir(Cli::try_parse_from(v).expect("arguments parse").bench)
 }
 
-fn fio_json(dir: &Path, step: &str) -> Value {
-    let text = std::fs::read_to_string(dir.join("fio").join(format!("{step}.json")))
-        .expect("fio json kept");
-    let start = text.find("\n{").map_or(0, |i| i + 1);
-    serde_json::from_str(&text[start..]).expect("fio wrote JSON")
-}
-
 /// Every `<td data-step=.. data-metric=.. data-value=..>` of the HTML.
 fn cells(html: &str) -> Vec<(String, String, f64)> {
     let attr = |s: &str, name: &str| -> Option<String> {
@@ -66,10 +58,6 @@ fn cells(html: &str) -> Vec<(String, String, f64)> {
             ))
         })
         .collect()
-}
-
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
 }
 
 #[test]

@@ -35,6 +35,10 @@ impl Default for ClusterConfig {
     }
 }
 
+/// The connection to one node: created on first use, replaced when it breaks. The async mutex
+/// makes concurrent first users share one connection attempt.
+type LinkSlot = Arc<tokio::sync::Mutex<Option<Arc<TcpLink>>>>;
+
 /// A handle to a cluster. Cheap to clone; all clones share connections and the map.
 #[derive(Clone)]
 pub struct Cluster {
@@ -46,7 +50,7 @@ pub(crate) struct Inner {
     pub(crate) maps: MapCache,
     pub(crate) config: ClusterConfig,
     local: RwLock<HashMap<NodeId, Arc<dyn Service>>>,
-    links: Mutex<HashMap<NodeId, Arc<tokio::sync::Mutex<Option<Arc<TcpLink>>>>>>,
+    links: Mutex<HashMap<NodeId, LinkSlot>>,
     watcher: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 

@@ -174,7 +174,12 @@ mod tests {
                     r#in: true,
                 },
             );
-            m.nodes.insert(NodeId(d), NodeInfo { addr: format!("127.0.0.1:{d}") });
+            m.nodes.insert(
+                NodeId(d),
+                NodeInfo {
+                    addr: format!("127.0.0.1:{d}"),
+                },
+            );
         }
         m.pools.insert(
             PoolId(1),
@@ -201,7 +206,10 @@ mod tests {
     async fn stale_epochs_are_refused_with_the_current_one() {
         let s = state();
         assert!(s.offer(map(3, vec![DeviceId(1)])));
-        assert!(!s.offer(map(2, vec![DeviceId(2)])), "an older map replaced a newer one");
+        assert!(
+            !s.offer(map(2, vec![DeviceId(2)])),
+            "an older map replaced a newer one"
+        );
         assert!(s.admit(Epoch(3)).await.is_ok());
         let e = s.admit(Epoch(2)).await.unwrap_err();
         assert_eq!(e.code, ErrorCode::StaleEpoch);
@@ -228,7 +236,10 @@ mod tests {
         let e = s.primary_store(&m, &OID).err().unwrap();
         assert_eq!(e.code, ErrorCode::NotPrimary);
         let m = map(1, vec![DeviceId(1), DeviceId(2)]);
-        assert!(s.primary_store(&m, &OID).is_ok(), "reads are served by the primary");
+        assert!(
+            s.primary_store(&m, &OID).is_ok(),
+            "reads are served by the primary"
+        );
         let e = s.primary_store_for_write(&m, &OID).err().unwrap();
         assert_eq!(e.code, ErrorCode::Unsupported);
         let m = map(1, vec![DeviceId(1)]);
