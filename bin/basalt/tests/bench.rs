@@ -188,6 +188,16 @@ fn matrix_on_a_local_cluster_writes_a_report_with_fios_numbers() {
             .as_f64()
             .is_some_and(|v| v > 0.0)
     );
+    // The network baseline: the client's loopback path is the limit, and the node was also
+    // measured through Basalt's own protocol.
+    let path = results["baselines"]["net"]["path"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(path.starts_with("loopback"), "network limit path: {path}");
+    assert!(
+        html.contains("basalt protocol to node.1 at 127.0.0.1:"),
+        "node probe row missing"
+    );
 
     // The cluster the bench started is gone.
     let pid = env["targets"][0]["server_pids"][0].as_u64().expect("pid") as u32;

@@ -23,6 +23,7 @@ pub mod fio;
 pub mod job;
 pub mod model;
 pub mod net;
+mod netnode;
 pub mod parse;
 pub mod profiles;
 pub mod report;
@@ -307,8 +308,22 @@ fn run_profile(r: &mut Runner, p: &ProfileCmd, c: &CommonArgs) -> Result<Vec<Sec
     if !c.no_baseline
         && let Some(raw) = r.raw
     {
-        let probe = LoopbackProbe::start()?;
-        let (s, b) = profiles::baseline::run(r, raw, Some(&probe as &dyn NetProbe), c.net_seconds)?;
+        // The client's own path (loopback TCP to the NBD server here) is the network limit; a
+        // cluster the bench started is also probed through Basalt's own protocol to its node.
+        let loopback = LoopbackProbe::start()?;
+        let node = r
+            .targets
+            .iter()
+            .find_map(|t| t.node_addr())
+            .map(|addr| netnode::NodeProbe {
+                name: "node.1".into(),
+                addr,
+            });
+        let mut probes: Vec<&dyn NetProbe> = vec![&loopback];
+        if let Some(n) = &node {
+            probes.push(n);
+        }
+        let (s, b) = profiles::baseline::run(r, raw, &probes, c.net_seconds)?;
         r.baselines = Some(b);
         out.push(s);
     }

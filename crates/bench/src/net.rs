@@ -90,16 +90,26 @@ impl NetProbe for TcpProbe {
             p.read_exact(&mut msg).map_err(net)?;
             rtts.push(t.elapsed().as_secs_f64() * 1e6);
         }
-        rtts.sort_by(f64::total_cmp);
-        let q = |f: f64| rtts[((rtts.len() - 1) as f64 * f).round() as usize];
-        Ok(NetBaseline {
-            path: self.path(),
-            throughput_bytes_s: received as f64 / secs,
-            rtt_mean_us: rtts.iter().sum::<f64>() / rtts.len() as f64,
-            rtt_p50_us: q(0.5),
-            rtt_p99_us: q(0.99),
-            pings: rtts.len(),
-        })
+        let mut b = summarize(received as f64 / secs, rtts);
+        b.path = self.path();
+        Ok(b)
+    }
+}
+
+/// A baseline from a throughput and round-trip samples in microseconds (at least one).
+pub(crate) fn summarize(throughput_bytes_s: f64, mut rtts: Vec<f64>) -> NetBaseline {
+    if rtts.is_empty() {
+        rtts.push(0.0);
+    }
+    rtts.sort_by(f64::total_cmp);
+    let q = |f: f64| rtts[((rtts.len() - 1) as f64 * f).round() as usize];
+    NetBaseline {
+        path: String::new(),
+        throughput_bytes_s,
+        rtt_mean_us: rtts.iter().sum::<f64>() / rtts.len() as f64,
+        rtt_p50_us: q(0.5),
+        rtt_p99_us: q(0.99),
+        pings: rtts.len(),
     }
 }
 

@@ -200,6 +200,15 @@ impl Target {
     }
 
     /// Number of volumes that exist now.
+    /// The data-path address of the node of a cluster the bench started (from the
+    /// `cluster.json` that `basalt up` writes into its data directory).
+    pub fn node_addr(&self) -> Option<String> {
+        let (_, data, _) = self.basalt.as_ref()?;
+        let text = std::fs::read_to_string(data.join("cluster.json")).ok()?;
+        let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+        v["node_addr"].as_str().map(String::from)
+    }
+
     pub fn volume_count(&self) -> usize {
         self.volumes.len()
     }
