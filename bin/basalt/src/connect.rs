@@ -10,6 +10,16 @@ use clap::Args;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+/// What every one-shot command takes: where the cluster is, and the output format.
+#[derive(Args)]
+pub struct Common {
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
 #[derive(Args, Clone, Debug)]
 pub struct ClusterArgs {
     /// etcd endpoints of the cluster's metadata (comma-separated), e.g. http://127.0.0.1:2379.

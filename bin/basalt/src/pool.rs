@@ -1,10 +1,10 @@
 //! `basalt pool create|list`.
 
-use crate::connect::ClusterArgs;
+use crate::connect::Common;
 use crate::output;
 use basalt_meta::{Catalog, FailureDomain, PoolSpec};
 use basalt_types::size::{format_size, parse_size};
-use clap::{Args, Subcommand, ValueEnum};
+use clap::{Subcommand, ValueEnum};
 
 #[derive(Subcommand)]
 pub enum PoolCommand {
@@ -36,15 +36,6 @@ pub enum PoolCommand {
         #[command(flatten)]
         common: Common,
     },
-}
-
-#[derive(Args)]
-pub struct Common {
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    json: bool,
-    #[command(flatten)]
-    cluster: ClusterArgs,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]

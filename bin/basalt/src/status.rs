@@ -1,6 +1,6 @@
 //! `basalt status`: the cluster map, nodes with their devices, pools and volumes.
 
-use crate::connect::ClusterArgs;
+use crate::connect::Common;
 use crate::output;
 use basalt_node::{AdminRequest, NodeStatus};
 use basalt_proto::{Request, Response};
@@ -10,11 +10,8 @@ use serde::Serialize;
 
 #[derive(Args)]
 pub struct StatusArgs {
-    /// Print JSON instead of tables.
-    #[arg(long)]
-    json: bool,
     #[command(flatten)]
-    cluster: ClusterArgs,
+    common: Common,
 }
 
 #[derive(Serialize)]
@@ -45,7 +42,7 @@ struct PoolView {
 }
 
 pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
-    let cluster = args.cluster.connect().await?;
+    let cluster = args.common.cluster.connect().await?;
     let map = cluster.map();
     let mut nodes = Vec::new();
     for (id, info) in &map.nodes {
@@ -80,7 +77,7 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
         volumes: volumes.len(),
         provisioned_bytes: volumes.iter().map(|v| v.size).sum(),
     };
-    if args.json {
+    if args.common.json {
         return output::json(&status);
     }
     print_tables(&status);

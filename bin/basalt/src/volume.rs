@@ -1,10 +1,10 @@
 //! `basalt volume create|list|info|resize|delete`.
 
-use crate::connect::ClusterArgs;
+use crate::connect::Common;
 use crate::output;
 use basalt_client::meta::VolumeRecord;
 use basalt_types::size::{format_size, format_size_approx, parse_size};
-use clap::{Args, Subcommand};
+use clap::Subcommand;
 use serde::Serialize;
 
 #[derive(Subcommand)]
@@ -51,15 +51,6 @@ pub enum VolumeCommand {
         #[command(flatten)]
         common: Common,
     },
-}
-
-#[derive(Args)]
-pub struct Common {
-    /// Print JSON instead of a table.
-    #[arg(long)]
-    json: bool,
-    #[command(flatten)]
-    cluster: ClusterArgs,
 }
 
 /// A volume as printed.

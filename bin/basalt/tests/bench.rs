@@ -2,75 +2,15 @@
 //! runs real fio steps of about a second against its volume, and writes the report. The checks
 //! read fio's own JSON files independently and look for the same numbers in report.html.
 
-use basalt_bench::BenchArgs;
-use clap::Parser;
+use basalt_bench::readback::{data_cells, run_short as run};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
-
-#[derive(Debug, Parser)]
-struct Cli {
-    #[command(flatten)]
-    bench: BenchArgs,
-}
-
-fn basalt_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_basalt"))
-}
-
-fn run(args: &[&str], out: &Path, scratch: &Path) -> Result<PathBuf, basalt_bench::BenchError> {
-    let mut v: Vec<String> = vec!["bench".into()];
-    v.extend(args.iter().map(|s| s.to_string()));
-    v.extend(
-        [
-            "--out",
-            &out.display().to_string(),
-            "--scratch",
-            &scratch.display().to_string(),
-            "--runtime",
-            "1",
-            "--ramp",
-            "0.5",
-            "--size",
-            "64MiB",
-            "--quiet-timeout",
-            "0",
-            "--settle-timeout",
-            "0",
-            "--attempts",
-            "1",
-            "--no-progress",
-            "--net-seconds",
-            "0.3",
-        ]
-        .map(String::from),
-    );
-    basalt_bench::run_to_dir(Cli::try_parse_from(v).expect("arguments parse").bench)
-}
+use std::path::Path;
 
 fn fio_json(dir: &Path, step: &str) -> Value {
     let text = std::fs::read_to_string(dir.join("fio").join(format!("{step}.json")))
         .expect("fio json kept");
     let start = text.find("\n{").map_or(0, |i| i + 1);
     serde_json::from_str(&text[start..]).expect("fio wrote JSON")
-}
-
-/// Every `<td data-step=.. data-metric=.. data-value=..>` of the HTML.
-fn cells(html: &str) -> Vec<(String, String, f64)> {
-    let attr = |s: &str, name: &str| -> Option<String> {
-        let i = s.find(&format!("{name}=\""))? + name.len() + 2;
-        Some(s[i..i + s[i..].find('"')?].to_string())
-    };
-    html.split("<td")
-        .skip(1)
-        .filter_map(|td| {
-            let head = &td[..td.find('>')?];
-            Some((
-                attr(head, "data-step")?,
-                attr(head, "data-metric")?,
-                attr(head, "data-value")?.parse().ok()?,
-            ))
-        })
-        .collect()
 }
 
 fn alive(pid: u32) -> bool {
@@ -81,7 +21,7 @@ fn alive(pid: u32) -> bool {
 fn matrix_on_a_local_cluster_writes_a_report_with_fios_numbers() {
     let out = tempfile::tempdir().expect("out");
     let scratch = tempfile::tempdir().expect("scratch");
-    let bin = basalt_bin();
+    let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_basalt"));
     let dir = run(
         &[
             "matrix",
@@ -115,7 +55,10 @@ fn matrix_on_a_local_cluster_writes_a_report_with_fios_numbers() {
             .expect("parses");
 
     // Every IOPS and Mbit/s cell equals what fio wrote for that step.
-    let cells = cells(&html);
+    let cells: Vec<_> = data_cells(&html)
+        .into_iter()
+        .map(|c| (c.step, c.metric, c.value))
+        .collect();
     let mut checked = 0;
     for (step, metric, value) in &cells {
         let j = &fio_json(&dir, step)["jobs"][0];

@@ -26,6 +26,7 @@ pub mod net;
 mod netnode;
 pub mod parse;
 pub mod profiles;
+pub mod readback;
 pub mod report;
 pub mod runner;
 pub mod search;

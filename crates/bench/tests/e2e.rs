@@ -1,64 +1,7 @@
 //! End to end without a cluster: failures are reported as failures. (The run against a real local
 //! Basalt cluster is `bin/basalt/tests/bench.rs`, where the `basalt` binary is built.)
 
-use basalt_bench::BenchArgs;
-use clap::Parser;
-use std::path::{Path, PathBuf};
-
-#[derive(Debug, Parser)]
-struct Cli {
-    #[command(flatten)]
-    bench: BenchArgs,
-}
-
-fn run(args: &[&str], out: &Path, scratch: &Path) -> Result<PathBuf, basalt_bench::BenchError> {
-    let mut v: Vec<String> = vec!["bench".into()];
-    v.extend(args.iter().map(|s| s.to_string()));
-    v.extend(
-        [
-            "--out",
-            &out.display().to_string(),
-            "--scratch",
-            &scratch.display().to_string(),
-            "--runtime",
-            "1",
-            "--ramp",
-            "0.5",
-            "--size",
-            "64MiB",
-            "--quiet-timeout",
-            "0",
-            "--settle-timeout",
-            "0",
-            "--attempts",
-            "1",
-            "--no-progress",
-            "--net-seconds",
-            "0.3",
-        ]
-        .map(String::from),
-    );
-    basalt_bench::run_to_dir(Cli::try_parse_from(v).expect("arguments parse").bench)
-}
-
-/// Every `<td data-step=.. data-metric=.. data-value=..>` of the HTML.
-fn cells(html: &str) -> Vec<(String, String, f64)> {
-    let attr = |s: &str, name: &str| -> Option<String> {
-        let i = s.find(&format!("{name}=\""))? + name.len() + 2;
-        Some(s[i..i + s[i..].find('"')?].to_string())
-    };
-    html.split("<td")
-        .skip(1)
-        .filter_map(|td| {
-            let head = &td[..td.find('>')?];
-            Some((
-                attr(head, "data-step")?,
-                attr(head, "data-metric")?,
-                attr(head, "data-value")?.parse().ok()?,
-            ))
-        })
-        .collect()
-}
+use basalt_bench::readback::{data_cells, run_short as run};
 
 #[test]
 fn an_unreachable_target_gives_failed_steps_not_zeros() {
@@ -94,9 +37,9 @@ fn an_unreachable_target_gives_failed_steps_not_zeros() {
         "fio's error is shown"
     );
     assert!(
-        !cells(&html)
+        !data_cells(&html)
             .iter()
-            .any(|(_, m, v)| m == "iops" && *v == 0.0),
+            .any(|c| c.metric == "iops" && c.value == 0.0),
         "no zero IOPS cells for failed steps"
     );
     let csv = std::fs::read_to_string(dir.join("results.csv")).expect("csv");

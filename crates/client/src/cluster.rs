@@ -140,6 +140,13 @@ impl Cluster {
         Ok(())
     }
 
+    /// Reads the map from the metadata store now (in case the watch missed a publication).
+    pub(crate) async fn reload_map(&self) {
+        if let Ok(Some(map)) = meta::load_map(&self.inner.catalog).await {
+            self.inner.maps.offer(map);
+        }
+    }
+
     /// Waits until the map knows every placement group of `pool` (used at startup).
     pub async fn wait_for_pool(
         &self,

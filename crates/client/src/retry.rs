@@ -15,35 +15,7 @@ pub async fn call_primary(
     oid: ObjectId,
     make: impl Fn(Epoch) -> Request,
 ) -> Result<Response, ClientError> {
-    let deadline = Instant::now() + cluster.config().op_timeout;
-    let mut backoff = Duration::from_millis(5);
-    let mut attempts = 0u32;
-    loop {
-        attempts += 1;
-        let map = cluster.map();
-        let err = match primary_node(&map, &oid) {
-            Ok(node) => match call_node(cluster, &map, node, make(map.epoch)).await {
-                Ok(resp) => return Ok(resp),
-                Err(e) => e,
-            },
-            Err(e) => Failure::Wait(e.to_string()),
-        };
-        let last = match err {
-            Failure::Fatal(e) => return Err(e),
-            Failure::NewerMap(epoch, why) => {
-                cluster.refresh_map(epoch).await?;
-                why
-            }
-            Failure::Wait(why) => why,
-        };
-        if Instant::now() + backoff > deadline {
-            return Err(ClientError::RetriesExhausted { attempts, last });
-        }
-        tracing::debug!(%oid, attempts, "retrying: {last}");
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_millis(500));
-        let _ = cluster.refresh_map(map.epoch.next()).await;
-    }
+    with_retry(cluster, |map| primary_node(map, &oid), make).await
 }
 
 /// Sends one request to one node (no primary lookup), with the same retry rules.
@@ -52,26 +24,50 @@ pub async fn call_node_with_retry(
     node: NodeId,
     make: impl Fn(Epoch) -> Request,
 ) -> Result<Response, ClientError> {
+    with_retry(cluster, |_| Ok(node), make).await
+}
+
+/// The retry loop: `route` picks the node from the current map for each attempt. A stale map is
+/// refreshed and the request re-sent at once; other curable failures wait with exponential
+/// backoff (5 ms doubling to 500 ms) and re-read the map from the metadata store.
+async fn with_retry(
+    cluster: &Cluster,
+    route: impl Fn(&ClusterMap) -> Result<NodeId, ClientError>,
+    make: impl Fn(Epoch) -> Request,
+) -> Result<Response, ClientError> {
     let deadline = Instant::now() + cluster.config().op_timeout;
     let mut backoff = Duration::from_millis(5);
     let mut attempts = 0u32;
     loop {
         attempts += 1;
         let map = cluster.map();
-        let last = match call_node(cluster, &map, node, make(map.epoch)).await {
-            Ok(resp) => return Ok(resp),
-            Err(Failure::Fatal(e)) => return Err(e),
-            Err(Failure::NewerMap(epoch, why)) => {
+        let failure = match route(&map) {
+            Ok(node) => match call_node(cluster, &map, node, make(map.epoch)).await {
+                Ok(resp) => return Ok(resp),
+                Err(f) => f,
+            },
+            Err(e) => Failure::Wait(e.to_string()),
+        };
+        let last = match failure {
+            Failure::Fatal(e) => return Err(e),
+            Failure::NewerMap(epoch, why) => {
                 cluster.refresh_map(epoch).await?;
                 why
             }
-            Err(Failure::Wait(why)) => why,
+            Failure::Wait(why) => {
+                if Instant::now() + backoff > deadline {
+                    return Err(ClientError::RetriesExhausted { attempts, last: why });
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_millis(500));
+                cluster.reload_map().await;
+                why
+            }
         };
-        if Instant::now() + backoff > deadline {
+        if Instant::now() > deadline {
             return Err(ClientError::RetriesExhausted { attempts, last });
         }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_millis(500));
+        tracing::debug!(attempts, "retrying: {last}");
     }
 }
 

@@ -30,15 +30,102 @@ struct Args {
     /// Seconds per workload.
     #[arg(long, default_value_t = 8)]
     runtime: u64,
-    /// Only these workloads (comma separated): randread, randwrite, seqread, seqwrite, qd1read, qd1write.
+    /// Only these workloads (comma separated): randread, randwrite, seqread, seqwrite,
+    /// seqwrite-durable, qd1read, qd1write.
     #[arg(long)]
     only: Option<String>,
+    /// Journal size (default: the store's default for the device size).
+    #[arg(long)]
+    journal: Option<String>,
+    /// Skip format and fill: reuse a store left by an earlier run with --keep.
+    #[arg(long)]
+    reuse: bool,
 }
 
 struct Result1 {
     ops: u64,
     secs: f64,
     hist: Histogram<u64>,
+}
+
+/// CPU time (ns) of the whole process and of the store's I/O thread, and the store counters,
+/// at one instant; the difference of two samples describes one workload.
+struct Sample {
+    proc_ns: u64,
+    io_ns: u64,
+    stats: basalt_engine::StoreStats,
+}
+
+fn process_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Run time (ns) of the thread named `basalt-io-*`, from /proc/self/task/*/schedstat.
+fn io_thread_cpu_ns() -> u64 {
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    for t in dir.flatten() {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if comm.starts_with("basalt-io") {
+            let st = std::fs::read_to_string(t.path().join("schedstat")).unwrap_or_default();
+            return st
+                .split_whitespace()
+                .next()
+                .and_then(|x| x.parse().ok())
+                .unwrap_or(0);
+        }
+    }
+    0
+}
+
+fn sample(store: &Store) -> Sample {
+    Sample {
+        proc_ns: process_cpu_ns(),
+        io_ns: io_thread_cpu_ns(),
+        stats: store.stats(),
+    }
+}
+
+/// Waits until write-back has emptied the journal (at most 60 s); returns how long it took.
+async fn drain(store: &Store) -> f64 {
+    let t = Instant::now();
+    while store.stats().journal_used > 0 && t.elapsed() < Duration::from_secs(60) {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    t.elapsed().as_secs_f64()
+}
+
+/// Prints CPU per op, flushes per op and write amplification between two samples.
+fn print_costs(ops: u64, a: &Sample, b: &Sample, drain_secs: Option<f64>) {
+    let ops = ops.max(1) as f64;
+    let user = b.stats.bytes_written - a.stats.bytes_written;
+    let dev = b.stats.device_bytes_written - a.stats.device_bytes_written;
+    let mut line = format!(
+        "    cpu/op: process {:.1} us, io thread {:.1} us; flushes/op {:.3}; write-back batches {}",
+        (b.proc_ns - a.proc_ns) as f64 / ops / 1000.0,
+        (b.io_ns - a.io_ns) as f64 / ops / 1000.0,
+        (b.stats.flushes - a.stats.flushes) as f64 / ops,
+        b.stats.writeback_batches - a.stats.writeback_batches,
+    );
+    if user > 0 {
+        line += &format!(
+            "; write amp {:.2} (device {} MiB / user {} MiB)",
+            dev as f64 / user as f64,
+            dev >> 20,
+            user >> 20
+        );
+    }
+    if let Some(d) = drain_secs {
+        line += &format!("; drain {d:.2} s");
+    }
+    println!("{line}");
 }
 
 fn oid(i: u64) -> ObjectId {
@@ -83,13 +170,18 @@ where
 
 fn print(name: &str, bs: u64, r: &Result1) {
     let iops = r.ops as f64 / r.secs;
+    let us = |q: f64| r.hist.value_at_quantile(q) as f64 / 1000.0;
+    let over_10ms = r.hist.count_between(10_000_000, u64::MAX);
     println!(
-        "{name:<28} {:>9.0} IOPS {:>8.1} MiB/s   lat avg {:>7.1} us  p50 {:>7.1} us  p99 {:>8.1} us",
+        "{name:<28} {:>9.0} IOPS {:>8.1} MiB/s  lat avg {:>7.1} p50 {:>7.1} p99 {:>8.1} p99.9 {:>8.1} max {:>8.1} us; >10ms {}",
         iops,
         iops * bs as f64 / (1 << 20) as f64,
         r.hist.mean() / 1000.0,
-        r.hist.value_at_quantile(0.5) as f64 / 1000.0,
-        r.hist.value_at_quantile(0.99) as f64 / 1000.0
+        us(0.5),
+        us(0.99),
+        us(0.999),
+        r.hist.max() as f64 / 1000.0,
+        over_10ms
     );
 }
 
@@ -110,14 +202,20 @@ async fn main() -> Result<()> {
         "psync" => IoMode::Psync,
         _ => IoMode::Auto,
     };
-    let fmt = FormatOptions {
-        device_id: DeviceId(1),
-        object_size,
-        size: Some(size),
-        journal_size: None,
-        force: true,
-    };
-    basalt_engine::format(&args.path, &fmt).context("format")?;
+    if !args.reuse {
+        let fmt = FormatOptions {
+            device_id: DeviceId(1),
+            object_size,
+            size: Some(size),
+            journal_size: args
+                .journal
+                .as_deref()
+                .map(basalt_types::size::parse_size)
+                .transpose()?,
+            force: true,
+        };
+        basalt_engine::format(&args.path, &fmt).context("format")?;
+    }
     let store = Store::open(
         &args.path,
         &OpenOptions {
@@ -148,34 +246,38 @@ async fn main() -> Result<()> {
     let full = Bytes::from(vec![0x5au8; object_size as usize]);
     let block = Bytes::from(vec![0xa5u8; 4096]);
 
-    // Fill every object once (whole-object writes) so that reads hit data.
-    let t = Instant::now();
-    let fillers: Vec<_> = (0..16u64)
-        .map(|w| {
-            let (s, f) = (store.clone(), full.clone());
-            tokio::spawn(async move {
-                let mut i = w;
-                while i < objects {
-                    s.write(oid(i), 0, f.clone(), WriteOptions::buffered())
-                        .await
-                        .unwrap();
-                    i += 16;
-                }
+    if !args.reuse {
+        // Fill every object once (whole-object writes) so that reads hit data.
+        let t = Instant::now();
+        let fillers: Vec<_> = (0..16u64)
+            .map(|w| {
+                let (s, f) = (store.clone(), full.clone());
+                tokio::spawn(async move {
+                    let mut i = w;
+                    while i < objects {
+                        s.write(oid(i), 0, f.clone(), WriteOptions::buffered())
+                            .await
+                            .unwrap();
+                        i += 16;
+                    }
+                })
             })
-        })
-        .collect();
-    for f in fillers {
-        f.await?;
+            .collect();
+        for f in fillers {
+            f.await?;
+        }
+        store.flush().await?;
+        drain(&store).await;
+        println!(
+            "fill: {} objects in {:.1} s",
+            objects,
+            t.elapsed().as_secs_f64()
+        );
     }
-    store.flush().await?;
-    println!(
-        "fill: {} objects in {:.1} s",
-        objects,
-        t.elapsed().as_secs_f64()
-    );
 
     if want("randread") {
         let s = store.clone();
+        let a = sample(&store);
         let r = run(64, rt, move |w, n| {
             let s = s.clone();
             async move {
@@ -187,9 +289,11 @@ async fn main() -> Result<()> {
         })
         .await;
         print("4K randread QD64", 4096, &r);
+        print_costs(r.ops, &a, &sample(&store), None);
     }
     if want("randwrite") {
         let (s, b) = (store.clone(), block.clone());
+        let a = sample(&store);
         let r = run(64, rt, move |w, n| {
             let (s, b) = (s.clone(), b.clone());
             async move {
@@ -206,14 +310,14 @@ async fn main() -> Result<()> {
         })
         .await;
         print("4K randwrite QD64 durable", 4096, &r);
-        let st = store.stats();
-        println!(
-            "    (flushes so far {}, write-back batches {})",
-            st.flushes, st.writeback_batches
-        );
+        let mid = sample(&store);
+        print_costs(r.ops, &a, &mid, None);
+        let d = drain(&store).await;
+        print_costs(r.ops, &a, &sample(&store), Some(d));
     }
     if want("seqread") {
         let s = store.clone();
+        let a = sample(&store);
         let r = run(16, rt, move |w, n| {
             let s = s.clone();
             async move {
@@ -224,13 +328,23 @@ async fn main() -> Result<()> {
         })
         .await;
         print("128K seqread QD16", u64::from(object_size), &r);
+        print_costs(r.ops, &a, &sample(&store), None);
     }
-    if want("seqwrite") {
+    for (name, durable) in [("seqwrite", false), ("seqwrite-durable", true)] {
+        if !want(name) {
+            continue;
+        }
         let (s, f) = (store.clone(), full.clone());
+        let a = sample(&store);
         let mut r = run(16, rt, move |w, n| {
             let (s, f) = (s.clone(), f.clone());
+            let opts = if durable {
+                WriteOptions::durable()
+            } else {
+                WriteOptions::buffered()
+            };
             async move {
-                s.write(oid((n * 16 + w) % objects), 0, f, WriteOptions::buffered())
+                s.write(oid((n * 16 + w) % objects), 0, f, opts)
                     .await
                     .unwrap();
             }
@@ -239,10 +353,18 @@ async fn main() -> Result<()> {
         let t = Instant::now();
         store.flush().await?;
         r.secs += t.elapsed().as_secs_f64();
-        print("128K seqwrite QD16 (+flush)", u64::from(object_size), &r);
+        let label = if durable {
+            "128K seqwrite QD16 durable"
+        } else {
+            "128K seqwrite QD16 (+flush)"
+        };
+        print(label, u64::from(object_size), &r);
+        let d = drain(&store).await;
+        print_costs(r.ops, &a, &sample(&store), Some(d));
     }
     if want("qd1read") {
         let s = store.clone();
+        let a = sample(&store);
         let r = run(1, rt, move |_, n| {
             let s = s.clone();
             async move {
@@ -254,9 +376,11 @@ async fn main() -> Result<()> {
         })
         .await;
         print("4K randread QD1", 4096, &r);
+        print_costs(r.ops, &a, &sample(&store), None);
     }
     if want("qd1write") {
         let (s, b) = (store.clone(), block.clone());
+        let a = sample(&store);
         let r = run(1, rt, move |_, n| {
             let (s, b) = (s.clone(), b.clone());
             async move {
@@ -273,14 +397,9 @@ async fn main() -> Result<()> {
         })
         .await;
         print("4K randwrite QD1 durable", 4096, &r);
+        let d = drain(&store).await;
+        print_costs(r.ops, &a, &sample(&store), Some(d));
     }
-    let st = store.stats();
-    println!(
-        "device: {} flushes, {} write-back batches, {:.2} device bytes per client byte written",
-        st.flushes,
-        st.writeback_batches,
-        st.device_bytes_written as f64 / st.bytes_written.max(1) as f64
-    );
     store.close().await?;
     Ok(())
 }

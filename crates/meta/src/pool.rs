@@ -4,6 +4,7 @@ use crate::catalog::{Catalog, encode, now_secs};
 use crate::error::MetaError;
 use crate::keys::{self, IdKind};
 use crate::store::{Compare, Txn, TxnOp};
+pub use basalt_types::FailureDomain;
 use basalt_types::name::validate_name;
 use basalt_types::{BLOCK_SIZE, DEFAULT_OBJECT_SIZE, PoolId};
 use serde::{Deserialize, Serialize};
@@ -14,16 +15,6 @@ pub const MAX_REPLICAS: u8 = 16;
 pub const MAX_PG_COUNT: u32 = 65_536;
 /// Largest object size (objects are the unit of atomic writes and of device slots).
 pub const MAX_OBJECT_SIZE: u32 = 16 << 20;
-
-/// What must differ between the copies of one PG (same meaning and JSON as
-/// `basalt_placement::FailureDomain`; meta does not depend on placement).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum FailureDomain {
-    #[default]
-    Host,
-    Device,
-}
 
 /// A stored pool.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -2,12 +2,8 @@
 //! placement of every pool from the registered pools, devices and live nodes, and publishes a new
 //! cluster map whenever that placement changes.
 
-use basalt_meta::{
-    Catalog, DeviceState, FailureDomain as MetaDomain, Leadership, MetaError, WatchEvent, keys,
-};
-use basalt_placement::{
-    ClusterMap, DeviceInfo, FailureDomain, NodeInfo, PlacementInput, PoolSpec, compute,
-};
+use basalt_meta::{Catalog, DeviceState, Leadership, MetaError, WatchEvent, keys};
+use basalt_placement::{ClusterMap, DeviceInfo, NodeInfo, PlacementInput, PoolSpec, compute};
 use std::collections::BTreeSet;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -128,10 +124,7 @@ async fn gather(catalog: &Catalog) -> Result<PlacementInput, MetaError> {
                 pg_count: p.pg_count,
                 replicas: p.replicas,
                 object_size: p.object_size,
-                failure_domain: match p.failure_domain {
-                    MetaDomain::Host => FailureDomain::Host,
-                    MetaDomain::Device => FailureDomain::Device,
-                },
+                failure_domain: p.failure_domain,
                 device_class: p.device_class,
             },
         );

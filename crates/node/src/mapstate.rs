@@ -87,6 +87,22 @@ impl MapState {
         }
     }
 
+    /// The checks every data-path request goes through, in order: the epoch is admitted, then the
+    /// object's primary must be a local store (for a write: with no replicas to forward to).
+    pub(crate) async fn route(
+        &self,
+        epoch: Epoch,
+        oid: &ObjectId,
+        write: bool,
+    ) -> Result<&Store, WireError> {
+        let map = self.admit(epoch).await?;
+        if write {
+            self.primary_store_for_write(&map, oid)
+        } else {
+            self.primary_store(&map, oid)
+        }
+    }
+
     /// Like [`MapState::primary_store`], for a write. A PG whose acting set has more than one
     /// device needs replication, which this version does not do: such writes are refused rather
     /// than acknowledged with fewer copies than the pool promises.

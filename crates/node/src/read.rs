@@ -13,8 +13,12 @@ pub(crate) async fn read(
     offset: u32,
     len: u32,
 ) -> Result<Response, WireError> {
-    let map = node.maps.admit(epoch).await?;
-    let store = node.maps.primary_store(&map, &oid)?;
-    let data = store.read(oid, offset, len).await.map_err(engine_to_wire)?;
+    let data = node
+        .maps
+        .route(epoch, &oid, false)
+        .await?
+        .read(oid, offset, len)
+        .await
+        .map_err(engine_to_wire)?;
     Ok(Response::Read { data })
 }

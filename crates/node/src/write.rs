@@ -26,9 +26,10 @@ pub(crate) async fn write(
     fua: bool,
     data: Bytes,
 ) -> Result<Response, WireError> {
-    let map = node.maps.admit(epoch).await?;
-    let store = node.maps.primary_store_for_write(&map, &oid)?;
-    let version = store
+    let version = node
+        .maps
+        .route(epoch, &oid, true)
+        .await?
         .write(oid, offset, data, options(fua, version))
         .await
         .map_err(engine_to_wire)?;
@@ -43,9 +44,10 @@ pub(crate) async fn write_zeroes(
     len: u32,
     fua: bool,
 ) -> Result<Response, WireError> {
-    let map = node.maps.admit(epoch).await?;
-    let store = node.maps.primary_store_for_write(&map, &oid)?;
-    let version = store
+    let version = node
+        .maps
+        .route(epoch, &oid, true)
+        .await?
         .write_zeroes(oid, offset, len, options(fua, Version::NONE))
         .await
         .map_err(engine_to_wire)?;
@@ -59,9 +61,10 @@ pub(crate) async fn trim(
     offset: u32,
     len: u32,
 ) -> Result<Response, WireError> {
-    let map = node.maps.admit(epoch).await?;
-    let store = node.maps.primary_store_for_write(&map, &oid)?;
-    let version = store
+    let version = node
+        .maps
+        .route(epoch, &oid, true)
+        .await?
         .trim(oid, offset, len, options(false, Version::NONE))
         .await
         .map_err(engine_to_wire)?;

@@ -4,6 +4,7 @@
 //! docs/design/metadata-keys.md); the JSON carries `"v": 1`, checked on load.
 
 use crate::hash::pg_of;
+pub use basalt_types::FailureDomain;
 use basalt_types::{DeviceId, Epoch, NodeId, ObjectId, PgId, PoolId};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::collections::{BTreeMap, BTreeSet};
@@ -38,17 +39,6 @@ pub struct PoolMap {
     /// The PGs that have fewer than `replicas` devices.
     #[serde(default)]
     pub degraded: BTreeSet<u32>,
-}
-
-/// What must differ between the copies of one PG.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum FailureDomain {
-    /// Copies on different nodes (hosts), so that losing a host loses at most one copy.
-    #[default]
-    Host,
-    /// Copies on different devices only (a single-host, RAID-like pool).
-    Device,
 }
 
 /// A device as placement sees it.

@@ -8,10 +8,12 @@
 //! - [`size`]: parsing and printing of sizes such as `8GiB`.
 //! - [`name`]: validation of volume and pool names.
 
+pub mod domain;
 pub mod ids;
 pub mod name;
 pub mod size;
 
+pub use domain::FailureDomain;
 pub use ids::{DeviceId, Epoch, NodeId, ObjectId, PgId, PoolId, Version, VolumeId};
 
 /// The checksum and I/O granule: every 4 KiB block on a device carries its own CRC-32C.
