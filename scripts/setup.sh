@@ -10,7 +10,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential pkg-config protobuf-compiler libprotobuf-dev
   etcd-server etcd-client fio nbdkit libnbd-bin python3-libnbd qemu-utils
-  jq iproute2 procps psmisc curl ca-certificates
+  jq iproute2 procps psmisc mount curl ca-certificates
 )
 
 log() { printf '[setup] %s\n' "$*"; }

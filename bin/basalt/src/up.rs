@@ -203,7 +203,12 @@ async fn start_node(args: &UpArgs, data: &Path, meta: &Meta) -> anyhow::Result<N
     if let Some(parent) = device.parent() {
         std::fs::create_dir_all(parent)?;
     }
+    // A block device has its own size; --device-size only sizes a file created on first start.
+    let is_block = std::fs::metadata(&device)
+        .map(|m| std::os::unix::fs::FileTypeExt::is_block_device(&m.file_type()))
+        .unwrap_or(false);
     let size = match args.device_size {
+        _ if is_block => None,
         Some(s) => Some(s),
         None if !device.exists() => Some(default_device_size(data)?),
         None => None,
