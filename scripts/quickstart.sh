@@ -43,7 +43,7 @@ nbdinfo "nbd://$NBD/vol0"
 
 say "fio: write 256 MiB of mixed block sizes (4K-1M) and verify every block (crc32c)"
 fio --name=write-verify --ioengine=nbd --uri="nbd://$NBD/vol0" --rw=randwrite \
-    --bssplit=4k/40:64k/30:1m/30 --iodepth=16 --size=256m --verify=crc32c --verify_fatal=1 \
+    --bssplit=4k/40:64k/30:1m/30 --iodepth=16 --size=256m --verify=crc32c --verify_fatal=1 --verify_state_save=0 \
     --group_reporting | grep -E "write:|read:|lat \(usec\): min|err="
 
 say "fio: 10 s of 4K random read/write 70/30 at QD32 (every write durable on ack)"

@@ -194,8 +194,11 @@ fn unique() -> u64 {
 
 /// Runs an external tool with a time limit; panics with an install hint if it is missing.
 pub fn tool(program: &str, args: &[&str], limit: Duration) -> Output {
+    // A throwaway working directory: fio leaves verify-state files in its current directory.
+    let cwd = tempfile::tempdir().unwrap();
     let mut child = Command::new(program)
         .args(args)
+        .current_dir(cwd.path())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
