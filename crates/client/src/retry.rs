@@ -56,7 +56,10 @@ async fn with_retry(
             }
             Failure::Wait(why) => {
                 if Instant::now() + backoff > deadline {
-                    return Err(ClientError::RetriesExhausted { attempts, last: why });
+                    return Err(ClientError::RetriesExhausted {
+                        attempts,
+                        last: why,
+                    });
                 }
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_millis(500));
