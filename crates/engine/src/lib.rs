@@ -31,6 +31,7 @@ mod decode_fuzz;
 mod engine;
 mod error;
 mod format;
+mod hash;
 mod io;
 mod layout;
 mod meta;

@@ -17,6 +17,8 @@ const MAX_IOV: usize = 512;
 const MAX_WRITING: usize = 4;
 /// Seal a batch early (while another record is being written) once it is this large.
 const SEAL_EARLY_BYTES: u64 = 256 * 1024;
+/// Flushes in flight at once.
+const MAX_FLUSHES: usize = 1;
 /// Header blocks a batch may grow to.
 const MAX_HEADER_BLOCKS: u32 = 64;
 
@@ -32,7 +34,7 @@ pub(crate) struct Batch {
 }
 
 impl Batch {
-    fn bytes(&self) -> u64 {
+    pub fn bytes(&self) -> u64 {
         u64::from(header_blocks_for(self.entry_bytes)) * BLOCK + self.blocks.len() as u64 * BLOCK
     }
 }
@@ -54,8 +56,8 @@ pub(crate) struct Record {
     pub blocks: Vec<SharedBuf>,
     pub pending: u32,
     pub state: RecState,
-    /// Included in the flush in flight.
-    pub covered: bool,
+    /// Number of the first flush issued after this record was written (0: none yet).
+    pub cover: u64,
     pub nd_waiters: Vec<Waiter>,
     pub d_waiters: Vec<Waiter>,
 }
@@ -71,9 +73,12 @@ pub(crate) struct Journal {
     pub written_upto: u64,
     pub flushed_upto: u64,
     pub writing: usize,
-    pub flush_inflight: bool,
+    pub flushes_inflight: usize,
+    /// Flushes are numbered from 1 in issue order.
     pub flushes_issued: u64,
-    pub flushes_done: u64,
+    /// Highest number of a completed flush: every write completed before it was issued is
+    /// durable.
+    pub flushed_no: u64,
     /// Someone (write-back, close) wants the front records durable.
     pub want_durable: bool,
     /// A flush numbered at least this is wanted regardless of records (write-back).
@@ -95,9 +100,9 @@ impl Journal {
             written_upto: 1,
             flushed_upto: 1,
             writing: 0,
-            flush_inflight: false,
+            flushes_inflight: 0,
             flushes_issued: 0,
-            flushes_done: 0,
+            flushed_no: 0,
             want_durable: false,
             want_flush_no: 0,
             durable_waiting: 0,
@@ -320,7 +325,7 @@ impl Engine {
             blocks: b.blocks,
             pending,
             state: RecState::Writing,
-            covered: false,
+            cover: 0,
             nd_waiters: nd,
             d_waiters: d,
         });
@@ -358,55 +363,66 @@ impl Engine {
         }
     }
 
+    /// Index in `recs` of the first record not yet known durable.
+    fn first_unflushed(&self) -> usize {
+        let first = self.jr.recs.front().map_or(0, |r| r.seq);
+        (self.jr.flushed_upto.saturating_sub(first) as usize).min(self.jr.recs.len())
+    }
+
     /// Issues a flush when it would make a waiting record durable, or write-back wants one.
+    /// Up to `MAX_FLUSHES` flushes may be in flight: records written while one is in flight
+    /// need not wait for it to finish before their own flush starts.
     pub fn maybe_flush(&mut self) {
-        if self.jr.flush_inflight || self.poisoned.is_some() {
+        if self.jr.flushes_inflight >= MAX_FLUSHES || self.poisoned.is_some() {
             return;
         }
-        // Group commit: while another record is still being written, wait for it so that one
-        // flush covers both, unless two records are already waiting (no starvation).
-        let first = self.jr.recs.front().map_or(0, |r| r.seq);
-        let skip = self.jr.flushed_upto.saturating_sub(first) as usize;
-        let unflushed_written = self
+        // The oldest record no flush covers yet must be written, or a flush now would not move
+        // the durable prefix. Group commit: while another record is still being written, wait
+        // for it so that one flush covers both, unless two records are already waiting.
+        let skip = self.first_unflushed();
+        let mut uncovered = self
             .jr
             .recs
-            .range(skip.min(self.jr.recs.len())..)
-            .filter(|r| r.state == RecState::Written)
-            .count();
-        let front_ready = self
-            .jr
-            .rec_mut(self.jr.flushed_upto)
-            .is_some_and(|r| r.state == RecState::Written)
-            && (self.jr.writing == 0 || unflushed_written >= 2);
+            .range(skip..)
+            .filter(|r| r.cover == 0)
+            .peekable();
+        let front_written = uncovered
+            .peek()
+            .is_some_and(|r| r.state == RecState::Written);
+        let uncovered_written = uncovered.filter(|r| r.state == RecState::Written).count();
+        let front_ready = front_written && (self.jr.writing == 0 || uncovered_written >= 2);
         let for_records =
             front_ready && (self.jr.durable_waiting > 0 || self.jr.want_durable || self.closing);
-        let for_wb = self.jr.flushes_done < self.jr.want_flush_no;
+        let for_wb = self.jr.flushes_issued < self.jr.want_flush_no;
         if !for_records && !for_wb {
             return;
         }
-        for r in self.jr.recs.iter_mut() {
-            if r.state == RecState::Written {
-                r.covered = true;
+        let no = self.jr.flushes_issued + 1;
+        self.jr.flushes_issued = no;
+        for r in self.jr.recs.range_mut(skip..) {
+            if r.state == RecState::Written && r.cover == 0 {
+                r.cover = no;
             }
         }
-        self.jr.flush_inflight = true;
-        self.jr.flushes_issued += 1;
+        self.jr.flushes_inflight += 1;
         self.shared
             .flushes
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.submit(IoCtx::Flush, IoReq::Flush);
+        self.submit(IoCtx::Flush { no }, IoReq::Flush);
     }
 
-    pub fn flush_done(&mut self, res: std::io::Result<()>) {
-        self.jr.flush_inflight = false;
-        self.jr.flushes_done += 1;
+    /// Flush number `no` completed: every write completed before it was issued is durable,
+    /// whatever became of flushes issued earlier.
+    pub fn flush_done(&mut self, no: u64, res: std::io::Result<()>) {
+        self.jr.flushes_inflight -= 1;
         if let Err(e) = res {
             self.poison(format!("flush failed: {e}"));
             return;
         }
-        for r in self.jr.recs.iter_mut() {
-            if r.covered {
-                r.covered = false;
+        self.jr.flushed_no = self.jr.flushed_no.max(no);
+        let skip = self.first_unflushed();
+        for r in self.jr.recs.range_mut(skip..) {
+            if r.cover != 0 && r.cover <= no {
                 r.state = RecState::Flushed;
             }
         }

@@ -15,6 +15,7 @@ mod writeback;
 
 use crate::buf::AlignedBuf;
 use crate::error::EngineError;
+use crate::hash::FxHashMap;
 use crate::io::{Backend, IoDone, IoReq, Waker};
 use crate::layout::Superblock;
 use crate::{ObjectInfo, StoreInfo, Version, WriteOptions};
@@ -24,7 +25,7 @@ use crossbeam_channel::Receiver;
 use journal::Journal;
 use read::ReadCtx;
 use state::State;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -147,7 +148,7 @@ pub(crate) enum IoCtx {
     Rmw { oid: ObjectId, block: u32, crc: u32 },
     Record { seq: u64 },
     FullData { seq: u64, oid: ObjectId },
-    Flush,
+    Flush { no: u64 },
     WriteBack,
 }
 
@@ -228,7 +229,7 @@ pub(crate) struct Engine {
     pub wb: WriteBack,
     pub ios: Slab<IoCtx>,
     pub reads: Slab<ReadCtx>,
-    pub blocked: HashMap<ObjectId, Blocked>,
+    pub blocked: FxHashMap<ObjectId, Blocked>,
     /// Objects whose queue waits for room in the open batch or for free slots.
     pub waiting: VecDeque<ObjectId>,
     pub poisoned: Option<String>,
@@ -431,7 +432,7 @@ impl Engine {
                 self.full_data_done(seq, oid);
                 self.record_io_done(seq, d.res);
             }
-            IoCtx::Flush => self.flush_done(d.res),
+            IoCtx::Flush { no } => self.flush_done(no, d.res),
             IoCtx::WriteBack => self.writeback_io_done(d.res),
         }
     }

@@ -13,6 +13,7 @@ use super::{Config, Engine, Msg, Shared, Slab};
 use crate::buf::{AlignedBuf, SharedBuf};
 use crate::crc::crc32c;
 use crate::error::EngineError;
+use crate::hash::FxHashMap;
 use crate::io::Backend;
 use crate::io::file::Dev;
 use crate::io::psync::PsyncBackend;
@@ -23,7 +24,7 @@ use crate::meta::SlotTable;
 use crate::record::{EntryKind, JournalHeader, RecordHeader, decode_record_header, peek_record};
 use crate::{IoMode, OpenOptions, StoreInfo};
 use crossbeam_channel::Receiver;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -106,7 +107,7 @@ impl Engine {
         let mut engine = Engine {
             jr: Journal::new(sb.ring_size(), max_record),
             st: State {
-                objs: HashMap::new(),
+                objs: FxHashMap::default(),
                 d: SlotTable::new(&sb),
                 alloc: Allocator::new(sb.slot_count as u32),
                 replaying: false,
@@ -123,7 +124,7 @@ impl Engine {
             wb: WriteBack::default(),
             ios: Slab::new(),
             reads: Slab::new(),
-            blocked: HashMap::new(),
+            blocked: FxHashMap::default(),
             waiting: VecDeque::new(),
             poisoned: None,
             closing: false,
@@ -171,7 +172,7 @@ impl Engine {
                 blocks: f.blocks,
                 pending: 0,
                 state: RecState::Flushed,
-                covered: false,
+                cover: 0,
                 nd_waiters: Vec::new(),
                 d_waiters: Vec::new(),
             });

@@ -2,11 +2,12 @@
 //! and the slot allocator. Applying a journal entry here is the same code live and in replay.
 
 use crate::buf::SharedBuf;
+use crate::hash::FxHashMap;
 use crate::layout::{BLOCK, NO_SLOT};
 use crate::meta::SlotTable;
 use crate::record::{Entry, EntryKind};
 use basalt_types::ObjectId;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 /// A block journaled but not yet written back. `data == None`: unallocated (reads as zeros).
 #[derive(Clone, Debug)]
@@ -158,7 +159,7 @@ impl Allocator {
 
 /// The object index plus the slot table image and the allocator.
 pub(crate) struct State {
-    pub objs: HashMap<ObjectId, Obj>,
+    pub objs: FxHashMap<ObjectId, Obj>,
     pub d: SlotTable,
     pub alloc: Allocator,
     /// During replay the allocator is rebuilt afterwards, so apply does not touch it.

@@ -8,6 +8,11 @@
 //! 4. only now drop the records, clear the cache entries they covered, and let released slots
 //!    be reused.
 //!
+//! A batch is large (up to a quarter of the journal) so that many blocks share each slot-table
+//! page write and the two flushes; its writes are handed to the device a few at a time
+//! (`feed`), more as the journal fills, so that foreground I/O never queues behind a whole
+//! batch and each foreground flush carries only a share of the write-back data.
+//!
 //! Why replay may simply redo a batch: a batch's records stay in the journal until step 3 is
 //! durable, and slots it releases are reused only after step 4. So the records recovery finds
 //! belong to at most one interrupted batch plus records not yet written back, and none of
@@ -20,16 +25,22 @@ use crate::io::IoReq;
 use crate::layout::{BLOCK, NO_SLOT};
 use crate::record::{EntryKind, JournalHeader};
 use basalt_types::ObjectId;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::Ordering;
 
-/// Most blocks written back per batch.
-const MAX_BATCH_BLOCKS: usize = 4096;
-const MAX_BATCH_RECORDS: usize = 2048;
+/// Blocks written back per batch: a quarter of the journal ring, within these bounds.
+const MIN_BATCH_BLOCKS: usize = 4096;
+const MAX_BATCH_BLOCKS: usize = 32768;
+const MAX_BATCH_RECORDS: usize = 8192;
 /// Bufs per vectored write.
 const MAX_IOV: usize = 256;
 /// Records kept before write-back is forced (bounds recovery work).
-const MAX_LIVE_RECORDS: usize = 4096;
+const MAX_LIVE_RECORDS: usize = 16384;
+/// Write-back requests in flight: while foreground I/O is waiting and the journal is less than
+/// half full, then up to three quarters, then (or when nothing else is going on) at most.
+const DEPTH_CALM: usize = 4;
+const DEPTH_FILLING: usize = 16;
+const DEPTH_MAX: usize = 64;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
@@ -54,6 +65,10 @@ pub(crate) struct WriteBack {
     /// Slots the slot table claims but nothing live uses (found by recovery); released by the
     /// next batch.
     pub orphans: Vec<u32>,
+    /// Writes of the current batch not yet handed to the backend.
+    queue: VecDeque<(u64, Vec<IoBuf>)>,
+    /// Writes of the current batch handed to the backend and not completed.
+    inflight: usize,
 }
 
 impl WriteBack {
@@ -67,16 +82,63 @@ impl Engine {
         if self.jr.recs.is_empty() {
             return false;
         }
-        let idle = self.jr.open.is_none() && self.jr.writing == 0 && self.blocked.is_empty();
         self.closing
+            || self.writeback_urgent()
+            || self.jr.used() * 4 >= self.jr.ring
+            || self.jr.recs.len() >= MAX_LIVE_RECORDS
+            || (self.foreground_idle() && self.last_write.elapsed() >= self.cfg.writeback_idle)
+    }
+
+    /// Foreground work waits for write-back: a full journal or no free slot.
+    fn writeback_urgent(&self) -> bool {
+        let journal_full = self
+            .jr
+            .open
+            .as_ref()
+            .is_some_and(|b| !b.entries.is_empty() && self.jr.place(b.bytes()).is_none());
+        journal_full
             || self.waiting.iter().any(|o| {
                 self.blocked
                     .get(o)
                     .is_some_and(|b| b.reason == super::Reason::Space)
             })
-            || self.jr.used() * 4 >= self.jr.ring
-            || self.jr.recs.len() >= MAX_LIVE_RECORDS
-            || (idle && self.last_write.elapsed() >= self.cfg.writeback_idle)
+    }
+
+    /// Nothing in the foreground is waiting on the device: no batch, record, flush waiter,
+    /// queued operation or read. (Clients stuck behind a slow flush are not idle.)
+    fn foreground_idle(&self) -> bool {
+        self.jr.open.is_none()
+            && self.jr.writing == 0
+            && self.jr.durable_waiting == 0
+            && self.blocked.is_empty()
+            && self.reads.len() == 0
+    }
+
+    /// How many write-back requests may be in flight now.
+    fn writeback_depth(&self) -> usize {
+        if self.closing || self.writeback_urgent() || self.foreground_idle() {
+            return DEPTH_MAX;
+        }
+        match self.jr.used() * 4 / self.jr.ring.max(1) {
+            0 | 1 => DEPTH_CALM,
+            2 => DEPTH_FILLING,
+            _ => DEPTH_MAX,
+        }
+    }
+
+    /// Hands queued write-back writes to the backend up to the allowed depth.
+    fn feed_writeback(&mut self) -> bool {
+        let depth = self.writeback_depth();
+        let mut fed = false;
+        while self.wb.inflight < depth {
+            let Some((off, bufs)) = self.wb.queue.pop_front() else {
+                break;
+            };
+            self.wb.inflight += 1;
+            self.submit(IoCtx::WriteBack, IoReq::Write { off, bufs });
+            fed = true;
+        }
+        fed
     }
 
     /// Starts or advances write-back. Returns whether anything changed.
@@ -91,11 +153,12 @@ impl Engine {
             return self.start_batch();
         };
         match b.phase {
-            Phase::DataFlush(n) if self.jr.flushes_done >= n => {
+            Phase::Writing => self.feed_writeback(),
+            Phase::DataFlush(n) if self.jr.flushed_no >= n => {
                 self.write_header();
                 true
             }
-            Phase::HeaderFlush(n) if self.jr.flushes_done >= n => {
+            Phase::HeaderFlush(n) if self.jr.flushed_no >= n => {
                 self.finish_batch();
                 true
             }
@@ -104,12 +167,14 @@ impl Engine {
     }
 
     fn start_batch(&mut self) -> bool {
+        let max_blocks =
+            ((self.jr.ring / 4 / BLOCK) as usize).clamp(MIN_BATCH_BLOCKS, MAX_BATCH_BLOCKS);
         let mut n = 0;
         let mut blocks = 0;
         for r in &self.jr.recs {
             if r.state != RecState::Flushed
                 || n >= MAX_BATCH_RECORDS
-                || (n > 0 && blocks + r.blocks.len() > MAX_BATCH_BLOCKS)
+                || (n > 0 && blocks + r.blocks.len() > max_blocks)
             {
                 break;
             }
@@ -123,8 +188,8 @@ impl Engine {
         }
         let (writes, pages, released, touched, last_seq) = self.apply_to_slot_table(n);
         let mut pending = 0;
-        for (off, bufs) in merge_runs(&self.sb, writes) {
-            self.submit(IoCtx::WriteBack, IoReq::Write { off, bufs });
+        for run in merge_runs(&self.sb, writes) {
+            self.wb.queue.push_back(run);
             pending += 1;
         }
         for p in pages {
@@ -133,13 +198,7 @@ impl Engine {
             // Alternate copies: the other copy still holds the previous generation intact.
             let buf = self.st.d.encode_page(p, generation, &self.sb.uuid);
             let off = self.sb.meta_copy_offset(p, generation % 2);
-            self.submit(
-                IoCtx::WriteBack,
-                IoReq::Write {
-                    off,
-                    bufs: vec![IoBuf::Owned(buf)],
-                },
-            );
+            self.wb.queue.push_back((off, vec![IoBuf::Owned(buf)]));
             pending += 1;
         }
         self.wb.batch = Some(Batch {
@@ -153,6 +212,7 @@ impl Engine {
         if pending == 0 {
             self.writeback_io_done(Ok(()));
         }
+        self.feed_writeback();
         true
     }
 
@@ -227,6 +287,8 @@ impl Engine {
             pages.insert(d.page_of(s));
             released.push(s);
         }
+        touched.sort_unstable();
+        touched.dedup();
         (writes, pages, released, touched, last_seq)
     }
 
@@ -237,6 +299,9 @@ impl Engine {
         }
         let issued = self.jr.flushes_issued;
         let Some(b) = &mut self.wb.batch else { return };
+        if b.phase == Phase::Writing {
+            self.wb.inflight = self.wb.inflight.saturating_sub(1);
+        }
         if b.pending > 0 {
             b.pending -= 1;
         }
