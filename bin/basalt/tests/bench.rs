@@ -146,3 +146,115 @@ fn matrix_on_a_local_cluster_writes_a_report_with_fios_numbers() {
     let pid = env["targets"][0]["server_pids"][0].as_u64().expect("pid") as u32;
     assert!(!alive(pid), "server {pid} still running after the bench");
 }
+
+/// `compare` against a real local cluster, nbdkit and the raw file: every ratio in the IOPS
+/// table and in the durable-write table is the quotient of the two steps' IOPS as fio wrote them.
+#[test]
+fn compare_ratios_come_from_fios_numbers() {
+    let out = tempfile::tempdir().expect("out");
+    let scratch = tempfile::tempdir().expect("scratch");
+    let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_basalt"));
+    let dir = run(
+        &[
+            "compare",
+            "--no-baseline",
+            "--basalt-bin",
+            bin.to_str().expect("utf8"),
+        ],
+        out.path(),
+        scratch.path(),
+    )
+    .expect("the run completes");
+    let results: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).expect("json"))
+            .expect("parses");
+    let section = results["sections"]
+        .as_array()
+        .expect("sections")
+        .iter()
+        .find(|s| s["id"] == "compare")
+        .expect("compare section");
+    let iops = |step: &Value| {
+        let j = &fio_json(&dir, step.as_str().expect("step id"))["jobs"][0];
+        j["read"]["iops"].as_f64().unwrap_or(0.0) + j["write"]["iops"].as_f64().unwrap_or(0.0)
+    };
+    let table = |title: &str| {
+        section["tables"]
+            .as_array()
+            .expect("tables")
+            .iter()
+            .find(|t| t["title"] == title)
+            .unwrap_or_else(|| panic!("table {title}"))
+            .clone()
+    };
+    let ratio = |a: f64, b: f64, cell: &Value, what: &str| {
+        let got = cell["value"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{what}: {cell}"));
+        assert!(
+            (got - a / b).abs() <= got * 1e-9,
+            "{what}: report {got}, fio {a} / {b}"
+        );
+    };
+
+    // IOPS: job, basalt, nbdkit-file, raw-file, basalt / nbdkit-file, basalt / raw-file.
+    let t = table("Compare: IOPS");
+    let cols: Vec<&str> = t["columns"]
+        .as_array()
+        .expect("columns")
+        .iter()
+        .map(|c| c.as_str().expect("column"))
+        .collect();
+    let col = |name: &str| cols.iter().position(|c| *c == name).expect(name);
+    let mut checked = 0;
+    for row in t["rows"].as_array().expect("rows") {
+        let Some(b) = row[col("basalt")]["step"]
+            .as_str()
+            .map(|_| iops(&row[col("basalt")]["step"]))
+        else {
+            continue;
+        };
+        let job = row[0]["text"].as_str().expect("job");
+        for target in ["basalt", "nbdkit-file", "raw-file"] {
+            let step = row[col(target)]["step"].as_str().expect("step");
+            assert!(step.ends_with(&format!("-{job}-{target}")), "{job}: {step}");
+        }
+        for peer in ["nbdkit-file", "raw-file"] {
+            let p = iops(&row[col(peer)]["step"]);
+            ratio(
+                b,
+                p,
+                &row[col(&format!("basalt / {peer}"))],
+                &format!("{} / {peer}", row[0]["text"]),
+            );
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 14, "7 jobs x 2 peers");
+
+    // Durable write: basalt's 4K random write QD64 over the raw file's fdatasync=32 line.
+    let t = table("Compare: 4K random write QD64 against the durable raw limit");
+    let row = t["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .find(|r| r[0]["text"] == "basalt")
+        .expect("basalt row");
+    assert_eq!(row[1]["text"], "sync");
+    let write_step = row[2]["step"].as_str().expect("write step");
+    assert!(
+        write_step.ends_with("-compare-randwrite-4k-qd64-basalt"),
+        "{write_step}"
+    );
+    let durable_step = row[3]["step"].as_str().expect("durable step");
+    assert!(
+        durable_step.ends_with("randwrite-4k-qd64-fdatasync32-raw-file"),
+        "{durable_step}"
+    );
+    ratio(
+        iops(&row[2]["step"]),
+        iops(&row[3]["step"]),
+        &row[4],
+        "durable ratio",
+    );
+}
