@@ -99,11 +99,10 @@ impl Runner {
         self.progress.println(line);
     }
 
-    /// The targets profiles benchmark: all but the raw file (which only gives limits).
+    /// The targets profiles benchmark: all but the raw file (which only gives limits) and the
+    /// targets started for `compare` alone.
     pub fn bench_targets(&self) -> Vec<usize> {
-        (0..self.targets.len())
-            .filter(|i| Some(*i) != self.raw)
-            .collect()
+        bench_indices(self.targets.len(), self.raw, &self.compare_only)
     }
 
     pub fn target_labels(&self) -> Vec<String> {
@@ -432,5 +431,24 @@ impl Progress {
         } else {
             eprintln!("{line}");
         }
+    }
+}
+
+/// Indices of `n` targets that profiles other than `compare` benchmark.
+fn bench_indices(n: usize, raw: Option<usize>, compare_only: &[usize]) -> Vec<usize> {
+    (0..n)
+        .filter(|i| Some(*i) != raw && !compare_only.contains(i))
+        .collect()
+}
+
+#[cfg(test)]
+mod bench_indices_tests {
+    use super::bench_indices;
+
+    #[test]
+    fn raw_file_and_compare_only_targets_are_not_benchmarked() {
+        assert_eq!(bench_indices(3, Some(2), &[1]), vec![0]);
+        assert_eq!(bench_indices(4, Some(3), &[]), vec![0, 1, 2]);
+        assert_eq!(bench_indices(2, None, &[]), vec![0, 1]);
     }
 }

@@ -33,7 +33,8 @@ fn use_crc_fast() -> bool {
     })
 }
 
-/// CRC-32C of a buffer whose 4-byte checksum field at `field` is treated as zero.
+/// CRC-32C of a buffer whose 4-byte checksum field at `field` is treated as zero. (Always the
+/// `crc32c` crate: the same function as [`crc32c`], and record headers are small.)
 pub(crate) fn crc32c_skipping(data: &[u8], field: usize) -> u32 {
     let crc = crc32c::crc32c_append(0, &data[..field]);
     let crc = crc32c::crc32c_append(crc, &[0u8; 4]);

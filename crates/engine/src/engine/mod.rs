@@ -266,11 +266,11 @@ impl Engine {
         let mut busy = true;
         loop {
             let got = self.drain_messages();
-            self.pump();
+            let more = self.pump();
             if self.finished() {
                 break;
             }
-            let wait = if got == 0 && !busy {
+            let wait = if got == 0 && !busy && !more {
                 self.waker.set_sleeping();
                 if self.rx.is_empty() {
                     Some(self.timer())
@@ -382,18 +382,24 @@ impl Engine {
     }
 
     /// Makes progress that needs no new input: retries waiting objects, seals, flushes,
-    /// starts or advances write-back, and publishes gauges.
-    fn pump(&mut self) {
+    /// starts or advances write-back, and publishes gauges. Returns true when it stopped while
+    /// still making progress (the round limit keeps completions flowing): the caller must not
+    /// sleep, or e.g. a flush a new write-back batch wants, or writers waiting for the journal
+    /// space a finished batch freed, would wait for the next message.
+    fn pump(&mut self) -> bool {
+        let mut more = true;
         for _ in 0..4 {
             self.retry_waiting();
             let sealed = self.maybe_seal();
             self.maybe_flush();
             let wb = self.pump_writeback();
             if !sealed && !wb {
+                more = false;
                 break;
             }
         }
         self.publish_gauges();
+        more
     }
 
     fn publish_gauges(&self) {
