@@ -258,3 +258,88 @@ fn compare_ratios_come_from_fios_numbers() {
         "durable ratio",
     );
 }
+
+/// Children of `pid` (all its threads).
+fn children(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|s| {
+            s.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
+}
+
+/// Kills a pid at the end of the test whatever happened.
+struct KillOnDrop(u32);
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        unsafe { libc::kill(self.0 as libc::pid_t, libc::SIGKILL) };
+    }
+}
+
+/// A bench killed with SIGKILL (no chance to clean up) still leaves no cluster running: the
+/// `basalt up` it started stops with it.
+#[test]
+fn a_killed_bench_leaves_no_cluster_running() {
+    let out = tempfile::tempdir().expect("out");
+    let bin = env!("CARGO_BIN_EXE_basalt");
+    let mut bench = std::process::Command::new(bin)
+        .args([
+            "bench",
+            "matrix",
+            "--bs",
+            "4k",
+            "--mixes",
+            "100",
+            "--runtime",
+            "60",
+        ])
+        .args([
+            "--size",
+            "64MiB",
+            "--no-baseline",
+            "--no-precondition",
+            "--no-progress",
+        ])
+        .args(["--quiet-timeout", "0", "--settle-timeout", "0", "--out"])
+        .arg(out.path().join("r"))
+        .arg("--scratch")
+        .arg(out.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("bench starts");
+    let _bench_guard = KillOnDrop(bench.id());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let up = loop {
+        let found = children(bench.id()).into_iter().find(|c| {
+            std::fs::read(format!("/proc/{c}/cmdline"))
+                .is_ok_and(|s| s.split(|b| *b == 0).any(|a| a == b"up"))
+        });
+        if let Some(pid) = found {
+            break pid;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no `basalt up` child appeared"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let _up_guard = KillOnDrop(up);
+    bench.kill().expect("SIGKILL the bench");
+    bench.wait().expect("reaped");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while alive(up) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "basalt up {up} still running 30 s after its bench was killed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

@@ -300,6 +300,7 @@ impl Target {
         if matches!(self.info.durability.as_str(), "sync" | "flush") {
             cmd.args(["--durability", &self.info.durability]);
         }
+        stop_with_parent(&mut cmd);
         let log = self
             .log_dir
             .join(format!("{}-basalt-up.log", self.info.label));
@@ -397,6 +398,23 @@ pub fn free_port() -> Result<u16, BenchError> {
     l.local_addr()
         .map(|a| a.port())
         .map_err(|e| BenchError::io("reading a probe port", "127.0.0.1:0", e))
+}
+
+/// The child gets SIGTERM (a clean stop) when the bench dies, however it dies: a killed bench
+/// leaves no cluster running. (Ctrl-C in a terminal reaches the whole process group anyway.)
+fn stop_with_parent(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: prctl is async-signal-safe and touches no memory shared with the parent. The
+    // signal follows the spawning thread: targets are started and stopped by the thread that
+    // runs the whole bench.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
 }
 
 fn spawn_logged(
