@@ -2,9 +2,14 @@
 //! runs real fio steps of about a second against its volume, and writes the report. The checks
 //! read fio's own JSON files independently and look for the same numbers in report.html.
 
+mod common;
+
 use basalt_bench::readback::{data_cells, run_short as run};
+use common::{BASALT, Proc, wait_until};
 use serde_json::Value;
 use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 fn fio_json(dir: &Path, step: &str) -> Value {
     let text = std::fs::read_to_string(dir.join("fio").join(format!("{step}.json")))
@@ -275,10 +280,12 @@ fn children(pid: u32) -> Vec<u32> {
         .collect()
 }
 
-/// Kills a pid at the end of the test whatever happened.
+/// Kills a process that is not our child (the bench's `basalt up`) when the test ends, whatever
+/// happened.
 struct KillOnDrop(u32);
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
+        // SAFETY: sending a signal; the pid was checked to be the bench's `basalt up`.
         unsafe { libc::kill(self.0 as libc::pid_t, libc::SIGKILL) };
     }
 }
@@ -288,58 +295,54 @@ impl Drop for KillOnDrop {
 #[test]
 fn a_killed_bench_leaves_no_cluster_running() {
     let out = tempfile::tempdir().expect("out");
-    let bin = env!("CARGO_BIN_EXE_basalt");
-    let mut bench = std::process::Command::new(bin)
-        .args([
-            "bench",
-            "matrix",
-            "--bs",
-            "4k",
-            "--mixes",
-            "100",
-            "--runtime",
-            "60",
-        ])
-        .args([
-            "--size",
-            "64MiB",
-            "--no-baseline",
-            "--no-precondition",
-            "--no-progress",
-        ])
-        .args(["--quiet-timeout", "0", "--settle-timeout", "0", "--out"])
-        .arg(out.path().join("r"))
-        .arg("--scratch")
-        .arg(out.path())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("bench starts");
-    let _bench_guard = KillOnDrop(bench.id());
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let up = loop {
-        let found = children(bench.id()).into_iter().find(|c| {
-            std::fs::read(format!("/proc/{c}/cmdline"))
-                .is_ok_and(|s| s.split(|b| *b == 0).any(|a| a == b"up"))
-        });
-        if let Some(pid) = found {
-            break pid;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no `basalt up` child appeared"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
+    let mut bench = Proc(
+        Command::new(BASALT)
+            .args([
+                "bench",
+                "matrix",
+                "--bs",
+                "4k",
+                "--mixes",
+                "100",
+                "--runtime",
+                "60",
+            ])
+            .args([
+                "--size",
+                "64MiB",
+                "--no-baseline",
+                "--no-precondition",
+                "--no-progress",
+            ])
+            .args(["--quiet-timeout", "0", "--settle-timeout", "0", "--out"])
+            .arg(out.path().join("r"))
+            .arg("--scratch")
+            .arg(out.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("bench starts"),
+    );
+    let is_up = |c: &u32| {
+        std::fs::read(format!("/proc/{c}/cmdline"))
+            .is_ok_and(|s| s.split(|b| *b == 0).any(|a| a == b"up"))
     };
+    let mut up = None;
+    wait_until(
+        "the bench's `basalt up` child",
+        Duration::from_secs(60),
+        || {
+            up = children(bench.0.id()).into_iter().find(is_up);
+            up.is_some()
+        },
+    );
+    let up = up.expect("found");
     let _up_guard = KillOnDrop(up);
-    bench.kill().expect("SIGKILL the bench");
-    bench.wait().expect("reaped");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while alive(up) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "basalt up {up} still running 30 s after its bench was killed"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    bench.0.kill().expect("SIGKILL the bench");
+    bench.0.wait().expect("reaped");
+    wait_until(
+        "basalt up to stop after its bench was killed",
+        Duration::from_secs(30),
+        || !alive(up),
+    );
 }

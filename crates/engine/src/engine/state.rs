@@ -218,6 +218,20 @@ impl State {
         }
     }
 
+    /// Takes `e`'s object out of the index (a new one if absent) with the entry's slot and
+    /// version applied; the caller puts it back.
+    fn take_for_write(&mut self, e: &Entry) -> Obj {
+        let mut obj = self.objs.remove(&e.oid).unwrap_or(Obj {
+            slot: NO_SLOT,
+            ..Obj::default()
+        });
+        let mut slot = obj.slot;
+        self.set_slot(&mut slot, e.slot);
+        obj.slot = slot;
+        obj.version = e.version;
+        obj
+    }
+
     /// Applies one journal entry of record `seq` to the live state. `blocks` are the data
     /// blocks of this entry's data items in order; `full` is the object buffer of a full write
     /// whose data write has not completed yet. Every effect is absolute, so replaying records
@@ -225,14 +239,7 @@ impl State {
     pub fn apply(&mut self, seq: u64, e: &Entry, blocks: &[SharedBuf], full: Option<SharedBuf>) {
         match &e.kind {
             EntryKind::Write(items) => {
-                let mut obj = self.objs.remove(&e.oid).unwrap_or(Obj {
-                    slot: NO_SLOT,
-                    ..Obj::default()
-                });
-                let mut slot = obj.slot;
-                self.set_slot(&mut slot, e.slot);
-                obj.slot = slot;
-                obj.version = e.version;
+                let mut obj = self.take_for_write(e);
                 let mut data = blocks.iter();
                 for it in items {
                     let buf = if it.data { data.next().cloned() } else { None };
@@ -241,14 +248,7 @@ impl State {
                 self.objs.insert(e.oid, obj);
             }
             EntryKind::Full(crcs) => {
-                let mut obj = self.objs.remove(&e.oid).unwrap_or(Obj {
-                    slot: NO_SLOT,
-                    ..Obj::default()
-                });
-                let mut slot = obj.slot;
-                self.set_slot(&mut slot, e.slot);
-                obj.slot = slot;
-                obj.version = e.version;
+                let mut obj = self.take_for_write(e);
                 obj.cache.clear();
                 obj.base = Some(Box::new(Base {
                     seq,
@@ -258,12 +258,11 @@ impl State {
                 self.objs.insert(e.oid, obj);
             }
             EntryKind::Delete => {
-                if let Some(obj) = self.objs.get(&e.oid) {
-                    let slot = obj.slot;
-                    self.objs.remove(&e.oid);
-                    if slot != NO_SLOT && !self.replaying {
-                        self.alloc.release(slot);
-                    }
+                if let Some(obj) = self.objs.remove(&e.oid)
+                    && obj.slot != NO_SLOT
+                    && !self.replaying
+                {
+                    self.alloc.release(obj.slot);
                 }
             }
         }
