@@ -126,6 +126,15 @@ fn matrix_on_a_local_cluster_writes_a_report_with_fios_numbers() {
     assert_eq!(env["targets"][0]["kind"], "basalt-local");
     assert_eq!(env["targets"][0]["size_bytes"], 64 << 20);
     assert_eq!(env["targets"][0]["filled_bytes"], 64 << 20);
+    // The cluster's device is sized for the run, not for the disk (tests run side by side).
+    let device = basalt_bench::device_size_for(64 << 20, 1);
+    assert!(
+        env["targets"][0]["description"]
+            .as_str()
+            .is_some_and(|d| d.contains(&format!(" --device-size {device} "))),
+        "{}",
+        env["targets"][0]["description"]
+    );
     assert!(
         results["baselines"]["rand_read_iops"]
             .as_f64()

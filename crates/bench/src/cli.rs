@@ -57,6 +57,10 @@ pub struct CommonArgs {
     /// Volume size for what the bench creates (local cluster volumes, nbdkit and raw files).
     #[arg(long, global = true, default_value = "1GiB")]
     pub size: String,
+    /// Device file of a cluster the bench starts (default: room for every volume the run
+    /// creates, fully written, plus a quarter and 1 GiB for the journal and metadata).
+    #[arg(long, global = true)]
+    pub device_size: Option<String>,
     /// Durability mode of the target, as the report should state it.
     #[arg(long, global = true)]
     pub durability: Option<String>,

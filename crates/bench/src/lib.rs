@@ -89,9 +89,14 @@ pub fn run_to_dir(args: BenchArgs) -> Result<PathBuf, BenchError> {
         || matches!(&args.profile, ProfileCmd::Quick(q) if q.with_compare);
     let want_nbdkit = c.peer_nbdkit
         || (compare && !matches!(&args.profile, ProfileCmd::Compare(a) if a.no_nbdkit));
+    let device_size = match &c.device_size {
+        Some(d) => basalt_types::size::parse_size(d)
+            .map_err(|e| BenchError::InvalidOption(format!("--device-size: {e}")))?,
+        None => device_size_for(size, volumes_planned(&args.profile)?),
+    };
     let targets = start_targets(
         c,
-        size,
+        (size, device_size),
         &scratch,
         &out.join("logs"),
         want_nbdkit,
@@ -201,9 +206,37 @@ fn percentiles_of(p: &ProfileCmd) -> Vec<f64> {
     }
 }
 
+/// Most volumes any step of the profile uses at once (volumes are created on first use).
+fn volumes_planned(p: &ProfileCmd) -> Result<usize, BenchError> {
+    let of = |a: &cli::LatencyTargetArgs| -> Result<usize, BenchError> {
+        let o = latency_target_opts(a)?;
+        Ok(o.volumes
+            .iter()
+            .copied()
+            .chain([o.iodepth_volumes])
+            .max()
+            .unwrap_or(1))
+    };
+    match p {
+        ProfileCmd::LatencyTarget(a) => of(a),
+        ProfileCmd::Full => of(&defaults()?),
+        _ => Ok(1),
+    }
+    .map(|n| n.max(1))
+}
+
+/// A device file that holds `volumes` fully written volumes of `size`, a quarter more, and 1 GiB
+/// for the journal and metadata, so that a bench never takes more of the disk than it needs.
+pub fn device_size_for(size: u64, volumes: usize) -> u64 {
+    let data = size.saturating_mul(volumes as u64);
+    data.saturating_add(data / 4)
+        .saturating_add(1 << 30)
+        .next_multiple_of(1 << 20)
+}
+
 fn start_targets(
     c: &CommonArgs,
-    size: u64,
+    (size, device_size): (u64, u64),
     scratch: &Path,
     logs: &Path,
     nbdkit: bool,
@@ -216,7 +249,11 @@ fn start_targets(
             None => std::env::current_exe()
                 .map_err(|e| BenchError::io("finding the basalt binary", "current_exe", e))?,
         };
-        TargetSpec::LocalBasalt { bin, size }
+        TargetSpec::LocalBasalt {
+            bin,
+            size,
+            device_size,
+        }
     } else {
         TargetSpec::Nbd {
             uris: c.uris.clone(),
@@ -481,4 +518,36 @@ fn autotune_opts(a: &cli::AutotuneArgs) -> Result<profiles::autotune::AutotuneOp
         min_gain: a.min_gain,
         patience: a.patience.max(1),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        bench: BenchArgs,
+    }
+
+    fn planned(args: &[&str]) -> usize {
+        let cli = Cli::try_parse_from(["bench"].iter().chain(args)).expect("parses");
+        volumes_planned(&cli.bench.profile).expect("valid")
+    }
+
+    #[test]
+    fn the_device_holds_every_volume_the_run_creates() {
+        assert_eq!(planned(&["matrix"]), 1);
+        assert_eq!(planned(&["full"]), 4);
+        assert_eq!(planned(&["latency-target", "--volumes", "1,3"]), 3);
+        assert_eq!(
+            planned(&["latency-target", "--volumes", "1", "--iodepth-volumes", "5"]),
+            5
+        );
+        let mib = 1u64 << 20;
+        assert_eq!(device_size_for(64 * mib, 1), 1024 * mib + 80 * mib);
+        assert_eq!(device_size_for(4 << 30, 4), (20u64 << 30) + (1 << 30));
+        assert_eq!(device_size_for(1000, 1) % mib, 0);
+    }
 }

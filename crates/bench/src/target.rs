@@ -14,8 +14,13 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum TargetSpec {
-    /// Spawn `BIN up --data DIR --nbd 127.0.0.1:PORT --volume bench-0 --volume-size SIZE`.
-    LocalBasalt { bin: PathBuf, size: u64 },
+    /// Spawn `BIN up --data DIR --nbd 127.0.0.1:PORT --volume bench-0 --volume-size SIZE
+    /// --device-size DEVICE_SIZE`.
+    LocalBasalt {
+        bin: PathBuf,
+        size: u64,
+        device_size: u64,
+    },
     /// NBD exports that are already served; `server_pids` name the server's processes.
     Nbd {
         uris: Vec<String>,
@@ -108,7 +113,11 @@ impl Target {
 
     fn open(&mut self, spec: TargetSpec) -> Result<(), BenchError> {
         match spec {
-            TargetSpec::LocalBasalt { bin, size } => self.start_basalt(&bin, size)?,
+            TargetSpec::LocalBasalt {
+                bin,
+                size,
+                device_size,
+            } => self.start_basalt(&bin, size, device_size)?,
             TargetSpec::Nbd { uris, server_pids } => {
                 self.info.kind = "nbd".into();
                 self.info.description =
@@ -277,7 +286,7 @@ impl Target {
         Ok(())
     }
 
-    fn start_basalt(&mut self, bin: &Path, size: u64) -> Result<(), BenchError> {
+    fn start_basalt(&mut self, bin: &Path, size: u64, device: u64) -> Result<(), BenchError> {
         self.info.kind = "basalt-local".into();
         self.info.size_bytes = Some(size);
         self.info.version = tool_version(&bin.display().to_string(), &["--version"]);
@@ -296,10 +305,16 @@ impl Target {
             "bench-0",
             "--volume-size",
             &size.to_string(),
+            "--device-size",
+            &device.to_string(),
         ]);
         if matches!(self.info.durability.as_str(), "sync" | "flush") {
             cmd.args(["--durability", &self.info.durability]);
         }
+        let command_line: Vec<String> = std::iter::once(cmd.get_program())
+            .chain(cmd.get_args())
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
         stop_with_parent(&mut cmd);
         let log = self
             .log_dir
@@ -320,9 +335,8 @@ impl Target {
         self.children.push(guard);
         self.info.server_pids.push(pid);
         self.info.description = format!(
-            "single-node cluster started by the bench: {} up --data {} --nbd {addr} (client on the same host, loopback)",
-            bin.display(),
-            data.display()
+            "single-node cluster started by the bench: {} (client on the same host, loopback)",
+            command_line.join(" ")
         );
         let uri = std::fs::read_to_string(&log)
             .ok()
