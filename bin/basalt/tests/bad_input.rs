@@ -3,10 +3,11 @@
 
 mod common;
 
-use basalt_proto::{ErrorCode, FrameDecoder, Request, Response, encode_request};
+use basalt_proto::{ErrorCode, Request, Response, encode_request};
 use basalt_types::{Epoch, ObjectId, PoolId, Version, VolumeId};
 use bytes::{Bytes, BytesMut};
 use common::nbd::NbdClient;
+use common::node::NodeConn;
 use common::{Up, UpOptions};
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -64,65 +65,6 @@ fn garbage_on_the_nbd_port_does_not_affect_other_clients() {
     assert_eq!(good.read(4096, 4096).unwrap().unwrap(), data);
     good.disconnect();
     up.stop();
-}
-
-/// A raw node-protocol connection.
-struct NodeConn {
-    s: TcpStream,
-    buf: BytesMut,
-    dec: FrameDecoder,
-}
-
-impl NodeConn {
-    fn connect(addr: &str) -> NodeConn {
-        let s = TcpStream::connect(addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        NodeConn {
-            s,
-            buf: BytesMut::new(),
-            dec: FrameDecoder::new(),
-        }
-    }
-
-    fn send(&mut self, id: u64, req: &Request) {
-        let mut out = BytesMut::new();
-        let data = encode_request(id, req, &mut out);
-        out.extend_from_slice(&data);
-        self.s.write_all(&out).unwrap();
-    }
-
-    /// The next answer, or None when the node closed the connection.
-    fn answer(&mut self) -> Option<Result<Response, basalt_proto::WireError>> {
-        loop {
-            if let Some(f) = self
-                .dec
-                .decode(&mut self.buf)
-                .expect("node sent a bad frame")
-            {
-                return Some(Response::decode(&f).unwrap());
-            }
-            let mut chunk = [0u8; 65536];
-            match self.s.read(&mut chunk) {
-                Ok(0) | Err(_) => return None,
-                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-            }
-        }
-    }
-
-    fn hello(&mut self) -> Epoch {
-        self.send(
-            1,
-            &Request::Hello {
-                min_version: 1,
-                max_version: 1,
-                client: "test".into(),
-            },
-        );
-        match self.answer() {
-            Some(Ok(Response::Hello { epoch, .. })) => epoch,
-            other => panic!("bad Hello answer: {other:?}"),
-        }
-    }
 }
 
 #[test]

@@ -160,5 +160,31 @@ fn node_and_gateway_processes_share_an_etcd() {
     assert!(list.contains("export=\"shared\""), "{list}");
     let status = cli(&["status"]);
     assert!(status.contains("node.1"), "{status}");
+
+    // The gateway process follows a resize and a delete made by another process (etcd watch).
+    let mut c = common::nbd::NbdClient::connect(&listen, "shared").unwrap();
+    let tail = 48u64 << 20;
+    assert!(c.read(tail, 4096).unwrap().is_ok());
+    cli(&[
+        "volume",
+        "resize",
+        "shared",
+        "--size",
+        "32MiB",
+        "--allow-shrink",
+    ]);
+    wait_until(
+        "the gateway sees the shrink",
+        Duration::from_secs(10),
+        || c.read(tail, 4096).unwrap() == Err(22),
+    );
+    assert_eq!(c.write(0, &[7u8; 4096], 1).unwrap(), 0);
+    cli(&["volume", "delete", "shared"]);
+    wait_until(
+        "the gateway sees the delete",
+        Duration::from_secs(10),
+        || c.read(0, 4096).unwrap() == Err(5),
+    );
+    c.disconnect();
     drop(etcd);
 }

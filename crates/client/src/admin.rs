@@ -38,7 +38,8 @@ impl Cluster {
     }
 
     /// Changes a volume's size. Shrinking needs `allow_shrink` and discards the data past the
-    /// new end, so that growing again later reads zeros there, never old data.
+    /// new end. Growing first discards whatever lies past the old end (a handle that had not yet
+    /// seen a shrink may have written there), so the new range always reads as zeros.
     pub async fn resize_volume(
         &self,
         name: &str,
@@ -54,9 +55,13 @@ impl Cluster {
                 format_size(new_size)
             )));
         }
+        crate::meta::validate_volume_size(name, new_size)?;
+        if new_size > current.size {
+            self.discard(&current, current.size, new_size).await?;
+        }
         let record = self.catalog().resize_volume(name, new_size).await?;
         if new_size < current.size {
-            self.cut_tail(&record, current.size).await?;
+            self.discard(&record, new_size, current.size).await?;
         }
         Ok(record)
     }
@@ -70,20 +75,25 @@ impl Cluster {
         Ok(objects)
     }
 
-    /// After a shrink: zero the part of the last object past the new end and delete every
-    /// object after it.
-    async fn cut_tail(&self, record: &VolumeRecord, old_size: u64) -> Result<(), ClientError> {
+    /// Makes `[from, upto)` of a volume read as zeros: zeroes the part of the object holding
+    /// `from` that lies in the range, and deletes every object after it.
+    async fn discard(
+        &self,
+        record: &VolumeRecord,
+        from: u64,
+        upto: u64,
+    ) -> Result<(), ClientError> {
         let pool = self
             .catalog()
             .get_pool(record.pool)
             .await?
             .ok_or_else(|| ClientError::NoSuchPool(record.pool.to_string()))?;
         let os = pool.object_size as u64;
-        let keep_objects = record.size.div_ceil(os);
-        let partial = record.size % os;
+        let keep_objects = from.div_ceil(os);
+        let partial = from % os;
         if partial != 0 {
             let oid = basalt_types::ObjectId::new(record.pool, record.id, keep_objects - 1);
-            let len = (os - partial).min(old_size - record.size);
+            let len = (os - partial).min(upto - from);
             crate::retry::call_primary(self, oid, |epoch| Request::WriteZeroes {
                 epoch,
                 oid,

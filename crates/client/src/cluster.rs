@@ -4,6 +4,7 @@ use crate::error::ClientError;
 use crate::link::TcpLink;
 use crate::mapcache::MapCache;
 use crate::meta::{self, Catalog, MetaStore};
+use crate::openvolumes::{LiveVolume, OpenVolumes};
 use crate::volume::{Volume, VolumeOptions};
 use basalt_placement::ClusterMap;
 use basalt_proto::{Request, Response, Service};
@@ -52,6 +53,7 @@ pub(crate) struct Inner {
     local: RwLock<HashMap<NodeId, Arc<dyn Service>>>,
     links: Mutex<HashMap<NodeId, LinkSlot>>,
     watcher: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    pub(crate) open: Arc<OpenVolumes>,
 }
 
 impl Drop for Inner {
@@ -79,6 +81,7 @@ impl Cluster {
                 local: RwLock::new(HashMap::new()),
                 links: Mutex::new(HashMap::new()),
                 watcher: Mutex::new(None),
+                open: Arc::default(),
             }),
         };
         let task = tokio::spawn(follow_maps(Arc::downgrade(&cluster.inner)));
@@ -105,22 +108,25 @@ impl Cluster {
         &self.inner.config
     }
 
-    /// Opens a volume by name.
+    /// Opens a volume by name. The handle follows the volume's record: after a resize it checks
+    /// I/O against the new size, after a delete it refuses I/O ([`ClientError::VolumeGone`]).
     pub async fn open_volume(
         &self,
         name: &str,
         options: VolumeOptions,
     ) -> Result<Volume, ClientError> {
-        let record = self
+        let (record, revision) = self
             .inner
             .catalog
-            .get_volume(name)
+            .get_volume_at(name)
             .await?
             .ok_or_else(|| ClientError::NoSuchVolume(name.to_string()))?;
         if record.state != meta::VolumeState::Active {
             return Err(ClientError::NoSuchVolume(name.to_string()));
         }
-        Volume::new(self.clone(), record, options).await
+        let live = Arc::new(LiveVolume::new(&record, revision));
+        self.inner.open.register(name, &live, &self.inner.catalog);
+        Volume::new(self.clone(), record, live, options).await
     }
 
     /// Waits until a map with at least `epoch` is known, first asking the metadata store.

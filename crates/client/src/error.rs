@@ -10,6 +10,8 @@ use thiserror::Error;
 pub enum ClientError {
     #[error("volume '{0}' does not exist; list volumes with `basalt volume list`")]
     NoSuchVolume(String),
+    #[error("volume '{0}' was deleted while open; reconnect to use a volume of that name")]
+    VolumeGone(String),
     #[error("volume '{0}' already exists; pick another name or delete it first")]
     VolumeExists(String),
     #[error("pool '{0}' does not exist; list pools with `basalt status`")]
@@ -61,7 +63,9 @@ impl ClientError {
     /// A short, stable classification for frontends mapping errors to their protocol.
     pub fn kind(&self) -> ErrorKind {
         match self {
-            ClientError::NoSuchVolume(_) | ClientError::NoSuchPool(_) => ErrorKind::NotFound,
+            ClientError::NoSuchVolume(_)
+            | ClientError::NoSuchPool(_)
+            | ClientError::VolumeGone(_) => ErrorKind::NotFound,
             ClientError::InvalidArgument(_) | ClientError::OutOfRange { .. } => {
                 ErrorKind::InvalidArgument
             }

@@ -22,6 +22,7 @@ pub mod error;
 pub mod link;
 mod mapcache;
 pub mod meta;
+mod openvolumes;
 mod read;
 mod remote_meta;
 pub mod retry;

@@ -1,7 +1,10 @@
 //! The client's window on the metadata store: every call the client makes into `basalt-meta`
 //! goes through here.
 
-pub use basalt_meta::{Catalog, MetaError, MetaStore, PoolRecord, VolumeRecord, VolumeState};
+pub use basalt_meta::{
+    Catalog, MetaError, MetaStore, PoolRecord, Revision, VolumeEvent, VolumeRecord, VolumeState,
+    validate_volume_size,
+};
 use basalt_placement::ClusterMap;
 
 /// Reads the published cluster map, if any.

@@ -3,8 +3,9 @@
 use crate::cluster::Cluster;
 use crate::error::ClientError;
 use crate::meta::VolumeRecord;
+use crate::openvolumes::LiveVolume;
 use basalt_types::{PoolId, VolumeId};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// When an acknowledged write is durable.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -54,13 +55,14 @@ pub struct Volume {
     pub(crate) pool: PoolId,
     pub(crate) object_size: u32,
     pub(crate) durability: Durability,
-    size: AtomicU64,
+    live: Arc<LiveVolume>,
 }
 
 impl Volume {
     pub(crate) async fn new(
         cluster: Cluster,
         record: VolumeRecord,
+        live: Arc<LiveVolume>,
         options: VolumeOptions,
     ) -> Result<Volume, ClientError> {
         let pool = cluster
@@ -75,7 +77,7 @@ impl Volume {
             pool: record.pool,
             object_size: pool.object_size,
             durability: options.durability,
-            size: AtomicU64::new(record.size),
+            live,
         })
     }
 
@@ -91,9 +93,15 @@ impl Volume {
         self.pool
     }
 
-    /// Size in bytes.
+    /// Size in bytes, as of the newest record this handle has seen (it follows resizes).
     pub fn size(&self) -> u64 {
-        self.size.load(Ordering::Relaxed)
+        self.live.size()
+    }
+
+    /// Whether the volume was deleted (or replaced by a new one of the same name) since it was
+    /// opened; I/O then fails with [`ClientError::VolumeGone`].
+    pub fn is_gone(&self) -> bool {
+        self.live.is_gone()
     }
 
     pub fn object_size(&self) -> u32 {
@@ -108,19 +116,23 @@ impl Volume {
         &self.cluster
     }
 
-    /// Re-reads the volume's size from the metadata store (after a resize).
+    /// Re-reads the volume's record from the metadata store now, without waiting for the watch.
     pub async fn refresh(&self) -> Result<u64, ClientError> {
-        let record = self
-            .cluster
-            .catalog()
-            .get_volume(&self.name)
-            .await?
-            .ok_or_else(|| ClientError::NoSuchVolume(self.name.clone()))?;
-        self.size.store(record.size, Ordering::Relaxed);
-        Ok(record.size)
+        let current = self.cluster.catalog().get_volume_at(&self.name).await?;
+        match &current {
+            Some((record, revision)) => self.live.apply(Some(record), *revision),
+            None => self
+                .live
+                .apply(None, self.cluster.catalog().store().revision().await?),
+        }
+        self.check_range(0, 0)?;
+        Ok(self.size())
     }
 
     pub(crate) fn check_range(&self, offset: u64, len: u64) -> Result<(), ClientError> {
+        if self.live.is_gone() {
+            return Err(ClientError::VolumeGone(self.name.clone()));
+        }
         let size = self.size();
         match offset.checked_add(len) {
             Some(end) if end <= size => Ok(()),

@@ -12,7 +12,8 @@
 //! 2. [`keys`]: the whole key schema (docs/design/metadata-keys.md).
 //! 3. [`Catalog`] (catalog.rs): versioned JSON records and compare-and-swap helpers, with one
 //!    file per noun: pool.rs, volume.rs, node.rs (nodes and devices), map.rs (the cluster map),
-//!    leader.rs (election). lease.rs keeps a lease alive ([`KeepAlive`]).
+//!    leader.rs (election), volume_watch.rs (following volume records). lease.rs keeps a lease
+//!    alive ([`KeepAlive`]).
 //! 4. [`EtcdProcess`] (etcd_process.rs): a child etcd for `basalt up --etcd` and tests.
 //! 5. [`remote`]: store calls as serde values, so a process that owns a store (a `basalt up`
 //!    node with the embedded store) can serve it to other processes.
@@ -34,6 +35,7 @@ mod pool;
 pub mod remote;
 mod store;
 mod volume;
+mod volume_watch;
 mod watch;
 
 pub use catalog::{Catalog, RECORD_VERSION};
@@ -51,3 +53,4 @@ pub use store::{
     TxnOpResult, TxnResult, WATCH_BUFFER, WatchEvent, WatchReceiver,
 };
 pub use volume::{MAX_VOLUME_SIZE, VolumeRecord, VolumeState, validate_volume_size};
+pub use volume_watch::VolumeEvent;

@@ -56,6 +56,7 @@ conformance!(
     catalog_resize_is_compare_and_swap,
     catalog_rejects_bad_input_and_stores_nothing,
     catalog_map_cas_and_watch,
+    catalog_volume_watch_follows_resize_and_delete,
     catalog_leader_election_and_fencing,
     catalog_nodes_live_under_a_lease_and_devices_persist,
     large_values_round_trip,

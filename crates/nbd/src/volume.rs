@@ -1,8 +1,9 @@
 //! Basalt volumes as NBD exports: [`ClusterCatalog`] lists and opens volumes through the client
 //! library, [`VolumeExport`] maps NBD commands onto [`basalt_client::Volume`].
 //!
-//! A volume is opened afresh for each connection (one metadata lookup), so a volume deleted and
-//! recreated under the same name is never served from a stale handle. Flushes and FUA go to the
+//! A volume is opened afresh for each connection (one metadata lookup), and the handle follows
+//! the volume's record: I/O past a shrunk end is `EINVAL`, I/O on a deleted volume (or one
+//! re-created under the same name) is `EIO`, never the new volume's data. Flushes and FUA go to the
 //! cluster, which makes every acknowledged write durable on every node holding the volume's data,
 //! so writes from one connection are covered by a flush on another: CAN_MULTI_CONN holds.
 

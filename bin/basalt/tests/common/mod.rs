@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod nbd;
+pub mod node;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};

@@ -212,6 +212,56 @@ pub(crate) async fn catalog_map_cas_and_watch(h: Harness) -> Result<()> {
     Ok(())
 }
 
+pub(crate) async fn catalog_volume_watch_follows_resize_and_delete(h: Harness) -> Result<()> {
+    use basalt_meta::VolumeEvent;
+    let c = h.catalog();
+    make_pool(&c, "p").await?;
+    let a = c.create_volume("a", 1 << 20, "p").await?;
+    let mut rx = c.watch_volumes().await?;
+    let mut next = async || -> Result<VolumeEvent> {
+        tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await?
+            .context("the volume watch ended")
+    };
+    let first = next().await?;
+    let VolumeEvent::All { volumes, revision } = first else {
+        bail!("the current volumes come first: {first:?}");
+    };
+    ensure!(volumes == vec![a.clone()], "{volumes:?}");
+    let (_, at) = c.get_volume_at("a").await?.context("a")?;
+    ensure!(
+        at <= revision,
+        "listing at {revision} predates a's record at {at}"
+    );
+    let b = c.create_volume("b", 1 << 20, "p").await?;
+    let grown = c.resize_volume("a", 2 << 20).await?;
+    let (_, grown_at) = c.get_volume_at("a").await?.context("a")?;
+    let deleting = c.mark_volume_deleting("b").await?;
+    c.remove_volume("b").await?;
+    let mut last = revision;
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let ev = next().await?;
+        let rev = match &ev {
+            VolumeEvent::Changed { revision, .. } | VolumeEvent::Removed { revision, .. } => {
+                *revision
+            }
+            VolumeEvent::All { .. } => bail!("unexpected re-listing: {ev:?}"),
+        };
+        ensure!(rev > last, "revisions increase: {ev:?} after {last}");
+        last = rev;
+        seen.push(ev);
+    }
+    ensure!(
+        matches!(&seen[0], VolumeEvent::Changed { record, .. } if *record == b)
+            && matches!(&seen[1], VolumeEvent::Changed { record, revision } if *record == grown && *revision == grown_at)
+            && matches!(&seen[2], VolumeEvent::Changed { record, .. } if *record == deleting)
+            && matches!(&seen[3], VolumeEvent::Removed { name, .. } if name == "b"),
+        "{seen:?}"
+    );
+    Ok(())
+}
+
 pub(crate) async fn catalog_leader_election_and_fencing(h: Harness) -> Result<()> {
     let c = h.catalog();
     let ttl = Duration::from_secs(2);

@@ -1,0 +1,155 @@
+//! Open volumes follow their metadata records: a resize changes the size every open handle
+//! checks I/O against, a delete (or a re-creation under the same name) makes every handle of the
+//! old volume refuse I/O. One watch per [`crate::Cluster`], started when it first opens a volume.
+//!
+//! Each state carries the store revision it was read at, so an event older than what a handle
+//! already knows (the handle was opened after the change) is ignored.
+
+use crate::meta::{Catalog, Revision, VolumeEvent, VolumeRecord, VolumeState};
+use basalt_types::VolumeId;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+/// What every handle of one open volume shares.
+#[derive(Debug)]
+pub(crate) struct LiveVolume {
+    pub(crate) id: VolumeId,
+    size: AtomicU64,
+    gone: AtomicBool,
+    /// Revision of the newest state applied; updates take this lock.
+    revision: Mutex<Revision>,
+}
+
+impl LiveVolume {
+    pub(crate) fn new(record: &VolumeRecord, revision: Revision) -> LiveVolume {
+        LiveVolume {
+            id: record.id,
+            size: AtomicU64::new(record.size),
+            gone: AtomicBool::new(record.state != VolumeState::Active),
+            revision: Mutex::new(revision),
+        }
+    }
+
+    pub(crate) fn size(&self) -> u64 {
+        self.size.load(Ordering::Acquire)
+    }
+
+    /// Deleted, being deleted, or replaced by a new volume of the same name.
+    pub(crate) fn is_gone(&self) -> bool {
+        self.gone.load(Ordering::Acquire)
+    }
+
+    /// Applies the record of this volume's name as of `revision` (`None`: no record).
+    pub(crate) fn apply(&self, record: Option<&VolumeRecord>, revision: Revision) {
+        let mut at = self.revision.lock();
+        if revision < *at {
+            return;
+        }
+        *at = revision;
+        match record {
+            Some(r) if r.id == self.id && r.state == VolumeState::Active => {
+                self.size.store(r.size, Ordering::Release);
+            }
+            _ => self.gone.store(true, Ordering::Release),
+        }
+    }
+}
+
+/// The open volumes of one cluster handle, by name.
+#[derive(Default)]
+pub(crate) struct OpenVolumes {
+    by_name: Mutex<HashMap<String, Vec<Weak<LiveVolume>>>>,
+    watcher: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Drop for OpenVolumes {
+    fn drop(&mut self) {
+        if let Some(task) = self.watcher.lock().take() {
+            task.abort();
+        }
+    }
+}
+
+impl OpenVolumes {
+    /// Tracks `live` under `name`; starts the watch on the first call (it holds only a weak
+    /// reference, and ends when the registry is dropped with its cluster handle).
+    pub(crate) fn register(
+        self: &Arc<Self>,
+        name: &str,
+        live: &Arc<LiveVolume>,
+        catalog: &Catalog,
+    ) {
+        {
+            let mut map = self.by_name.lock();
+            let handles = map.entry(name.to_string()).or_default();
+            handles.retain(|w| w.strong_count() > 0);
+            handles.push(Arc::downgrade(live));
+        }
+        let mut watcher = self.watcher.lock();
+        if watcher.is_none() {
+            *watcher = Some(tokio::spawn(follow(catalog.clone(), Arc::downgrade(self))));
+        }
+    }
+
+    fn apply(&self, event: &VolumeEvent) {
+        let mut map = self.by_name.lock();
+        map.retain(|_, handles| {
+            handles.retain(|w| w.strong_count() > 0);
+            !handles.is_empty()
+        });
+        let each = |name: &str, f: &dyn Fn(&LiveVolume)| {
+            for live in map
+                .get(name)
+                .into_iter()
+                .flatten()
+                .filter_map(Weak::upgrade)
+            {
+                f(&live);
+            }
+        };
+        match event {
+            VolumeEvent::All { volumes, revision } => {
+                let by_name: HashMap<&str, &VolumeRecord> =
+                    volumes.iter().map(|v| (v.name.as_str(), v)).collect();
+                for name in map.keys() {
+                    each(name, &|l| {
+                        l.apply(by_name.get(name.as_str()).copied(), *revision)
+                    });
+                }
+            }
+            VolumeEvent::Changed { record, revision } => {
+                each(&record.name, &|l| l.apply(Some(record), *revision));
+            }
+            VolumeEvent::Removed { name, revision } => {
+                each(name, &|l| l.apply(None, *revision));
+            }
+        }
+    }
+}
+
+/// Applies volume events to the registry until the cluster handle is dropped.
+async fn follow(catalog: Catalog, registry: Weak<OpenVolumes>) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match catalog.watch_volumes().await {
+            Ok(mut rx) => {
+                backoff = Duration::from_millis(100);
+                while let Some(event) = rx.recv().await {
+                    let Some(open) = registry.upgrade() else {
+                        return;
+                    };
+                    open.apply(&event);
+                }
+            }
+            Err(e) => tracing::warn!("watching the volumes failed: {e}; retrying"),
+        }
+        if registry.strong_count() == 0 {
+            return;
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}

@@ -1,0 +1,120 @@
+//! Following volume records: how a gateway that holds volumes open learns that one was resized
+//! or deleted (see [`Catalog::watch_volumes`]).
+
+use crate::catalog::{Catalog, decode};
+use crate::error::MetaError;
+use crate::keys;
+use crate::store::{MetaStore, Revision, WatchEvent};
+use crate::volume::VolumeRecord;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// A change to the volumes of a cluster, with the store revision it happened at (so that a
+/// reader can tell it from a newer state it already has).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum VolumeEvent {
+    /// Every volume as of `revision`. The first event, and again after the watch was lost: a
+    /// volume missing from it is gone.
+    All {
+        volumes: Vec<VolumeRecord>,
+        revision: Revision,
+    },
+    /// A volume was created, resized or marked deleting.
+    Changed {
+        record: VolumeRecord,
+        revision: Revision,
+    },
+    /// The record of the volume with this name was removed.
+    Removed { name: String, revision: Revision },
+}
+
+impl Catalog {
+    /// A volume by name, with the revision of its record (its `mod_revision`).
+    pub async fn get_volume_at(
+        &self,
+        name: &str,
+    ) -> Result<Option<(VolumeRecord, Revision)>, MetaError> {
+        Ok(self
+            .read(&keys::volume(name))
+            .await?
+            .map(|(rec, kv)| (rec, kv.mod_revision)))
+    }
+
+    /// Follows the volume records: the receiver yields [`VolumeEvent::All`] first, then every
+    /// change in order. A lost watch or a store outage is handled inside (the volumes are
+    /// listed again, as a new `All`). Dropping the receiver ends it.
+    pub async fn watch_volumes(&self) -> Result<mpsc::Receiver<VolumeEvent>, MetaError> {
+        // Fail early (and visibly) when the store is unreachable now.
+        self.store().revision().await?;
+        let (tx, rx) = mpsc::channel(64);
+        tokio::spawn(follow(self.store().clone(), tx));
+        Ok(rx)
+    }
+}
+
+async fn follow(store: Arc<dyn MetaStore>, tx: mpsc::Sender<VolumeEvent>) {
+    let mut backoff = Duration::from_millis(100);
+    while !tx.is_closed() {
+        match follow_once(&*store, &tx).await {
+            Ok(()) => backoff = Duration::from_millis(100),
+            Err(e) => {
+                tracing::warn!("following the volumes: {e}; retrying in {backoff:?}");
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = tx.closed() => return,
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+}
+
+/// Lists the volumes, then watches until the watch is lost or the receiver goes away.
+async fn follow_once(
+    store: &dyn MetaStore,
+    tx: &mpsc::Sender<VolumeEvent>,
+) -> Result<(), MetaError> {
+    let listing = store.list(keys::VOLUMES).await?;
+    let volumes = listing
+        .kvs
+        .iter()
+        .map(|kv| decode(&kv.key, &kv.value))
+        .collect::<Result<Vec<VolumeRecord>, _>>()?;
+    let all = VolumeEvent::All {
+        volumes,
+        revision: listing.revision,
+    };
+    if tx.send(all).await.is_err() {
+        return Ok(());
+    }
+    let from: Revision = listing.revision + 1;
+    let mut events = store.watch_prefix(keys::VOLUMES, from).await?;
+    loop {
+        let event = tokio::select! {
+            ev = events.recv() => ev,
+            _ = tx.closed() => return Ok(()),
+        };
+        let out = match event {
+            Some(WatchEvent::Put(kv)) => VolumeEvent::Changed {
+                record: decode(&kv.key, &kv.value)?,
+                revision: kv.mod_revision,
+            },
+            Some(WatchEvent::Delete(kv)) => match keys::parse_volume(&kv.key) {
+                Some(name) => VolumeEvent::Removed {
+                    name: name.to_string(),
+                    revision: kv.mod_revision,
+                },
+                None => continue,
+            },
+            Some(WatchEvent::Lost(reason)) => {
+                tracing::debug!("volume watch lost ({reason}); listing again");
+                return Ok(());
+            }
+            None => return Err(MetaError::Backend("the volume watch ended".into())),
+        };
+        if tx.send(out).await.is_err() {
+            return Ok(());
+        }
+    }
+}
