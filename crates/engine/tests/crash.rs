@@ -12,7 +12,7 @@ use basalt_engine::{
     format_sim,
 };
 use bytes::Bytes;
-use common::{ObjState, Op, oid, pattern};
+use common::{ObjState, Op, oid, pattern, payload};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -43,7 +43,16 @@ struct Shared {
 }
 
 fn random_op(rng: &mut StdRng) -> Op {
-    match rng.random_range(0..10) {
+    match rng.random_range(0..12) {
+        10..=11 => {
+            // Whole blocks at a block boundary.
+            let first = rng.random_range(0..OBJ / BLK);
+            let n = rng.random_range(1..=(OBJ / BLK - first).min(3));
+            Op::Write {
+                off: first * BLK,
+                data: pattern(rng.random(), n * BLK),
+            }
+        }
         0..=4 => {
             let off = rng.random_range(0..OBJ);
             let len = rng.random_range(1..=(OBJ - off).min(3 * BLK));
@@ -90,6 +99,7 @@ async fn run_task(
         let o = oid(1, idx as u64);
         let op = random_op(&mut rng);
         let durable = rng.random_bool(0.5);
+        let aligned = rng.random_bool(0.5);
         let opts = WriteOptions {
             durable,
             version: None,
@@ -103,7 +113,7 @@ async fn run_task(
         });
         let res = match &op {
             Op::Write { off, data } => store
-                .write(o, *off as u32, Bytes::from(data.clone()), opts)
+                .write(o, *off as u32, payload(data, aligned), opts)
                 .await
                 .map(|_| ()),
             Op::Zero { off, len } => store

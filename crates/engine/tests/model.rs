@@ -4,8 +4,7 @@
 mod common;
 
 use basalt_engine::{Store, WriteOptions};
-use bytes::Bytes;
-use common::{Backend, Dev, OBJ, ObjState, Op, oid, pattern};
+use common::{Backend, Dev, OBJ, ObjState, Op, oid, pattern, payload};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -13,7 +12,17 @@ const OBJECTS: u64 = 6;
 
 fn random_op(rng: &mut StdRng) -> Op {
     let obj = OBJ as usize;
-    match rng.random_range(0..12) {
+    match rng.random_range(0..14) {
+        12..=13 => {
+            // Whole blocks at a block boundary.
+            let blocks = obj / 4096;
+            let first = rng.random_range(0..blocks);
+            let n = rng.random_range(1..=(blocks - first).min(5));
+            Op::Write {
+                off: first * 4096,
+                data: pattern(rng.random(), n * 4096),
+            }
+        }
         0..=5 => {
             let off = rng.random_range(0..obj);
             let len = rng.random_range(1..=(obj - off).min(20_000));
@@ -69,7 +78,7 @@ async fn run(backend: Backend, seed: u64) {
         let o = oid(1, idx);
         match &op {
             Op::Write { off, data } => {
-                let data = Bytes::from(data.clone());
+                let data = payload(data, rng.random_bool(0.5));
                 store.write(o, *off as u32, data, opts).await.unwrap();
             }
             Op::Zero { off, len } => {

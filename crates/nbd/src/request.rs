@@ -1,5 +1,7 @@
 //! Transmission requests, sans-io: [`RequestDecoder`] cuts the client's byte stream into
-//! requests (WRITE payloads split off the receive buffer without copying), and [`validate`]
+//! requests (a WRITE payload of whole 4 KiB blocks lands in a 4 KiB-aligned buffer, which the
+//! store writes to the device without copying; the connection reads large ones straight into
+//! it, see [`RequestDecoder::direct_buf`]), and [`validate`]
 //! checks one against the export's [`ExportCaps`], giving a [`Command`] or an error value.
 //!
 //! ```text
@@ -9,6 +11,7 @@
 
 use crate::caps::ExportCaps;
 use crate::wire::{self, REQUEST_HEADER_LEN, cflag, cmd, errno};
+use basalt_buf::AlignedBuf;
 use bytes::{Buf, Bytes, BytesMut};
 
 /// The fixed 28-byte part of a request.
@@ -73,7 +76,10 @@ const SKIP_CHUNK: usize = 64 << 10;
 #[derive(Debug, Clone, Copy)]
 enum State {
     Header,
+    /// A payload cut from the receive buffer.
     Payload(RequestHeader),
+    /// A payload of whole 4 KiB blocks, filled into `RequestDecoder::aligned` up to `.1`.
+    Aligned(RequestHeader, usize),
     Skip(RequestHeader, u32),
 }
 
@@ -82,6 +88,8 @@ enum State {
 pub struct RequestDecoder {
     max_payload: u32,
     state: State,
+    /// The buffer of an `Aligned` payload being received.
+    aligned: Option<AlignedBuf>,
 }
 
 impl RequestDecoder {
@@ -89,6 +97,25 @@ impl RequestDecoder {
         RequestDecoder {
             max_payload,
             state: State::Header,
+            aligned: None,
+        }
+    }
+
+    /// The unfilled part of the aligned payload being received, when the receive buffer has
+    /// nothing more for it (call after [`RequestDecoder::decode`] returned `None`): the caller may
+    /// read the socket straight into it and report the bytes with [`RequestDecoder::filled`].
+    pub fn direct_buf(&mut self) -> Option<&mut [u8]> {
+        let State::Aligned(h, done) = self.state else {
+            return None;
+        };
+        let buf = self.aligned.as_mut()?;
+        Some(&mut buf[done..h.len as usize])
+    }
+
+    /// Records `n` bytes read into [`RequestDecoder::direct_buf`].
+    pub fn filled(&mut self, n: usize) {
+        if let State::Aligned(h, done) = self.state {
+            self.state = State::Aligned(h, (done + n).min(h.len as usize));
         }
     }
 
@@ -107,9 +134,29 @@ impl RequestDecoder {
                     }
                     self.state = if h.len > self.max_payload {
                         State::Skip(h, h.len)
+                    } else if (h.len as usize).is_multiple_of(basalt_buf::ALIGN) {
+                        self.aligned = Some(AlignedBuf::for_read(h.len as usize));
+                        State::Aligned(h, 0)
                     } else {
                         State::Payload(h)
                     };
+                }
+                State::Aligned(h, done) => {
+                    let len = h.len as usize;
+                    let n = (len - done).min(buf.len());
+                    let dst = self
+                        .aligned
+                        .as_mut()
+                        .expect("an aligned payload has its buffer");
+                    dst[done..done + n].copy_from_slice(&buf[..n]);
+                    buf.advance(n);
+                    if done + n < len {
+                        self.state = State::Aligned(h, done + n);
+                        return Ok(None);
+                    }
+                    self.state = State::Header;
+                    let data = self.aligned.take().expect("checked above").into_bytes();
+                    return Ok(Some(Incoming::Request(h, data)));
                 }
                 State::Payload(h) => {
                     if buf.len() < h.len as usize {
@@ -141,6 +188,7 @@ impl RequestDecoder {
         let total = match self.state {
             State::Header => REQUEST_HEADER_LEN,
             State::Payload(h) => h.len as usize,
+            State::Aligned(h, done) => h.len as usize - done,
             State::Skip(_, remaining) => (remaining as usize).min(SKIP_CHUNK),
         };
         total.saturating_sub(buffered)
@@ -289,6 +337,44 @@ mod tests {
             .collect();
         assert_eq!(got, want);
         assert!(dec.at_boundary() && buf.is_empty());
+    }
+
+    /// Whole-block WRITE payloads come out 4 KiB-aligned, whether their bytes arrived through
+    /// the receive buffer, straight into the decoder's buffer, or both.
+    #[test]
+    fn block_payloads_are_aligned_and_can_be_read_in_place() {
+        let data: Vec<u8> = (0..16384u32).map(|i| (i * 7 + i / 4096) as u8).collect();
+        let w = header(cmd::WRITE, 0, 4096, 16384);
+        let next = header(cmd::READ, 0, 0, 512);
+        for direct_from in [0, 1, 4096, 16383] {
+            let mut dec = RequestDecoder::new(1 << 20);
+            let mut buf = BytesMut::new();
+            buf.extend_from_slice(&w.encode());
+            buf.extend_from_slice(&data[..direct_from]);
+            assert_eq!(dec.decode(&mut buf).unwrap(), None);
+            assert!(buf.is_empty());
+            // The rest goes straight into the payload buffer, in two reads.
+            let rest = &data[direct_from..];
+            let half = rest.len() / 2;
+            for part in [&rest[..half], &rest[half..]] {
+                let dst = dec.direct_buf().expect("a payload is being received");
+                dst[..part.len()].copy_from_slice(part);
+                dec.filled(part.len());
+            }
+            assert_eq!(dec.direct_buf().map(|b| b.len()), Some(0));
+            buf.extend_from_slice(&next.encode());
+            let Some(Incoming::Request(h, payload)) = dec.decode(&mut buf).unwrap() else {
+                panic!("the write is complete");
+            };
+            assert_eq!(h, w);
+            assert_eq!(&payload[..], &data[..], "direct from {direct_from}");
+            assert!(basalt_buf::is_aligned(&payload));
+            assert_eq!(
+                dec.decode(&mut buf).unwrap(),
+                Some(Incoming::Request(next, Bytes::new()))
+            );
+            assert!(dec.at_boundary() && dec.direct_buf().is_none());
+        }
     }
 
     #[test]

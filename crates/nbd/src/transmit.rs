@@ -20,8 +20,8 @@ use crate::error::NbdError;
 use crate::export::Export;
 use crate::reply::{MAX_SLICES, ReplyQueue};
 use crate::request::{Command, Incoming, RequestDecoder, RequestHeader, validate};
-use crate::wire::{REPLY_HEADER_LEN, cmd, errno};
-use bytes::{Bytes, BytesMut};
+use crate::wire::{REPLY_HEADER_LEN, REQUEST_HEADER_LEN, cmd, errno};
+use bytes::{BufMut, Bytes, BytesMut};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use std::future::{Future, poll_fn};
@@ -34,6 +34,9 @@ use tokio_util::sync::CancellationToken;
 
 /// Smallest free space offered to one socket read.
 const READ_CHUNK: usize = 64 << 10;
+/// A WRITE payload with at least this much left to receive is read straight into its aligned
+/// buffer; smaller rests come through the receive buffer (one read takes several requests).
+const DIRECT_MIN: usize = 32 << 10;
 /// Loop turns per poll before yielding to other tasks.
 const TURNS_PER_POLL: usize = 32;
 
@@ -109,6 +112,9 @@ struct Conn<'a, F> {
     config: &'a ServerConfig,
     rbuf: BytesMut,
     decoder: RequestDecoder,
+    /// The last request was a large WRITE: the next read takes only a header, so that a
+    /// following large payload is read in place rather than through `rbuf`.
+    after_large_write: bool,
     inflight: FuturesUnordered<F>,
     out: ReplyQueue,
     /// Bytes charged by the requests in `inflight`.
@@ -129,6 +135,7 @@ impl<'a, F: Future<Output = Done>> Conn<'a, F> {
             config,
             rbuf: BytesMut::with_capacity(READ_CHUNK),
             decoder: RequestDecoder::new(caps.max_payload),
+            after_large_write: false,
             inflight: FuturesUnordered::new(),
             out: ReplyQueue::new(),
             charged: 0,
@@ -166,6 +173,8 @@ impl<'a, F: Future<Output = Done>> Conn<'a, F> {
                 }
             };
             progress = true;
+            let (Incoming::Request(h, _) | Incoming::Oversized(h)) = &incoming;
+            self.after_large_write = h.kind == cmd::WRITE && h.len as usize >= DIRECT_MIN;
             let (h, payload) = match incoming {
                 Incoming::Request(h, payload) => (h, payload),
                 Incoming::Oversized(h) => {
@@ -199,11 +208,34 @@ impl<'a, F: Future<Output = Done>> Conn<'a, F> {
         if self.reading != Stop::Reading || !self.admits() {
             return false;
         }
-        let want = self.decoder.needed(self.rbuf.len()).max(READ_CHUNK);
-        if self.rbuf.capacity() - self.rbuf.len() < want {
-            self.rbuf.reserve(want);
-        }
-        match tokio_util::io::poll_read_buf(Pin::new(rd), cx, &mut self.rbuf) {
+        let read = match self.decoder.direct_buf() {
+            // The rest of a large aligned WRITE payload: straight into its buffer.
+            Some(dst) if self.rbuf.is_empty() && dst.len() >= DIRECT_MIN => {
+                let mut rb = tokio::io::ReadBuf::new(dst);
+                match Pin::new(rd).poll_read(cx, &mut rb) {
+                    Poll::Ready(Ok(())) => {
+                        let n = rb.filled().len();
+                        self.decoder.filled(n);
+                        Poll::Ready(Ok(n))
+                    }
+                    Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+            _ => {
+                let want = if self.after_large_write && self.rbuf.is_empty() {
+                    self.decoder.needed(0).max(REQUEST_HEADER_LEN)
+                } else {
+                    self.decoder.needed(self.rbuf.len()).max(READ_CHUNK)
+                };
+                if self.rbuf.capacity() - self.rbuf.len() < want {
+                    self.rbuf.reserve(want);
+                }
+                let mut limited = (&mut self.rbuf).limit(want);
+                tokio_util::io::poll_read_buf(Pin::new(rd), cx, &mut limited)
+            }
+        };
+        match read {
             Poll::Ready(Ok(0)) => {
                 self.reading = Stop::Eof;
                 if !(self.decoder.at_boundary() && self.rbuf.is_empty()) {

@@ -100,7 +100,7 @@ impl Engine {
             let mut out = AlignedBuf::zeroed(ctx.srcs.len() * B);
             for (i, s) in ctx.srcs.iter().enumerate() {
                 if let Src::Mem(buf, off) = s {
-                    out[i * B..(i + 1) * B].copy_from_slice(&buf.0[*off..off + B]);
+                    out[i * B..(i + 1) * B].copy_from_slice(&buf[*off..off + B]);
                 }
             }
             ctx.out = Some(out);

@@ -51,7 +51,7 @@ impl PartialEq for Src {
     fn eq(&self, other: &Src) -> bool {
         match (self, other) {
             (Src::Zero, Src::Zero) => true,
-            (Src::Mem(a, x), Src::Mem(b, y)) => std::sync::Arc::ptr_eq(&a.0, &b.0) && x == y,
+            (Src::Mem(a, x), Src::Mem(b, y)) => a.same(b) && x == y,
             (
                 Src::Disk {
                     slot: a,

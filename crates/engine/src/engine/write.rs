@@ -192,9 +192,9 @@ impl Engine {
         let WKind::Data(data) = &op.kind else {
             unreachable!("op_full is only called for data")
         };
-        let buf = AlignedBuf::copy_from(data);
+        // Data received into an aligned buffer goes to the device as is (no copy).
+        let buf = SharedBuf::of(data);
         let crcs: Box<[u32]> = buf.chunks(B).map(crc32c).collect();
-        let buf = SharedBuf::new(buf);
         let entry = Entry {
             oid: op.oid,
             version,
@@ -248,7 +248,7 @@ impl Engine {
         };
         match self.st.block_src(&op.oid, obj, b) {
             Src::Zero => Old::Zero,
-            Src::Mem(buf, off) => Old::Buf(AlignedBuf::copy_from(&buf.0[off..off + B])),
+            Src::Mem(buf, off) => Old::Buf(AlignedBuf::copy_from(&buf[off..off + B])),
             Src::Disk { slot, block, crc } => Old::NeedRead { slot, block, crc },
         }
     }
@@ -275,6 +275,17 @@ impl Engine {
                     data: false,
                     crc: 0,
                 });
+                continue;
+            }
+            if whole && let WKind::Data(d) = &op.kind {
+                // A whole block: the received data itself when it is aligned, else a copy.
+                let block = SharedBuf::of(&d.slice(lo - start..hi - start));
+                items.push(Item {
+                    block: b as u16,
+                    data: true,
+                    crc: crc32c(&block),
+                });
+                bufs.push(block);
                 continue;
             }
             let mut block = if whole {

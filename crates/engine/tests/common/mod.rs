@@ -6,6 +6,7 @@ use basalt_engine::{
     DeviceId, FormatOptions, IoMode, ObjectId, OpenOptions, PoolId, Store, VolumeId, format,
     format_sim,
 };
+use bytes::Bytes;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -193,5 +194,17 @@ impl ObjState {
             Op::Delete => return ObjState::empty(s.data.len()),
         }
         s
+    }
+}
+
+/// `data` as write payload: in a 4 KiB-aligned buffer (as the NBD server receives whole-block
+/// writes; the store then writes it without copying) or in an ordinary allocation.
+pub fn payload(data: &[u8], aligned: bool) -> Bytes {
+    if aligned {
+        basalt_buf::AlignedBuf::copy_from(data)
+            .into_bytes()
+            .slice(..data.len())
+    } else {
+        Bytes::copy_from_slice(data)
     }
 }
