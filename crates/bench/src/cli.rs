@@ -58,7 +58,7 @@ pub struct CommonArgs {
     #[arg(long, global = true, default_value = "1GiB")]
     pub size: String,
     /// Device file of a cluster the bench starts (default: room for every volume the run
-    /// creates, fully written, plus a quarter and 1 GiB for the journal and metadata).
+    /// creates, fully written, plus a quarter and 1 GiB; the journal is 1/32 of the device).
     #[arg(long, global = true)]
     pub device_size: Option<String>,
     /// Durability mode of the target, as the report should state it.

@@ -226,7 +226,8 @@ fn volumes_planned(p: &ProfileCmd) -> Result<usize, BenchError> {
 }
 
 /// A device file that holds `volumes` fully written volumes of `size`, a quarter more, and 1 GiB
-/// for the journal and metadata, so that a bench never takes more of the disk than it needs.
+/// (the journal takes 1/32 of the device, at least 16 MiB), so that a bench never takes more of
+/// the disk than it needs.
 pub fn device_size_for(size: u64, volumes: usize) -> u64 {
     let data = size.saturating_mul(volumes as u64);
     data.saturating_add(data / 4)

@@ -59,7 +59,12 @@ impl Cluster {
         if new_size > current.size {
             self.discard(&current, current.size, new_size).await?;
         }
-        let record = self.catalog().resize_volume(name, new_size).await?;
+        // Committed only if nobody resized it since `current` was read (the discard above was
+        // prepared for that size).
+        let record = self
+            .catalog()
+            .resize_volume_from(name, Some(current.size), new_size)
+            .await?;
         if new_size < current.size {
             self.discard(&record, new_size, current.size).await?;
         }

@@ -126,6 +126,12 @@ impl Cluster {
         }
         let live = Arc::new(LiveVolume::new(&record, revision));
         self.inner.open.register(name, &live, &self.inner.catalog);
+        // A change between the read above and the registration reached no handle: read again
+        // (older states are ignored, so this cannot undo a newer event).
+        match self.inner.catalog.get_volume_at(name).await? {
+            Some((now, rev)) => live.apply(Some(&now), rev),
+            None => live.apply(None, self.inner.catalog.store().revision().await?),
+        }
         Volume::new(self.clone(), record, live, options).await
     }
 

@@ -54,6 +54,14 @@ pub enum MetaError {
     VolumeDeleting(String),
     #[error("volume '{0}' must be marked deleting before its record is removed")]
     VolumeNotDeleting(String),
+    #[error(
+        "volume '{name}' was resized to {found} bytes by someone else while this resize expected {expected}; look at it again and retry"
+    )]
+    VolumeChanged {
+        name: String,
+        expected: u64,
+        found: u64,
+    },
     #[error("no volume named '{0}'; list volumes to see the names")]
     NoSuchVolume(String),
     #[error("pool '{0}' already exists; pick another name")]

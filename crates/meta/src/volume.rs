@@ -132,12 +132,32 @@ impl Catalog {
         name: &str,
         new_size: u64,
     ) -> Result<VolumeRecord, MetaError> {
+        self.resize_volume_from(name, None, new_size).await
+    }
+
+    /// Like [`Catalog::resize_volume`], but only while the volume is still `from` bytes (when
+    /// given): a resize that prepared the data for one size never commits over another one's.
+    pub async fn resize_volume_from(
+        &self,
+        name: &str,
+        from: Option<u64>,
+        new_size: u64,
+    ) -> Result<VolumeRecord, MetaError> {
         validate_volume_size(name, new_size)?;
         let (record, _) = self
             .update(&keys::volume(name), |cur: Option<VolumeRecord>| {
                 let mut v = cur.ok_or_else(|| MetaError::NoSuchVolume(name.to_string()))?;
                 if v.state == VolumeState::Deleting {
                     return Err(MetaError::VolumeDeleting(name.to_string()));
+                }
+                if let Some(from) = from
+                    && v.size != from
+                {
+                    return Err(MetaError::VolumeChanged {
+                        name: name.to_string(),
+                        expected: from,
+                        found: v.size,
+                    });
                 }
                 v.size = new_size;
                 Ok(v)

@@ -79,8 +79,8 @@ async fn follow_once(
     let volumes = listing
         .kvs
         .iter()
-        .map(|kv| decode(&kv.key, &kv.value))
-        .collect::<Result<Vec<VolumeRecord>, _>>()?;
+        .filter_map(|kv| readable(&kv.key, &kv.value))
+        .collect();
     let all = VolumeEvent::All {
         volumes,
         revision: listing.revision,
@@ -96,9 +96,12 @@ async fn follow_once(
             _ = tx.closed() => return Ok(()),
         };
         let out = match event {
-            Some(WatchEvent::Put(kv)) => VolumeEvent::Changed {
-                record: decode(&kv.key, &kv.value)?,
-                revision: kv.mod_revision,
+            Some(WatchEvent::Put(kv)) => match readable(&kv.key, &kv.value) {
+                Some(record) => VolumeEvent::Changed {
+                    record,
+                    revision: kv.mod_revision,
+                },
+                None => continue,
             },
             Some(WatchEvent::Delete(kv)) => match keys::parse_volume(&kv.key) {
                 Some(name) => VolumeEvent::Removed {
@@ -117,4 +120,12 @@ async fn follow_once(
             return Ok(());
         }
     }
+}
+
+/// A record this version can read; an unreadable one (say, from a newer release) is logged and
+/// skipped rather than stopping the watch for every other volume.
+fn readable(key: &str, value: &[u8]) -> Option<VolumeRecord> {
+    decode(key, value)
+        .map_err(|e| tracing::warn!("skipping volume record {key}: {e}"))
+        .ok()
 }

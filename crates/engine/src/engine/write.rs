@@ -192,7 +192,9 @@ impl Engine {
         let WKind::Data(data) = &op.kind else {
             unreachable!("op_full is only called for data")
         };
-        // Data received into an aligned buffer goes to the device as is (no copy).
+        // Data received into an aligned buffer goes to the device as is (no copy). Only here:
+        // it is written at once, while blocks of partial writes stay cached until write-back
+        // and are copied, so that they never pin a large payload buffer.
         let buf = SharedBuf::of(data);
         let crcs: Box<[u32]> = buf.chunks(B).map(crc32c).collect();
         let entry = Entry {
@@ -275,17 +277,6 @@ impl Engine {
                     data: false,
                     crc: 0,
                 });
-                continue;
-            }
-            if whole && let WKind::Data(d) = &op.kind {
-                // A whole block: the received data itself when it is aligned, else a copy.
-                let block = SharedBuf::of(&d.slice(lo - start..hi - start));
-                items.push(Item {
-                    block: b as u16,
-                    data: true,
-                    crc: crc32c(&block),
-                });
-                bufs.push(block);
                 continue;
             }
             let mut block = if whole {

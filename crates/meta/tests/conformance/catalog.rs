@@ -110,6 +110,20 @@ pub(crate) async fn catalog_resize_is_compare_and_swap(h: Harness) -> Result<()>
         "final size {} is one of the requested",
         now.size
     );
+    // Of two resizes prepared for the same size, only the first commits.
+    let grow = |to: u64| {
+        let c = c.clone();
+        async move { c.resize_volume_from("v", Some(now.size), to).await }
+    };
+    let first = grow(now.size + (1 << 20)).await?;
+    let second = grow(now.size + (2 << 20)).await;
+    ensure!(
+        matches!(second, Err(MetaError::VolumeChanged { expected, found, .. })
+            if expected == now.size && found == first.size),
+        "{second:?}"
+    );
+    let now = c.get_volume("v").await?.context("v")?;
+    ensure!(now.size == first.size, "{now:?}");
     // A resize never overwrites a concurrent state change.
     c.mark_volume_deleting("v").await?;
     let r = c.resize_volume("v", 4 << 20).await;
