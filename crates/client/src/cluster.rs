@@ -128,10 +128,7 @@ impl Cluster {
         self.inner.open.register(name, &live, &self.inner.catalog);
         // A change between the read above and the registration reached no handle: read again
         // (older states are ignored, so this cannot undo a newer event).
-        match self.inner.catalog.get_volume_at(name).await? {
-            Some((now, rev)) => live.apply(Some(&now), rev),
-            None => live.apply(None, self.inner.catalog.store().revision().await?),
-        }
+        live.reload(&self.inner.catalog, name).await?;
         Volume::new(self.clone(), record, live, options).await
     }
 

@@ -5,7 +5,7 @@
 //! Each state carries the store revision it was read at, so an event older than what a handle
 //! already knows (the handle was opened after the change) is ignored.
 
-use crate::meta::{Catalog, Revision, VolumeEvent, VolumeRecord, VolumeState};
+use crate::meta::{Catalog, MetaError, Revision, VolumeEvent, VolumeRecord, VolumeState};
 use basalt_types::VolumeId;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -40,6 +40,15 @@ impl LiveVolume {
     /// Deleted, being deleted, or replaced by a new volume of the same name.
     pub(crate) fn is_gone(&self) -> bool {
         self.gone.load(Ordering::Acquire)
+    }
+
+    /// Reads the record of `name` now and applies it (a newer state already applied wins).
+    pub(crate) async fn reload(&self, catalog: &Catalog, name: &str) -> Result<(), MetaError> {
+        match catalog.get_volume_at(name).await? {
+            Some((record, revision)) => self.apply(Some(&record), revision),
+            None => self.apply(None, catalog.store().revision().await?),
+        }
+        Ok(())
     }
 
     /// Applies the record of this volume's name as of `revision` (`None`: no record).

@@ -118,13 +118,7 @@ impl Volume {
 
     /// Re-reads the volume's record from the metadata store now, without waiting for the watch.
     pub async fn refresh(&self) -> Result<u64, ClientError> {
-        let current = self.cluster.catalog().get_volume_at(&self.name).await?;
-        match &current {
-            Some((record, revision)) => self.live.apply(Some(record), *revision),
-            None => self
-                .live
-                .apply(None, self.cluster.catalog().store().revision().await?),
-        }
+        self.live.reload(self.cluster.catalog(), &self.name).await?;
         self.check_range(0, 0)?;
         Ok(self.size())
     }

@@ -6,10 +6,10 @@ use crate::error::MetaError;
 use crate::keys;
 use crate::leader::Leadership;
 use crate::store::{Compare, MetaStore, Revision, Txn, TxnOp, TxnOpResult, WatchEvent};
+use crate::watch::Backoff;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::sync::mpsc;
 
 impl Catalog {
@@ -96,20 +96,15 @@ async fn follow_map<M: DeserializeOwned + Send + 'static>(
     tx: mpsc::Sender<M>,
 ) {
     let mut last: Revision = 0;
-    let mut backoff = Duration::from_millis(100);
-    while !tx.is_closed() {
-        match follow_once(&*store, &tx, &mut last).await {
-            Ok(()) => backoff = Duration::from_millis(100),
-            Err(e) => {
-                tracing::warn!("following the cluster map: {e}; retrying in {backoff:?}");
-                tokio::select! {
-                    _ = tokio::time::sleep(backoff) => {}
-                    _ = tx.closed() => return,
-                }
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-            }
-        }
-    }
+    let mut backoff = Backoff::default();
+    while backoff
+        .after(
+            follow_once(&*store, &tx, &mut last).await,
+            "the cluster map",
+            &tx,
+        )
+        .await
+    {}
 }
 
 /// Reads the current map, then watches until the watch is lost or the receiver goes away.

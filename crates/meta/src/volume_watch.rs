@@ -6,8 +6,8 @@ use crate::error::MetaError;
 use crate::keys;
 use crate::store::{MetaStore, Revision, WatchEvent};
 use crate::volume::VolumeRecord;
+use crate::watch::Backoff;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::sync::mpsc;
 
 /// A change to the volumes of a cluster, with the store revision it happened at (so that a
@@ -54,20 +54,11 @@ impl Catalog {
 }
 
 async fn follow(store: Arc<dyn MetaStore>, tx: mpsc::Sender<VolumeEvent>) {
-    let mut backoff = Duration::from_millis(100);
-    while !tx.is_closed() {
-        match follow_once(&*store, &tx).await {
-            Ok(()) => backoff = Duration::from_millis(100),
-            Err(e) => {
-                tracing::warn!("following the volumes: {e}; retrying in {backoff:?}");
-                tokio::select! {
-                    _ = tokio::time::sleep(backoff) => {}
-                    _ = tx.closed() => return,
-                }
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-            }
-        }
-    }
+    let mut backoff = Backoff::default();
+    while backoff
+        .after(follow_once(&*store, &tx).await, "the volumes", &tx)
+        .await
+    {}
 }
 
 /// Lists the volumes, then watches until the watch is lost or the receiver goes away.

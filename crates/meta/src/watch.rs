@@ -5,8 +5,44 @@
 //! [`WatchEvent::Lost`] that the receiver reads after the events already buffered, so it never
 //! sees a gap, only an explicit end.
 
+use crate::error::MetaError;
 use crate::store::{WATCH_BUFFER, WatchEvent, WatchReceiver};
+use std::time::Duration;
 use tokio::sync::mpsc::{self, error::TrySendError};
+
+/// The retry policy of the loops that follow a prefix (list, then watch until the watch is
+/// lost): after an error wait 100 ms, doubling up to 5 s; after a clean round, start over.
+pub(crate) struct Backoff(Duration);
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff(Duration::from_millis(100))
+    }
+}
+
+impl Backoff {
+    /// Accounts for one round of following `what`; false when the receiver of `tx` is gone
+    /// (while waiting, too): the loop should end.
+    pub(crate) async fn after<T>(
+        &mut self,
+        round: Result<(), MetaError>,
+        what: &str,
+        tx: &mpsc::Sender<T>,
+    ) -> bool {
+        match round {
+            Ok(()) => *self = Backoff::default(),
+            Err(e) => {
+                tracing::warn!("following {what}: {e}; retrying in {:?}", self.0);
+                tokio::select! {
+                    _ = tokio::time::sleep(self.0) => {}
+                    _ = tx.closed() => return false,
+                }
+                self.0 = (self.0 * 2).min(Duration::from_secs(5));
+            }
+        }
+        !tx.is_closed()
+    }
+}
 
 /// The sending side of one watch.
 #[derive(Debug)]

@@ -212,15 +212,13 @@ impl<'a, F: Future<Output = Done>> Conn<'a, F> {
             // The rest of a large aligned WRITE payload: straight into its buffer.
             Some(dst) if self.rbuf.is_empty() && dst.len() >= DIRECT_MIN => {
                 let mut rb = tokio::io::ReadBuf::new(dst);
-                match Pin::new(rd).poll_read(cx, &mut rb) {
-                    Poll::Ready(Ok(())) => {
-                        let n = rb.filled().len();
-                        self.decoder.filled(n);
-                        Poll::Ready(Ok(n))
-                    }
-                    Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-                    Poll::Pending => Poll::Pending,
+                let read = Pin::new(rd)
+                    .poll_read(cx, &mut rb)
+                    .map_ok(|()| rb.filled().len());
+                if let Poll::Ready(Ok(n)) = read {
+                    self.decoder.filled(n);
                 }
+                read
             }
             _ => {
                 let want = if self.after_large_write && self.rbuf.is_empty() {

@@ -231,6 +231,10 @@ pub(crate) async fn catalog_volume_watch_follows_resize_and_delete(h: Harness) -
     let c = h.catalog();
     make_pool(&c, "p").await?;
     let a = c.create_volume("a", 1 << 20, "p").await?;
+    // A record this version cannot read is skipped, in the listing and as a change.
+    h.store
+        .put(&keys::volume("zz"), b"not a record".to_vec(), None)
+        .await?;
     let mut rx = c.watch_volumes().await?;
     let mut next = async || -> Result<VolumeEvent> {
         tokio::time::timeout(Duration::from_secs(10), rx.recv())
@@ -247,6 +251,9 @@ pub(crate) async fn catalog_volume_watch_follows_resize_and_delete(h: Harness) -
         at <= revision,
         "listing at {revision} predates a's record at {at}"
     );
+    h.store
+        .put(&keys::volume("zz"), b"still not a record".to_vec(), None)
+        .await?;
     let b = c.create_volume("b", 1 << 20, "p").await?;
     let grown = c.resize_volume("a", 2 << 20).await?;
     let (_, grown_at) = c.get_volume_at("a").await?.context("a")?;
