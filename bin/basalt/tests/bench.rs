@@ -113,10 +113,14 @@ fn matrix_on_a_local_cluster_writes_a_report_with_fios_numbers() {
             "server CPU per IO: {}",
             s["cpu"]
         );
+        // fio's own CPU is counted in clock ticks (10 ms): over a 1 s step on a loaded machine
+        // it can round to zero, but it is always measured.
         assert!(
             s["cpu"]["client_us_per_io"]
                 .as_f64()
-                .is_some_and(|v| v > 0.0)
+                .is_some_and(|v| v >= 0.0),
+            "client CPU per IO: {}",
+            s["cpu"]
         );
         assert!(s["limit"]["fraction"].as_f64().is_some_and(|v| v > 0.0));
     }

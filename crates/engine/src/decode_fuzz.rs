@@ -4,10 +4,20 @@
 use crate::buf::AlignedBuf;
 use crate::layout::{NO_SLOT, Superblock};
 use crate::meta::SlotTable;
+use crate::pgtable::PgTable;
 use crate::record::{
-    Entry, EntryKind, Item, JournalHeader, decode_record_header, encode_record_header, peek_record,
+    Bounds, Entry, EntryKind, Item, JournalHeader, REC_HEADER_FIXED, RecordPlace,
+    decode_record_header, encode_record_header, peek_record,
 };
-use basalt_types::{DeviceId, ObjectId, PoolId, VolumeId};
+use crate::tombs::TombTable;
+use basalt_types::{DeviceId, ObjectId, PoolId, Version, VolumeId};
+
+const BOUNDS: Bounds = Bounds {
+    blocks: 32,
+    slots: 100,
+    tombs: 100,
+    pgs: 16,
+};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -31,43 +41,56 @@ fn record_decoder_never_panics() {
     let mut rng = StdRng::seed_from_u64(1);
     let uuid = [4u8; 16];
     let oid = ObjectId::new(PoolId(3), VolumeId(4), 5);
-    let entries: Vec<Entry> = (0..40)
+    let entries: Vec<Entry> = (0..40u64)
         .map(|i| Entry {
-            oid,
-            version: i + 1,
             slot: (i % 7) as u32,
             old_slot: if i % 3 == 0 { 2 } else { NO_SLOT },
-            kind: match i % 3 {
-                0 => EntryKind::Full(vec![7u32; 32].into()),
-                1 => EntryKind::Write(vec![Item {
-                    block: 3,
-                    data: true,
-                    crc: 9,
-                }]),
-                _ => EntryKind::Delete,
-            },
+            tomb: if i % 3 == 2 { (i % 5) as u32 } else { NO_SLOT },
+            ..Entry::new(
+                oid,
+                (i % 4) as u32,
+                Version::new(2, i + 1),
+                match i % 3 {
+                    0 => EntryKind::Full {
+                        crcs: vec![7u32; 32].into(),
+                        alloc: (i % 2 == 0).then(|| vec![0xffu64].into()),
+                    },
+                    1 => EntryKind::Write(vec![Item {
+                        block: 3,
+                        data: true,
+                        crc: 9,
+                    }]),
+                    _ => EntryKind::Delete,
+                },
+            )
         })
         .collect();
-    let (valid, _) = encode_record_header(&uuid, 10, 9, 8, &entries);
-    assert!(decode_record_header(&valid, &uuid, 32, 100).is_some());
+    let place = RecordPlace {
+        seq: 10,
+        durable_seq: 9,
+        prev_crc: 8,
+        boot: 7,
+    };
+    let (valid, _) = encode_record_header(&uuid, place, &entries);
+    assert!(decode_record_header(&valid, &uuid, BOUNDS).is_some());
     for _ in 0..3_000 {
         let m = mutate(&mut rng, &valid);
         // Mutations inside the used part of the header must be caught by the CRC.
-        let decoded = decode_record_header(&m, &uuid, 32, 100);
+        let decoded = decode_record_header(&m, &uuid, BOUNDS);
         if m[..] != valid[..] && decoded.is_some() {
-            let used = 64 + entries.iter().map(Entry::encoded_len).sum::<usize>();
+            let used = REC_HEADER_FIXED + entries.iter().map(Entry::encoded_len).sum::<usize>();
             let changed = (0..valid.len()).find(|&i| m[i] != valid[i]).unwrap();
             assert!(changed >= used, "mutation at {changed} accepted");
         }
         let _ = peek_record(&m, &uuid);
         let n = 4096 * rng.random_range(1..3);
         let r = random_block(&mut rng, n);
-        assert!(decode_record_header(&r, &uuid, 32, 100).is_none());
+        assert!(decode_record_header(&r, &uuid, BOUNDS).is_none());
         // Random bytes behind a plausible prefix.
         let mut p = random_block(&mut rng, 8192);
         p[..64].copy_from_slice(&valid[..64]);
-        let _ = decode_record_header(&p, &uuid, 32, 100);
-        let _ = decode_record_header(&p[..rng.random_range(0..8192)], &uuid, 32, 100);
+        let _ = decode_record_header(&p, &uuid, BOUNDS);
+        let _ = decode_record_header(&p[..rng.random_range(0..8192)], &uuid, BOUNDS);
     }
 }
 
@@ -75,12 +98,13 @@ fn record_decoder_never_panics() {
 fn superblock_and_journal_header_decoders_never_panic() {
     let mut rng = StdRng::seed_from_u64(2);
     let sb = Superblock::plan([1; 16], DeviceId(2), 131072, 64 << 20, None).unwrap();
-    let enc = sb.encode();
+    let enc = sb.encode(false);
     let jh = JournalHeader {
         generation: 5,
         start_offset: 4096,
         start_seq: 3,
         start_prev_crc: 1,
+        tables_hash: 99,
     }
     .encode(&[1; 16]);
     for _ in 0..3_000 {
@@ -99,18 +123,37 @@ fn superblock_and_journal_header_decoders_never_panic() {
 }
 
 #[test]
-fn meta_page_loader_never_panics() {
+fn table_page_loaders_never_panic() {
     let mut rng = StdRng::seed_from_u64(3);
     let sb = Superblock::plan([1; 16], DeviceId(2), 131072, 64 << 20, Some(4 << 20)).unwrap();
     let mut t = SlotTable::new(&sb);
-    t.claim(1, ObjectId::new(PoolId(1), VolumeId(1), 1), 3, 4);
+    t.claim(
+        1,
+        ObjectId::new(PoolId(1), VolumeId(1), 1),
+        5,
+        Version::new(3, 4),
+        4,
+    );
     t.set_block(1, 2, Some(77));
-    let page = t.encode_page(0, 2, &sb.uuid);
+    let pages = [
+        t.encode_page(0, 2, 2, &sb.uuid),
+        TombTable::new(&sb).encode_page(0, 2, 2, &sb.uuid),
+        PgTable::new(&sb).encode_page(0, 2, 2, &sb.uuid),
+    ];
     for _ in 0..1_000 {
-        let a = mutate(&mut rng, &page);
-        let b = random_block(&mut rng, page.len());
-        let mut u = SlotTable::new(&sb);
-        let _ = u.load_page(0, [&a, &b], &sb.uuid);
-        let _ = u.load_page(0, [&b, &a[..rng.random_range(0..a.len())]], &sb.uuid);
+        for page in &pages {
+            let a = mutate(&mut rng, page);
+            let b = random_block(&mut rng, page.len());
+            let cut = &a[..rng.random_range(0..a.len())];
+            let mut u = SlotTable::new(&sb);
+            let _ = u.load_page(0, [&a, &b], &sb.uuid, 5);
+            let _ = u.load_page(0, [&b, cut], &sb.uuid, 5);
+            let mut v = TombTable::new(&sb);
+            let _ = v.load_page(0, [&a, &b], &sb.uuid, 5);
+            let _ = v.load_page(0, [&b, cut], &sb.uuid, 5);
+            let mut w = PgTable::new(&sb);
+            let _ = w.load_page(0, [&a, &b], &sb.uuid, 5);
+            let _ = w.load_page(0, [&b, cut], &sb.uuid, 5);
+        }
     }
 }

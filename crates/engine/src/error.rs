@@ -1,7 +1,7 @@
 //! The engine's error type: one enum for the whole layer, each variant saying what was wrong and
 //! what to do about it.
 
-use basalt_types::{ObjectId, Version};
+use basalt_types::{ObjectId, PgId, Version};
 use std::path::PathBuf;
 use thiserror::Error;
 
@@ -33,9 +33,9 @@ pub enum EngineError {
         requested: Version,
     },
     /// An earlier write or flush failed, so the store no longer knows what is durable. Every later
-    /// write and flush is refused; reopen the store (recovery decides what survived).
+    /// read, write and flush is refused; reopen the store (recovery decides what survived).
     #[error(
-        "store is poisoned by an earlier I/O failure ({0}); writes are refused, reopen the store to recover"
+        "store is poisoned by an earlier I/O failure ({0}); I/O is refused, reopen the store to recover"
     )]
     Poisoned(String),
     /// The device has no Basalt superblock; run format first.
@@ -47,6 +47,28 @@ pub enum EngineError {
     /// On-disk metadata is damaged in a way recovery cannot repair.
     #[error("corrupt store: {0}")]
     Corrupt(String),
+    /// The device holds a Basalt store of another on-disk format version. Version 1 stores
+    /// (before tombstones, PG records and epoch versions) cannot be converted in place: copy the
+    /// data off with a client and reformat the device with force.
+    #[error(
+        "the store has on-disk format version {found}; this build reads version {supported} only (version 1 stores cannot be converted in place: copy the data off and reformat the device)"
+    )]
+    UnsupportedFormat { found: u32, supported: u32 },
+    /// A listing of changes since `since` was asked for, but tombstones up to `tail` have been
+    /// trimmed: the caller must compare full listings (backfill) instead.
+    #[error(
+        "log of {pg} is trimmed up to {tail}; changes since {since} cannot be listed, compare full listings instead"
+    )]
+    LogTrimmed {
+        pg: PgId,
+        since: Version,
+        tail: Version,
+    },
+    /// The store already keeps records for as many PGs as its PG table holds.
+    #[error(
+        "the store holds records of {limit} PGs, its limit; spread the pools over more devices or use fewer PGs"
+    )]
+    TooManyPgs { limit: u64 },
     /// An operating-system I/O error.
     #[error("I/O error: {0}")]
     Io(#[from] std::io::Error),
@@ -80,6 +102,16 @@ impl EngineError {
             EngineError::NotFormatted(p) => EngineError::NotFormatted(p.clone()),
             EngineError::AlreadyFormatted(p) => EngineError::AlreadyFormatted(p.clone()),
             EngineError::Corrupt(s) => EngineError::Corrupt(s.clone()),
+            EngineError::UnsupportedFormat { found, supported } => EngineError::UnsupportedFormat {
+                found: *found,
+                supported: *supported,
+            },
+            EngineError::TooManyPgs { limit } => EngineError::TooManyPgs { limit: *limit },
+            EngineError::LogTrimmed { pg, since, tail } => EngineError::LogTrimmed {
+                pg: *pg,
+                since: *since,
+                tail: *tail,
+            },
             EngineError::Io(e) => EngineError::Io(std::io::Error::new(e.kind(), e.to_string())),
             EngineError::Closed => EngineError::Closed,
         }

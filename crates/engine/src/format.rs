@@ -1,11 +1,11 @@
 //! Formatting a device and probing it for a store.
 //!
-//! Order matters for crash safety: invalidate any old superblock, prepare journal and slot
-//! table, flush, and only then write the new superblock and flush again. A format interrupted
-//! at any point leaves no valid superblock, never a half-initialised store.
+//! Order matters for crash safety: invalidate any old superblock (both copies), prepare the
+//! journal and the tables, flush, and only then write the new superblock copies and flush again.
+//! A format interrupted at any point leaves no valid superblock, never a half-initialised store.
 
 use crate::buf::AlignedBuf;
-use crate::engine::recover_superblock;
+use crate::engine::read_superblocks;
 use crate::error::EngineError;
 use crate::io::file::Dev;
 use crate::io::sim::SimDisk;
@@ -38,21 +38,23 @@ pub fn format_sim(disk: &SimDisk, opts: &FormatOptions) -> Result<StoreInfo, Eng
     format_dev(&Dev::Sim(disk.clone()), Path::new("<sim>"), opts)
 }
 
-/// Reads the superblock of `path` without recovery: `None` if it is not a Basalt store.
+/// Reads the superblock of `path` (either copy) without recovery: `None` if it is not a
+/// Basalt store. A store whose superblock copies are damaged is `Corrupt`, never `None`.
 pub fn probe(path: &Path) -> Result<Option<StoreInfo>, EngineError> {
-    let file = std::fs::File::open(path)?;
-    let mut buf = vec![0u8; BLOCK as usize];
-    let n = std::os::unix::fs::FileExt::read_at(&file, &mut buf, 0)?;
-    if n < buf.len() {
-        return Ok(None);
-    }
-    Ok(Superblock::decode(&buf)?.map(|sb| info(&sb, "none", false)))
+    probe_dev(&Dev::open(path, false, false)?, path)
 }
 
 /// [`probe`] for a simulated disk.
 pub fn probe_sim(disk: &SimDisk) -> Result<Option<StoreInfo>, EngineError> {
-    let buf = disk.read(0, BLOCK as usize);
-    Ok(Superblock::decode(&buf)?.map(|sb| info(&sb, "none", false)))
+    probe_dev(&Dev::Sim(disk.clone()), Path::new("<sim>"))
+}
+
+fn probe_dev(dev: &Dev, path: &Path) -> Result<Option<StoreInfo>, EngineError> {
+    match read_superblocks(dev, path) {
+        Ok(s) => Ok(Some(info(&s.sb, "none", false))),
+        Err(EngineError::NotFormatted(_)) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 fn info(sb: &Superblock, backend: &'static str, direct: bool) -> StoreInfo {
@@ -71,11 +73,10 @@ fn info(sb: &Superblock, backend: &'static str, direct: bool) -> StoreInfo {
 
 fn format_dev(dev: &Dev, path: &Path, opts: &FormatOptions) -> Result<StoreInfo, EngineError> {
     let size = dev.size()?;
-    match recover_superblock(dev, path) {
-        Ok(_) | Err(EngineError::Corrupt(_)) if !opts.force => {
-            return Err(EngineError::AlreadyFormatted(path.to_path_buf()));
-        }
-        _ => {}
+    match read_superblocks(dev, path) {
+        Err(EngineError::NotFormatted(_)) => {}
+        _ if opts.force => {}
+        _ => return Err(EngineError::AlreadyFormatted(path.to_path_buf())),
     }
     let mut uuid = [0u8; 16];
     rand::rng().fill_bytes(&mut uuid);
@@ -88,9 +89,15 @@ fn format_dev(dev: &Dev, path: &Path, opts: &FormatOptions) -> Result<StoreInfo,
         size,
         opts.journal_size,
     )?;
-    // 1. No valid superblock from here until the end.
+    // 1. No valid superblock from here until the end (neither copy, nor an old backup at the
+    //    current end of the device).
     dev.write_at(0, &AlignedBuf::zeroed(BLOCK as usize))?;
-    // 2. Journal and slot table. On a regular file, really write them (zeros), so the hot
+    dev.write_at(
+        size / BLOCK * BLOCK - BLOCK,
+        &AlignedBuf::zeroed(BLOCK as usize),
+    )?;
+    dev.write_at(sb.backup_offset(), &AlignedBuf::zeroed(BLOCK as usize))?;
+    // 2. Journal and tables. On a regular file, really write them (zeros), so the hot
     //    path never converts unwritten extents (each conversion makes fdatasync commit the
     //    filesystem journal). Meta pages and records carry the store uuid, so stale bytes from
     //    an earlier format are never mistaken for ours; zeroing is not needed for correctness.
@@ -107,11 +114,13 @@ fn format_dev(dev: &Dev, path: &Path, opts: &FormatOptions) -> Result<StoreInfo,
         start_offset: 0,
         start_seq: 1,
         start_prev_crc: 0,
+        tables_hash: 0,
     };
     dev.write_at(sb.journal_header_offset(1), &jh.encode(&uuid))?;
     dev.sync()?;
-    // 3. The superblock makes the store valid; flush so an acknowledged format survives.
-    dev.write_at(0, &sb.encode())?;
+    // 3. The superblock copies make the store valid; flush so an acknowledged format survives.
+    dev.write_at(0, &AlignedBuf::copy_from(&sb.encode(false)))?;
+    dev.write_at(sb.backup_offset(), &AlignedBuf::copy_from(&sb.encode(true)))?;
     dev.sync()?;
     Ok(info(&sb, "none", false))
 }

@@ -23,6 +23,7 @@
 //! on-disk format in `docs/design/on-disk-format.md`. Device I/O backends are in [`io`]
 //! (io_uring, psync, and the simulated disk used by crash tests).
 
+mod alloc;
 mod buf;
 mod codec;
 mod crc;
@@ -35,15 +36,19 @@ mod hash;
 mod io;
 mod layout;
 mod meta;
+mod pages;
+mod pgtable;
 mod record;
 mod store;
+mod tombs;
 
-pub use basalt_types::{DeviceId, ObjectId, PoolId, Version, VolumeId};
+pub use basalt_types::{DeviceId, ObjectId, PgId, PoolId, Version, VolumeId};
+use bytes::Bytes;
 pub use crc::crc32c;
 pub use error::EngineError;
 pub use format::{format, format_sim, probe, probe_sim};
 pub use io::sim;
-pub use layout::FORMAT_VERSION;
+pub use layout::{FORMAT_VERSION, PG_BLOB};
 pub use store::Store;
 
 use std::time::Duration;
@@ -109,43 +114,58 @@ impl Default for OpenOptions {
     }
 }
 
-/// Options of one write.
+/// Options of one write-class operation (write, write-zeroes, trim, delete, install).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WriteOptions {
     /// Acknowledge only once the write is on stable storage. Non-durable writes are
     /// acknowledged once written and become durable at the next flush.
     pub durable: bool,
-    /// The object's new version; `None` = current + 1. `Some(v)` must be newer than the current
-    /// version, else [`EngineError::StaleVersion`].
+    /// The object's new version; `None` = the current version's [`Version::next`]. `Some(v)`
+    /// must be newer than the current version (tombstones included), else
+    /// [`EngineError::StaleVersion`]. Ignored by install (which sets any version).
     pub version: Option<Version>,
+    /// The placement group of the object, within its pool. An object keeps its PG for life;
+    /// listings and the log are per PG.
+    pub pg: u32,
+    /// Hold the write invisible: reads of the object wait until [`Store::commit`] (the primary
+    /// of a replicated PG commits once every replica has the write durable).
+    pub pending: bool,
 }
 
 impl Default for WriteOptions {
-    /// Durable, next version.
+    /// Durable, next version, PG 0, visible at once.
     fn default() -> Self {
         WriteOptions {
             durable: true,
             version: None,
+            pg: 0,
+            pending: false,
         }
     }
 }
 
 impl WriteOptions {
     pub fn durable() -> Self {
-        WriteOptions {
-            durable: true,
-            version: None,
-        }
+        WriteOptions::default()
     }
     pub fn buffered() -> Self {
         WriteOptions {
             durable: false,
-            version: None,
+            ..WriteOptions::default()
         }
     }
     pub fn with_version(self, v: Version) -> Self {
         WriteOptions {
             version: Some(v),
+            ..self
+        }
+    }
+    pub fn in_pg(self, pg: u32) -> Self {
+        WriteOptions { pg, ..self }
+    }
+    pub fn held(self) -> Self {
+        WriteOptions {
+            pending: true,
             ..self
         }
     }
@@ -190,6 +210,10 @@ pub struct StoreStats {
     pub used_bytes: u64,
     pub free_bytes: u64,
     pub objects: u64,
+    /// Deleted objects whose version is kept (see [`Store::delete`]).
+    pub tombstones: u64,
+    /// Reads waiting for held writes of their object to be committed.
+    pub held_reads: u64,
     pub journal_used: u64,
     pub journal_size: u64,
     pub reads: u64,
@@ -204,11 +228,59 @@ pub struct StoreStats {
     pub writeback_batches: u64,
 }
 
-/// What the store knows about one object.
+/// What the store knows about one object (a live object or a tombstone).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ObjectInfo {
     pub oid: ObjectId,
+    pub pg: u32,
     pub version: Version,
+    /// A tombstone: the object was deleted (or trimmed empty) at `version`.
+    pub deleted: bool,
     /// Bytes in allocated 4 KiB blocks (trimmed and never-written blocks do not count).
     pub allocated_bytes: u64,
+}
+
+/// One entry of a PG's log: the newest change of one object (`deleted`: it is a tombstone).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogEntry {
+    pub version: Version,
+    pub oid: ObjectId,
+    pub deleted: bool,
+}
+
+/// What the store holds of one PG.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PgInfo {
+    pub pg: PgId,
+    /// Live objects.
+    pub objects: u64,
+    pub tombstones: u64,
+    /// The newest version in the PG's log.
+    pub last_version: Version,
+    /// Changes up to this version may have been trimmed from the log.
+    pub log_tail: Version,
+    /// The user's per-PG state ([`Store::set_pg`]); zeros if never set.
+    pub blob: [u8; PG_BLOB],
+    /// Whether the PG has a record (set by [`Store::set_pg`] or a log trim).
+    pub has_record: bool,
+}
+
+/// An object's whole content at one version, as recovery moves it between stores.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ObjectContent {
+    /// The store knows nothing of the object.
+    Absent,
+    /// Deleted at the image's version.
+    Tombstone,
+    /// `data` is the whole object (object-size bytes; unallocated blocks read as zeros);
+    /// `allocated` has one bit per 4 KiB block (bit b of word b/64).
+    Data { data: Bytes, allocated: Vec<u64> },
+}
+
+/// An object and its version, read atomically ([`Store::read_object`]) or installed as is
+/// ([`Store::install`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectImage {
+    pub version: Version,
+    pub content: ObjectContent,
 }

@@ -8,22 +8,29 @@
 use crate::buf::AlignedBuf;
 use crate::codec::{Le, LeMut};
 use crate::crc::{crc32c, crc32c_skipping};
-use crate::layout::{BLOCK, NO_SLOT};
-use basalt_types::{ObjectId, PoolId, VolumeId};
+use crate::layout::{BLOCK, NO_SLOT, PG_BLOB};
+use basalt_types::{ObjectId, PoolId, Version, VolumeId};
 
 pub(crate) const REC_MAGIC: u32 = u32::from_le_bytes(*b"BJRN");
 pub(crate) const JHDR_MAGIC: u32 = u32::from_le_bytes(*b"BJHD");
-pub(crate) const REC_VERSION: u16 = 1;
-pub(crate) const REC_HEADER_FIXED: usize = 64;
+pub(crate) const REC_VERSION: u16 = 2;
+pub(crate) const REC_HEADER_FIXED: usize = 72;
 pub(crate) const REC_CRC_AT: usize = 60;
-pub(crate) const ENTRY_FIXED: usize = 40;
+pub(crate) const ENTRY_FIXED: usize = 64;
 /// Upper bound on header blocks, so a damaged length field cannot make recovery read far.
 pub(crate) const MAX_HEADER_BLOCKS: u32 = 256;
 const JHDR_CRC_AT: usize = 4092;
+const PG_PAYLOAD: usize = 16 + PG_BLOB;
 
 const KIND_WRITE: u8 = 1;
 const KIND_FULL: u8 = 2;
 const KIND_DELETE: u8 = 3;
+const KIND_PURGE: u8 = 4;
+const KIND_PG: u8 = 5;
+/// Full entry: an allocation bitmap follows the CRCs (some blocks are unallocated).
+const FLAG_SPARSE: u8 = 1;
+/// PG entry: the record is removed.
+const FLAG_REMOVE: u8 = 2;
 
 /// One block touched by a journaled write: its new CRC, and whether data follows in the record
 /// (`data == false` means the block becomes unallocated: trim / write-zeroes).
@@ -39,29 +46,71 @@ pub(crate) enum EntryKind {
     /// Blocks journaled in this record, written back in place into `slot` later.
     Write(Vec<Item>),
     /// The whole object was written directly into the fresh `slot` (redirect-on-write); the
-    /// record carries only the CRCs; `old_slot` is released.
-    Full(Box<[u32]>),
-    /// The object is removed; `old_slot` is released.
+    /// record carries only the CRCs; `old_slot`/`old_tomb` are released. `alloc`: which blocks
+    /// are allocated, when not all are (an object installed by recovery).
+    Full {
+        crcs: Box<[u32]>,
+        alloc: Option<Box<[u64]>>,
+    },
+    /// The object becomes a tombstone in record `tomb` (its version is kept); `old_slot` is
+    /// released.
     Delete,
+    /// The object is forgotten entirely (no tombstone): `old_slot` / `old_tomb` are released.
+    Purge,
+    /// PG record `slot` of PG (`oid.pool`, `pg`) is set (or removed).
+    Pg {
+        remove: bool,
+        log_tail: Version,
+        blob: Box<[u8; PG_BLOB]>,
+    },
 }
 
 /// One operation in a record.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Entry {
     pub oid: ObjectId,
-    pub version: u64,
+    pub pg: u32,
+    pub version: Version,
     pub slot: u32,
     pub old_slot: u32,
+    pub tomb: u32,
+    pub old_tomb: u32,
     pub kind: EntryKind,
 }
 
+/// The bounds a decoded entry's indices must respect.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Bounds {
+    pub blocks: u32,
+    pub slots: u64,
+    pub tombs: u64,
+    pub pgs: u64,
+}
+
 impl Entry {
+    /// An entry with no slots or tombstone records involved; set what the operation uses.
+    pub fn new(oid: ObjectId, pg: u32, version: Version, kind: EntryKind) -> Entry {
+        Entry {
+            oid,
+            pg,
+            version,
+            slot: NO_SLOT,
+            old_slot: NO_SLOT,
+            tomb: NO_SLOT,
+            old_tomb: NO_SLOT,
+            kind,
+        }
+    }
+
     pub fn encoded_len(&self) -> usize {
         ENTRY_FIXED
             + match &self.kind {
                 EntryKind::Write(items) => 8 * items.len(),
-                EntryKind::Full(crcs) => 4 * crcs.len(),
-                EntryKind::Delete => 0,
+                EntryKind::Full { crcs, alloc } => {
+                    4 * crcs.len() + alloc.as_ref().map_or(0, |a| 8 * a.len())
+                }
+                EntryKind::Delete | EntryKind::Purge => 0,
+                EntryKind::Pg { .. } => PG_PAYLOAD,
             }
     }
 
@@ -74,20 +123,30 @@ impl Entry {
 
     fn encode(&self, out: &mut [u8]) {
         let mut w = LeMut(out);
-        let (kind, n) = match &self.kind {
-            EntryKind::Write(items) => (KIND_WRITE, items.len()),
-            EntryKind::Full(crcs) => (KIND_FULL, crcs.len()),
-            EntryKind::Delete => (KIND_DELETE, 0),
+        let (kind, flags, n) = match &self.kind {
+            EntryKind::Write(items) => (KIND_WRITE, 0, items.len()),
+            EntryKind::Full { crcs, alloc } => (
+                KIND_FULL,
+                if alloc.is_some() { FLAG_SPARSE } else { 0 },
+                crcs.len(),
+            ),
+            EntryKind::Delete => (KIND_DELETE, 0, 0),
+            EntryKind::Purge => (KIND_PURGE, 0, 0),
+            EntryKind::Pg { remove, .. } => (KIND_PG, if *remove { FLAG_REMOVE } else { 0 }, 0),
         };
         w.u8(0, kind);
-        w.u8(1, 0);
+        w.u8(1, flags);
         w.u16(2, n as u16);
         w.u32(4, self.oid.pool.0);
-        w.u64(8, self.oid.volume.0);
-        w.u64(16, self.oid.index);
-        w.u64(24, self.version);
-        w.u32(32, self.slot);
-        w.u32(36, self.old_slot);
+        w.u32(8, self.pg);
+        w.u64(16, self.oid.volume.0);
+        w.u64(24, self.oid.index);
+        w.u64(32, self.version.epoch);
+        w.u64(40, self.version.seq);
+        w.u32(48, self.slot);
+        w.u32(52, self.old_slot);
+        w.u32(56, self.tomb);
+        w.u32(60, self.old_tomb);
         match &self.kind {
             EntryKind::Write(items) => {
                 for (i, it) in items.iter().enumerate() {
@@ -97,36 +156,58 @@ impl Entry {
                     w.u32(at + 4, it.crc);
                 }
             }
-            EntryKind::Full(crcs) => {
+            EntryKind::Full { crcs, alloc } => {
                 for (i, c) in crcs.iter().enumerate() {
                     w.u32(ENTRY_FIXED + 4 * i, *c);
                 }
+                let at = ENTRY_FIXED + 4 * crcs.len();
+                for (i, word) in alloc.iter().flat_map(|a| a.iter()).enumerate() {
+                    w.u64(at + 8 * i, *word);
+                }
             }
-            EntryKind::Delete => {}
+            EntryKind::Delete | EntryKind::Purge => {}
+            EntryKind::Pg { log_tail, blob, .. } => {
+                w.u64(ENTRY_FIXED, log_tail.epoch);
+                w.u64(ENTRY_FIXED + 8, log_tail.seq);
+                w.bytes(ENTRY_FIXED + 16, &blob[..]);
+            }
         }
     }
 
-    /// Decodes one entry; returns it and its length. `blocks` and `slots` bound the indices.
-    fn decode(buf: &[u8], blocks: u32, slots: u64) -> Option<(Entry, usize)> {
+    /// Decodes one entry; returns it and its length, or `None` if anything is out of bounds.
+    fn decode(buf: &[u8], b: Bounds) -> Option<(Entry, usize)> {
         let r = Le(buf);
         let kind = r.u8(0)?;
+        let flags = r.u8(1)?;
         let n = r.u16(2)? as usize;
-        let oid = ObjectId::new(PoolId(r.u32(4)?), VolumeId(r.u64(8)?), r.u64(16)?);
-        let version = r.u64(24)?;
-        let slot = r.u32(32)?;
-        let old_slot = r.u32(36)?;
-        let slot_ok = |s: u32| s == NO_SLOT || u64::from(s) < slots;
-        if !slot_ok(slot) || !slot_ok(old_slot) || version == 0 {
+        let mut e = Entry {
+            oid: ObjectId::new(PoolId(r.u32(4)?), VolumeId(r.u64(16)?), r.u64(24)?),
+            pg: r.u32(8)?,
+            version: Version::new(r.u64(32)?, r.u64(40)?),
+            slot: r.u32(48)?,
+            old_slot: r.u32(52)?,
+            tomb: r.u32(56)?,
+            old_tomb: r.u32(60)?,
+            kind: EntryKind::Purge,
+        };
+        let within = |i: u32, max: u64| i == NO_SLOT || u64::from(i) < max;
+        let object_kind = matches!(kind, KIND_WRITE | KIND_FULL | KIND_DELETE | KIND_PURGE);
+        if object_kind
+            && !(within(e.slot, b.slots)
+                && within(e.old_slot, b.slots)
+                && within(e.tomb, b.tombs)
+                && within(e.old_tomb, b.tombs))
+        {
             return None;
         }
-        let (kind, len) = match kind {
+        let len = match kind {
             KIND_WRITE => {
                 let mut items = Vec::with_capacity(n);
                 for i in 0..n {
                     let at = ENTRY_FIXED + 8 * i;
                     let block = r.u16(at)?;
                     let state = r.u8(at + 2)?;
-                    if u32::from(block) >= blocks || state > 1 {
+                    if u32::from(block) >= b.blocks || state > 1 {
                         return None;
                     }
                     items.push(Item {
@@ -135,36 +216,56 @@ impl Entry {
                         crc: r.u32(at + 4)?,
                     });
                 }
-                if slot == NO_SLOT || n == 0 {
+                if e.slot == NO_SLOT || n == 0 || e.version.is_none() || flags != 0 {
                     return None;
                 }
-                (EntryKind::Write(items), ENTRY_FIXED + 8 * n)
+                e.kind = EntryKind::Write(items);
+                ENTRY_FIXED + 8 * n
             }
             KIND_FULL => {
-                if n != blocks as usize || slot == NO_SLOT {
+                if n != b.blocks as usize || e.slot == NO_SLOT || e.version.is_none() {
                     return None;
                 }
                 let crcs = (0..n)
                     .map(|i| r.u32(ENTRY_FIXED + 4 * i))
                     .collect::<Option<Vec<u32>>>()?;
-                (
-                    EntryKind::Full(crcs.into_boxed_slice()),
-                    ENTRY_FIXED + 4 * n,
-                )
+                let words = n.div_ceil(64);
+                let at = ENTRY_FIXED + 4 * n;
+                let alloc = match flags {
+                    0 => None,
+                    FLAG_SPARSE => Some(
+                        (0..words)
+                            .map(|i| r.u64(at + 8 * i))
+                            .collect::<Option<Vec<u64>>>()?
+                            .into_boxed_slice(),
+                    ),
+                    _ => return None,
+                };
+                let len = at + alloc.as_ref().map_or(0, |a| 8 * a.len());
+                e.kind = EntryKind::Full {
+                    crcs: crcs.into_boxed_slice(),
+                    alloc,
+                };
+                len
             }
-            KIND_DELETE if n == 0 => (EntryKind::Delete, ENTRY_FIXED),
+            KIND_DELETE if n == 0 && flags == 0 && e.tomb != NO_SLOT && !e.version.is_none() => {
+                e.kind = EntryKind::Delete;
+                ENTRY_FIXED
+            }
+            KIND_PURGE if n == 0 && flags == 0 => ENTRY_FIXED,
+            KIND_PG if n == 0 && flags & !FLAG_REMOVE == 0 && u64::from(e.slot) < b.pgs => {
+                let mut blob = Box::new([0u8; PG_BLOB]);
+                blob.copy_from_slice(buf.get(ENTRY_FIXED + 16..ENTRY_FIXED + PG_PAYLOAD)?);
+                e.kind = EntryKind::Pg {
+                    remove: flags & FLAG_REMOVE != 0,
+                    log_tail: Version::new(r.u64(ENTRY_FIXED)?, r.u64(ENTRY_FIXED + 8)?),
+                    blob,
+                };
+                ENTRY_FIXED + PG_PAYLOAD
+            }
             _ => return None,
         };
-        Some((
-            Entry {
-                oid,
-                version,
-                slot,
-                old_slot,
-                kind,
-            },
-            len,
-        ))
+        Some((e, len))
     }
 }
 
@@ -178,6 +279,9 @@ pub(crate) struct RecordHeader {
     /// Header CRC of the previous record (chains records so stale ones from before a crash
     /// cannot be mistaken for new ones).
     pub prev_crc: u32,
+    /// Random per opening of the store: records written after a recovery never chain to records
+    /// the recovery discarded, even when their contents are identical.
+    pub boot: u64,
     pub header_blocks: u32,
     pub data_blocks: u32,
     pub crc: u32,
@@ -191,6 +295,15 @@ impl RecordHeader {
     }
 }
 
+/// What a record header says about its place in the journal.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RecordPlace {
+    pub seq: u64,
+    pub durable_seq: u64,
+    pub prev_crc: u32,
+    pub boot: u64,
+}
+
 /// Header blocks needed for entries totalling `entries_len` bytes.
 pub(crate) fn header_blocks_for(entries_len: usize) -> u32 {
     (REC_HEADER_FIXED + entries_len).div_ceil(BLOCK as usize) as u32
@@ -199,9 +312,7 @@ pub(crate) fn header_blocks_for(entries_len: usize) -> u32 {
 /// Encodes a record header into whole blocks and returns it with its CRC.
 pub(crate) fn encode_record_header(
     uuid: &[u8; 16],
-    seq: u64,
-    durable_seq: u64,
-    prev_crc: u32,
+    place: RecordPlace,
     entries: &[Entry],
 ) -> (AlignedBuf, u32) {
     let entries_len: usize = entries.iter().map(Entry::encoded_len).sum();
@@ -212,14 +323,15 @@ pub(crate) fn encode_record_header(
         let mut w = LeMut(&mut buf);
         w.u32(0, REC_MAGIC);
         w.u16(4, REC_VERSION);
-        w.u64(8, seq);
-        w.u64(16, durable_seq);
-        w.u32(24, prev_crc);
+        w.u64(8, place.seq);
+        w.u64(16, place.durable_seq);
+        w.u32(24, place.prev_crc);
         w.u32(28, entries.len() as u32);
         w.bytes(32, uuid);
         w.u32(48, header_blocks);
         w.u32(52, data_blocks as u32);
         w.u32(56, entries_len as u32);
+        w.u64(64, place.boot);
     }
     let mut at = REC_HEADER_FIXED;
     for e in entries {
@@ -250,8 +362,7 @@ pub(crate) fn peek_record(first: &[u8], uuid: &[u8; 16]) -> Option<(u64, u32, u3
 pub(crate) fn decode_record_header(
     buf: &[u8],
     uuid: &[u8; 16],
-    blocks_per_object: u32,
-    slots: u64,
+    bounds: Bounds,
 ) -> Option<RecordHeader> {
     let (seq, header_blocks, data_blocks) = peek_record(buf, uuid)?;
     let hlen = header_blocks as usize * BLOCK as usize;
@@ -273,7 +384,7 @@ pub(crate) fn decode_record_header(
     let mut at = REC_HEADER_FIXED;
     let end = REC_HEADER_FIXED + entries_len;
     for _ in 0..n_entries {
-        let (e, len) = Entry::decode(buf.get(at..end)?, blocks_per_object, slots)?;
+        let (e, len) = Entry::decode(buf.get(at..end)?, bounds)?;
         at += len;
         entries.push(e);
     }
@@ -284,6 +395,7 @@ pub(crate) fn decode_record_header(
         seq,
         durable_seq: r.u64(16)?,
         prev_crc: r.u32(24)?,
+        boot: r.u64(64)?,
         header_blocks,
         data_blocks,
         crc,
@@ -303,6 +415,8 @@ pub(crate) struct JournalHeader {
     /// Header CRC of the record before the start: the first record must chain to it, so a
     /// stale record left at the start position by an earlier crash is never replayed.
     pub start_prev_crc: u32,
+    /// The tables hash (see `pages.rs`) after the write-back batch that wrote this header.
+    pub tables_hash: u64,
 }
 
 impl JournalHeader {
@@ -316,6 +430,7 @@ impl JournalHeader {
         w.u64(32, self.start_offset);
         w.u64(40, self.start_seq);
         w.u32(48, self.start_prev_crc);
+        w.u64(56, self.tables_hash);
         let crc = crc32c(&buf[..JHDR_CRC_AT]);
         LeMut(&mut buf).u32(JHDR_CRC_AT, crc);
         buf
@@ -332,6 +447,7 @@ impl JournalHeader {
             start_offset: r.u64(32)?,
             start_seq: r.u64(40)?,
             start_prev_crc: r.u32(48)?,
+            tables_hash: r.u64(56)?,
         })
     }
 }
@@ -340,40 +456,95 @@ impl JournalHeader {
 mod tests {
     use super::*;
 
+    const BOUNDS: Bounds = Bounds {
+        blocks: 32,
+        slots: 100,
+        tombs: 100,
+        pgs: 10,
+    };
+
+    fn place(seq: u64) -> RecordPlace {
+        RecordPlace {
+            seq,
+            durable_seq: seq - 2,
+            prev_crc: 1234,
+            boot: 0xb007,
+        }
+    }
+
     fn sample_entries() -> Vec<Entry> {
         let oid = ObjectId::new(PoolId(1), VolumeId(2), 3);
+        let v = |s| Version::new(4, s);
+        let mut blob = Box::new([0u8; PG_BLOB]);
+        blob[5] = 5;
         vec![
             Entry {
-                oid,
-                version: 5,
                 slot: 7,
-                old_slot: NO_SLOT,
-                kind: EntryKind::Write(vec![
-                    Item {
-                        block: 0,
-                        data: true,
-                        crc: 11,
-                    },
-                    Item {
-                        block: 4,
-                        data: false,
-                        crc: 0,
-                    },
-                ]),
+                ..Entry::new(
+                    oid,
+                    11,
+                    v(5),
+                    EntryKind::Write(vec![
+                        Item {
+                            block: 0,
+                            data: true,
+                            crc: 11,
+                        },
+                        Item {
+                            block: 4,
+                            data: false,
+                            crc: 0,
+                        },
+                    ]),
+                )
             },
             Entry {
-                oid,
-                version: 6,
                 slot: 9,
                 old_slot: 7,
-                kind: EntryKind::Full(vec![1u32; 32].into()),
+                ..Entry::new(
+                    oid,
+                    11,
+                    v(6),
+                    EntryKind::Full {
+                        crcs: vec![1u32; 32].into(),
+                        alloc: None,
+                    },
+                )
             },
             Entry {
-                oid,
-                version: 7,
-                slot: NO_SLOT,
-                old_slot: 9,
-                kind: EntryKind::Delete,
+                slot: 8,
+                old_tomb: 3,
+                ..Entry::new(
+                    oid,
+                    11,
+                    v(7),
+                    EntryKind::Full {
+                        crcs: vec![2u32; 32].into(),
+                        alloc: Some(vec![0b1011].into()),
+                    },
+                )
+            },
+            Entry {
+                tomb: 4,
+                old_slot: 8,
+                ..Entry::new(oid, 11, v(8), EntryKind::Delete)
+            },
+            Entry {
+                old_tomb: 4,
+                ..Entry::new(oid, 11, Version::NONE, EntryKind::Purge)
+            },
+            Entry {
+                slot: 2,
+                ..Entry::new(
+                    ObjectId::new(PoolId(1), VolumeId(0), 0),
+                    11,
+                    Version::NONE,
+                    EntryKind::Pg {
+                        remove: false,
+                        log_tail: v(3),
+                        blob,
+                    },
+                )
             },
         ]
     }
@@ -382,22 +553,69 @@ mod tests {
     fn record_roundtrip() {
         let uuid = [9u8; 16];
         let entries = sample_entries();
-        let (buf, crc) = encode_record_header(&uuid, 42, 40, 1234, &entries);
+        let (buf, crc) = encode_record_header(&uuid, place(42), &entries);
         assert_eq!(peek_record(&buf, &uuid), Some((42, 1, 1)));
-        let h = decode_record_header(&buf, &uuid, 32, 100).unwrap();
+        let h = decode_record_header(&buf, &uuid, BOUNDS).unwrap();
         assert_eq!(h.entries, entries);
         assert_eq!(
-            (h.seq, h.durable_seq, h.prev_crc, h.crc),
-            (42, 40, 1234, crc)
+            (h.seq, h.durable_seq, h.prev_crc, h.boot, h.crc),
+            (42, 40, 1234, 0xb007, crc)
         );
-        assert!(decode_record_header(&buf, &[8u8; 16], 32, 100).is_none());
+        assert!(decode_record_header(&buf, &[8u8; 16], BOUNDS).is_none());
         // Every single-byte flip in the used part of the header is detected.
-        for at in 0..(REC_HEADER_FIXED + 400) {
+        let used = REC_HEADER_FIXED + entries.iter().map(Entry::encoded_len).sum::<usize>();
+        for at in 0..used {
             let mut b = AlignedBuf::copy_from(&buf);
             b[at] ^= 0x40;
             assert!(
-                decode_record_header(&b, &uuid, 32, 100).is_none(),
+                decode_record_header(&b, &uuid, BOUNDS).is_none(),
                 "flip at {at}"
+            );
+        }
+    }
+
+    #[test]
+    fn out_of_bounds_indices_are_refused() {
+        let uuid = [9u8; 16];
+        let oid = ObjectId::new(PoolId(1), VolumeId(2), 3);
+        for e in [
+            Entry {
+                tomb: 100,
+                ..Entry::new(oid, 0, Version::new(1, 1), EntryKind::Delete)
+            },
+            Entry {
+                slot: 10,
+                ..Entry::new(
+                    oid,
+                    0,
+                    Version::NONE,
+                    EntryKind::Pg {
+                        remove: true,
+                        log_tail: Version::NONE,
+                        blob: Box::new([0; PG_BLOB]),
+                    },
+                )
+            },
+            // A delete without a tombstone record, and a write without a version.
+            Entry::new(oid, 0, Version::new(1, 1), EntryKind::Delete),
+            Entry {
+                slot: 1,
+                ..Entry::new(
+                    oid,
+                    0,
+                    Version::NONE,
+                    EntryKind::Write(vec![Item {
+                        block: 0,
+                        data: false,
+                        crc: 0,
+                    }]),
+                )
+            },
+        ] {
+            let (buf, _) = encode_record_header(&uuid, place(5), std::slice::from_ref(&e));
+            assert!(
+                decode_record_header(&buf, &uuid, BOUNDS).is_none(),
+                "{e:?} decoded"
             );
         }
     }
@@ -407,20 +625,22 @@ mod tests {
         let oid = ObjectId::new(PoolId(1), VolumeId(2), 3);
         let entries: Vec<Entry> = (0..300)
             .map(|i| Entry {
-                oid,
-                version: i + 1,
                 slot: 1,
-                old_slot: NO_SLOT,
-                kind: EntryKind::Write(vec![Item {
-                    block: 1,
-                    data: true,
-                    crc: i as u32,
-                }]),
+                ..Entry::new(
+                    oid,
+                    0,
+                    Version::new(0, i + 1),
+                    EntryKind::Write(vec![Item {
+                        block: 1,
+                        data: true,
+                        crc: i as u32,
+                    }]),
+                )
             })
             .collect();
-        let (buf, _) = encode_record_header(&[1; 16], 1, 0, 0, &entries);
+        let (buf, _) = encode_record_header(&[1; 16], place(3), &entries);
         assert!(buf.len() > 4096);
-        let h = decode_record_header(&buf, &[1; 16], 32, 10).unwrap();
+        let h = decode_record_header(&buf, &[1; 16], BOUNDS).unwrap();
         assert_eq!(h.entries.len(), 300);
         assert_eq!(h.data_blocks, 300);
     }
@@ -432,6 +652,7 @@ mod tests {
             start_offset: 8192,
             start_seq: 77,
             start_prev_crc: 5,
+            tables_hash: 0xfeed,
         };
         let buf = h.encode(&[5; 16]);
         assert_eq!(JournalHeader::decode(&buf, &[5; 16]), Some(h));

@@ -6,8 +6,11 @@ use crate::error::EngineError;
 use crate::io::Waker;
 use crate::io::file::Dev;
 use crate::io::sim::SimDisk;
-use crate::{ObjectInfo, OpenOptions, StoreInfo, StoreStats, WriteOptions};
-use basalt_types::{ObjectId, PoolId, Version, VolumeId};
+use crate::layout::PG_BLOB;
+use crate::{
+    LogEntry, ObjectImage, ObjectInfo, OpenOptions, PgInfo, StoreInfo, StoreStats, WriteOptions,
+};
+use basalt_types::{ObjectId, PgId, PoolId, Version, VolumeId};
 use bytes::Bytes;
 use crossbeam_channel::Sender;
 use parking_lot::Mutex;
@@ -102,6 +105,8 @@ impl Store {
             used_bytes: used,
             free_bytes: capacity.saturating_sub(used),
             objects: get(&s.objects),
+            tombstones: get(&s.tombstones),
+            held_reads: get(&s.held_reads),
             journal_used: get(&s.journal_used),
             journal_size: self.inner.info.journal_size,
             reads: get(&s.reads),
@@ -140,11 +145,26 @@ impl Store {
         Ok(())
     }
 
-    /// Reads `len` bytes at `offset` of `oid`. Never-written and trimmed ranges read as zeros.
+    /// Reads `len` bytes at `offset` of `oid`. Never-written, trimmed and deleted ranges read
+    /// as zeros. Waits while the object has held (uncommitted) writes.
     pub async fn read(&self, oid: ObjectId, offset: u32, len: u32) -> Result<Bytes, EngineError> {
+        Ok(self.read_versioned(oid, offset, len).await?.0)
+    }
+
+    /// [`Store::read`], with the object's version the bytes were read at.
+    pub async fn read_versioned(
+        &self,
+        oid: ObjectId,
+        offset: u32,
+        len: u32,
+    ) -> Result<(Bytes, Version), EngineError> {
         self.check_range(offset, u64::from(len))?;
         if len == 0 {
-            return Ok(Bytes::new());
+            let v = self
+                .object_info(oid)
+                .await?
+                .map_or(Version::NONE, |o| o.version);
+            return Ok((Bytes::new(), v));
         }
         self.call(|reply| Msg::Read {
             oid,
@@ -153,6 +173,11 @@ impl Store {
             reply,
         })
         .await?
+    }
+
+    /// The whole object with its version and allocation, read atomically (recovery).
+    pub async fn read_object(&self, oid: ObjectId) -> Result<ObjectImage, EngineError> {
+        self.call(|reply| Msg::ReadObject { oid, reply }).await?
     }
 
     async fn write_op(
@@ -184,8 +209,9 @@ impl Store {
 
     /// Makes `len` bytes at `offset` read as zeros. Whole 4 KiB blocks are unallocated
     /// (metadata only); partial blocks at the edges are rewritten. An object left with no
-    /// allocated block is removed and its slot freed. On an object that does not exist this is
-    /// a no-op returning version 0.
+    /// allocated block becomes a tombstone at the new version and its slot is freed. On an
+    /// object that does not exist (or is a tombstone) this changes nothing and returns its
+    /// current version.
     pub async fn write_zeroes(
         &self,
         oid: ObjectId,
@@ -211,26 +237,73 @@ impl Store {
         self.write_zeroes(oid, offset, len, opts).await
     }
 
-    /// Removes an object (no-op if it does not exist). Its version is forgotten.
-    pub async fn delete(&self, oid: ObjectId, opts: WriteOptions) -> Result<(), EngineError> {
-        self.call(|tx| Msg::Write(WriteOp::new(oid, 0, WKind::Delete, opts, Reply::Unit(tx))))
-            .await?
+    /// Deletes an object: it becomes a tombstone at the new version (so a replica that missed
+    /// the delete can tell it from "never written"). No-op (returning `Version::NONE`) if the
+    /// store knows nothing of it.
+    pub async fn delete(&self, oid: ObjectId, opts: WriteOptions) -> Result<Version, EngineError> {
+        self.write_op(oid, 0, WKind::Delete, opts).await
+    }
+
+    /// Forgets an object entirely, tombstone included (a PG or volume that goes away).
+    pub async fn purge(&self, oid: ObjectId, opts: WriteOptions) -> Result<(), EngineError> {
+        let kind = WKind::Purge {
+            only_tombstone_upto: None,
+        };
+        self.write_op(oid, 0, kind, opts).await.map(|_| ())
+    }
+
+    /// Replaces an object with `image` whatever its current version (recovery, and rolling
+    /// back a write that peering rejected). Held writes of the object are dropped.
+    pub async fn install(
+        &self,
+        oid: ObjectId,
+        image: ObjectImage,
+        opts: WriteOptions,
+    ) -> Result<(), EngineError> {
+        self.write_op(oid, 0, WKind::Install(image), opts)
+            .await
+            .map(|_| ())
+    }
+
+    /// Commits one held write of `oid` (see [`WriteOptions::pending`]): once every held write
+    /// of the object is committed, reads of it go on.
+    pub fn commit(&self, oid: ObjectId, version: Version) -> Result<(), EngineError> {
+        self.send(Msg::Commit { oid, version })
     }
 
     /// Removes every object of a volume, durably. Returns how many were removed.
     pub async fn delete_volume(&self, pool: PoolId, volume: VolumeId) -> Result<u64, EngineError> {
-        let oids = self
-            .call(|reply| Msg::List {
-                filter: Some((pool, volume)),
-                reply,
-            })
-            .await?;
-        let count = oids.len() as u64;
-        for chunk in oids.chunks(1024) {
-            let deletes = chunk
+        self.delete_volume_from(pool, volume, 0).await
+    }
+
+    /// Removes the objects of a volume whose index is `from` or more (the tail after a
+    /// shrink), tombstones included, durably. Returns how many live objects went. Pages
+    /// through the volume's objects; never scans the whole store.
+    pub async fn delete_volume_from(
+        &self,
+        pool: PoolId,
+        volume: VolumeId,
+        from: u64,
+    ) -> Result<u64, EngineError> {
+        let mut count = 0;
+        loop {
+            let page = self
+                .call(|reply| Msg::ListVolume {
+                    pool,
+                    volume,
+                    from,
+                    limit: 1024,
+                    reply,
+                })
+                .await?;
+            if page.is_empty() {
+                break;
+            }
+            count += page.iter().filter(|o| !o.deleted).count() as u64;
+            let purges = page
                 .iter()
-                .map(|o| self.delete(o.oid, WriteOptions::buffered()));
-            for r in futures::future::join_all(deletes).await {
+                .map(|o| self.purge(o.oid, WriteOptions::buffered().in_pg(o.pg)));
+            for r in futures::future::join_all(purges).await {
                 r?;
             }
         }
@@ -243,18 +316,87 @@ impl Store {
         self.call(|reply| Msg::Flush { reply }).await?
     }
 
-    /// Version and allocation of one object; `None` if it does not exist.
+    /// Version, PG, state and allocation of one object; `None` if the store knows nothing of it.
     pub async fn object_info(&self, oid: ObjectId) -> Result<Option<ObjectInfo>, EngineError> {
         self.call(|reply| Msg::ObjectInfo { oid, reply }).await
     }
 
-    /// Every object on the device, in no particular order.
-    pub async fn list_objects(&self) -> Result<Vec<ObjectInfo>, EngineError> {
+    /// Up to `limit` objects and tombstones of `pg`, in object order, after `after`.
+    pub async fn list(
+        &self,
+        pg: PgId,
+        after: Option<ObjectId>,
+        limit: usize,
+    ) -> Result<Vec<ObjectInfo>, EngineError> {
         self.call(|reply| Msg::List {
-            filter: None,
+            pg,
+            after,
+            limit,
             reply,
         })
         .await
+    }
+
+    /// Up to `limit` entries of `pg`'s log after `since`, oldest first: the newest change of
+    /// every object and tombstone changed since. [`EngineError::LogTrimmed`] when tombstones
+    /// after `since` may have been forgotten.
+    pub async fn list_since(
+        &self,
+        pg: PgId,
+        since: Version,
+        limit: usize,
+    ) -> Result<Vec<LogEntry>, EngineError> {
+        self.call(|reply| Msg::ListSince {
+            pg,
+            since,
+            limit,
+            reply,
+        })
+        .await?
+    }
+
+    /// Every PG the store holds objects, tombstones or a record of.
+    pub async fn pgs(&self) -> Result<Vec<PgInfo>, EngineError> {
+        self.call(|reply| Msg::Pgs { reply }).await
+    }
+
+    /// Sets (`Some`) or removes (`None`) the user's record of `pg`, in journal order with the
+    /// writes submitted before it (so state and data it describes are durable together).
+    pub async fn set_pg(
+        &self,
+        pg: PgId,
+        blob: Option<[u8; PG_BLOB]>,
+        durable: bool,
+    ) -> Result<(), EngineError> {
+        self.call(|reply| Msg::SetPg {
+            pg,
+            blob: blob.map(Box::new),
+            durable,
+            reply,
+        })
+        .await?
+    }
+
+    /// Forgets `pg`'s tombstones up to `upto` and raises its log tail to `upto`. Returns how
+    /// many tombstones were queued for removal.
+    pub async fn trim_log(&self, pg: PgId, upto: Version) -> Result<u64, EngineError> {
+        self.call(|reply| Msg::TrimLog { pg, upto, reply }).await?
+    }
+
+    /// Every object and tombstone on the device, PG by PG (tests and tools: it walks the whole
+    /// index, a page at a time).
+    pub async fn list_objects(&self) -> Result<Vec<ObjectInfo>, EngineError> {
+        let mut all = Vec::new();
+        for p in self.pgs().await? {
+            let mut after = None;
+            loop {
+                let page = self.list(p.pg, after, 4096).await?;
+                let Some(last) = page.last() else { break };
+                after = Some(last.oid);
+                all.extend(page);
+            }
+        }
+        Ok(all)
     }
 
     /// Finishes queued work, writes the journal back, flushes and stops the I/O thread.

@@ -9,6 +9,11 @@ use std::collections::HashMap;
 
 const MIB: u64 = 1 << 20;
 
+/// A version the store assigns by itself (epoch 0).
+fn ver(seq: u64) -> Version {
+    Version::new(0, seq)
+}
+
 fn small_dev(b: Backend) -> Dev {
     Dev::new(b, 32 * MIB, 4 * MIB)
 }
@@ -35,11 +40,11 @@ async fn basic_read_write(b: Backend) {
         .write(o, 8192, Bytes::from(data.clone()), WriteOptions::durable())
         .await
         .unwrap();
-    assert_eq!(v, Version(1));
+    assert_eq!(v, ver(1));
     assert_eq!(store.read(o, 8192, 4096).await.unwrap(), data);
     assert_eq!(store.read(o, 0, 4096).await.unwrap(), vec![0u8; 4096]);
     let info = store.object_info(o).await.unwrap().unwrap();
-    assert_eq!((info.version, info.allocated_bytes), (Version(1), 4096));
+    assert_eq!((info.version, info.allocated_bytes), (ver(1), 4096));
     // Full-object write (redirect path) then a read spanning everything.
     let full = pattern(2, OBJ as usize);
     assert_eq!(
@@ -47,7 +52,7 @@ async fn basic_read_write(b: Backend) {
             .write(o, 0, Bytes::from(full.clone()), WriteOptions::buffered())
             .await
             .unwrap(),
-        Version(2)
+        ver(2)
     );
     assert_eq!(store.read(o, 0, OBJ).await.unwrap(), full);
     store.close().await.unwrap();
@@ -58,10 +63,7 @@ async fn basic_read_write(b: Backend) {
     ));
     let store = dev.open();
     assert_eq!(store.read(o, 0, OBJ).await.unwrap(), full);
-    assert_eq!(
-        store.object_info(o).await.unwrap().unwrap().version,
-        Version(2)
-    );
+    assert_eq!(store.object_info(o).await.unwrap().unwrap().version, ver(2));
 }
 
 /// Random unaligned writes against a byte model, with reads in between and a reopen.
@@ -88,7 +90,7 @@ async fn unaligned(b: Backend) {
                 Bytes::from(data.clone()),
                 WriteOptions {
                     durable: i % 3 == 0,
-                    version: None,
+                    ..WriteOptions::default()
                 },
             )
             .await
@@ -142,8 +144,8 @@ async fn zeroes_and_trim(b: Backend) {
     assert_eq!(store.read(o, 0, OBJ).await.unwrap(), model);
     let info = store.object_info(o).await.unwrap().unwrap();
     assert_eq!(info.allocated_bytes, u64::from(OBJ) - 16384);
-    assert_eq!(info.version, Version(3));
-    // Trimming everything frees the slot.
+    assert_eq!(info.version, ver(3));
+    // Trimming everything frees the slot; the object becomes a tombstone at the new version.
     store
         .trim(o, 0, OBJ, WriteOptions::durable())
         .await
@@ -152,12 +154,17 @@ async fn zeroes_and_trim(b: Backend) {
         store.read(o, 0, OBJ).await.unwrap(),
         vec![0u8; OBJ as usize]
     );
-    assert!(store.object_info(o).await.unwrap().is_none());
+    let tomb = |i: Option<basalt_engine::ObjectInfo>| {
+        let i = i.expect("a tombstone");
+        (i.deleted, i.version, i.allocated_bytes)
+    };
+    assert_eq!(tomb(store.object_info(o).await.unwrap()), (true, ver(4), 0));
     store.flush().await.unwrap();
     drop(store);
     let store = dev.open();
-    assert!(store.object_info(o).await.unwrap().is_none());
+    assert_eq!(tomb(store.object_info(o).await.unwrap()), (true, ver(4), 0));
     assert_eq!(store.stats().used_bytes, 0);
+    assert_eq!((store.stats().objects, store.stats().tombstones), (0, 1));
     // Zeroing a missing object is a no-op.
     assert_eq!(
         store
@@ -192,15 +199,23 @@ async fn delete_and_delete_volume(b: Backend) {
             .await
             .unwrap();
     }
-    store
-        .delete(oid(4, 0), WriteOptions::durable())
-        .await
-        .unwrap();
-    store
-        .delete(oid(4, 0), WriteOptions::durable())
-        .await
-        .unwrap();
-    assert!(store.object_info(oid(4, 0)).await.unwrap().is_none());
+    // A delete leaves a tombstone at the next version; deleting it again moves it on.
+    assert_eq!(
+        store
+            .delete(oid(4, 0), WriteOptions::durable())
+            .await
+            .unwrap(),
+        ver(2)
+    );
+    assert_eq!(
+        store
+            .delete(oid(4, 0), WriteOptions::durable())
+            .await
+            .unwrap(),
+        ver(3)
+    );
+    let info = store.object_info(oid(4, 0)).await.unwrap().unwrap();
+    assert!(info.deleted && info.version == ver(3));
     assert_eq!(
         store.read(oid(4, 0), 0, 4096).await.unwrap(),
         vec![0u8; 4096]
@@ -220,7 +235,7 @@ async fn delete_and_delete_volume(b: Backend) {
     let store = dev.open();
     assert_eq!(store.list_objects().await.unwrap().len(), 10);
     assert_eq!(store.stats().objects, 10);
-    // A deleted object starts again from version 1.
+    // Objects of a deleted volume are forgotten (no tombstones): they start again from 1.
     assert_eq!(
         store
             .write(
@@ -231,7 +246,7 @@ async fn delete_and_delete_volume(b: Backend) {
             )
             .await
             .unwrap(),
-        Version(1)
+        ver(1)
     );
 }
 
@@ -239,17 +254,17 @@ async fn versions(b: Backend) {
     let dev = small_dev(b);
     let store = dev.open();
     let o = oid(6, 0);
-    let w = |v: u64| WriteOptions::durable().with_version(Version(v));
+    let w = |n: u64| WriteOptions::durable().with_version(ver(n));
     assert_eq!(
         store
             .write(o, 0, Bytes::from_static(b"a"), w(10))
             .await
             .unwrap(),
-        Version(10)
+        ver(10)
     );
     match store.write(o, 0, Bytes::from_static(b"b"), w(10)).await {
         Err(EngineError::StaleVersion { current, requested }) => {
-            assert_eq!((current, requested), (Version(10), Version(10)))
+            assert_eq!((current, requested), (ver(10), ver(10)))
         }
         other => panic!("expected StaleVersion, got {other:?}"),
     }
@@ -263,20 +278,20 @@ async fn versions(b: Backend) {
             .write(o, 0, Bytes::from_static(b"c"), WriteOptions::durable())
             .await
             .unwrap(),
-        Version(11)
+        ver(11)
     );
     drop(store);
     let store = dev.open();
     assert_eq!(
         store.object_info(o).await.unwrap().unwrap().version,
-        Version(11)
+        ver(11)
     );
     assert_eq!(
         store
             .write(o, 0, Bytes::from_static(b"d"), WriteOptions::durable())
             .await
             .unwrap(),
-        Version(12)
+        ver(12)
     );
 }
 
@@ -428,7 +443,7 @@ async fn reopen_persistence(b: Backend) {
                 Bytes::from(pattern(i, 5000)),
                 WriteOptions {
                     durable,
-                    version: None,
+                    ..WriteOptions::default()
                 },
             )
             .await
@@ -463,7 +478,7 @@ async fn concurrency(b: Backend) {
                     Bytes::from(data.clone()),
                     WriteOptions {
                         durable: i % 4 == 0,
-                        version: None,
+                        ..WriteOptions::default()
                     },
                 )
                 .await
@@ -503,7 +518,7 @@ async fn concurrency(b: Backend) {
                 .unwrap()
                 .unwrap()
                 .version,
-            Version(40)
+            ver(40)
         );
     }
     assert_eq!(
@@ -513,7 +528,7 @@ async fn concurrency(b: Backend) {
             .unwrap()
             .unwrap()
             .version,
-        Version(16 * 40)
+        ver(16 * 40)
     );
 }
 

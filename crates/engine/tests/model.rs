@@ -48,18 +48,21 @@ async fn check_all(store: &Store, model: &[ObjState], ctx: &str) {
     for (i, m) in model.iter().enumerate() {
         let got = store.read(oid(1, i as u64), 0, OBJ).await.unwrap();
         assert!(got == m.data, "{ctx}: object {i} data differs");
-        let v = store
-            .object_info(oid(1, i as u64))
-            .await
-            .unwrap()
-            .map_or(0, |x| x.version.0);
+        let info = store.object_info(oid(1, i as u64)).await.unwrap();
+        let (v, deleted) = info.map_or((0, false), |x| (x.version.seq, x.deleted));
         assert_eq!(v, m.version, "{ctx}: object {i} version");
+        assert_eq!(deleted, m.deleted, "{ctx}: object {i} tombstone");
     }
-    let listed = store.list_objects().await.unwrap().len();
+    let listed = store.list_objects().await.unwrap();
     assert_eq!(
-        listed,
+        listed.iter().filter(|o| !o.deleted).count(),
         model.iter().filter(|m| m.exists()).count(),
         "{ctx}: listed objects"
+    );
+    assert_eq!(
+        listed.len(),
+        model.iter().filter(|m| m.known()).count(),
+        "{ctx}: listed objects and tombstones"
     );
 }
 
@@ -73,7 +76,7 @@ async fn run(backend: Backend, seed: u64) {
         let op = random_op(&mut rng);
         let opts = WriteOptions {
             durable: rng.random_bool(0.3),
-            version: None,
+            ..WriteOptions::default()
         };
         let o = oid(1, idx);
         match &op {
@@ -84,7 +87,9 @@ async fn run(backend: Backend, seed: u64) {
             Op::Zero { off, len } => {
                 store.trim(o, *off as u32, *len as u32, opts).await.unwrap();
             }
-            Op::Delete => store.delete(o, opts).await.unwrap(),
+            Op::Delete => {
+                store.delete(o, opts).await.unwrap();
+            }
         }
         model[idx as usize] = model[idx as usize].apply(&op);
         let roff = rng.random_range(0..OBJ as usize);

@@ -2,7 +2,7 @@
 
 use crate::error::engine_to_wire;
 use crate::service::NodeShared;
-use basalt_engine::{Store, WriteOptions};
+use basalt_engine::Store;
 use basalt_proto::{Response, WireError};
 use basalt_types::{Epoch, PoolId, VolumeId};
 
@@ -29,23 +29,6 @@ async fn delete_from(
     volume: VolumeId,
     from_index: u64,
 ) -> Result<u64, basalt_engine::EngineError> {
-    if from_index == 0 {
-        return store.delete_volume(pool, volume).await;
-    }
-    let victims: Vec<_> = store
-        .list_objects()
-        .await?
-        .into_iter()
-        .filter(|o| o.oid.pool == pool && o.oid.volume == volume && o.oid.index >= from_index)
-        .collect();
-    let lazy = WriteOptions {
-        durable: false,
-        version: None,
-    };
-    for o in &victims {
-        store.delete(o.oid, lazy).await?;
-    }
-    // One flush makes every delete above durable.
-    store.flush().await?;
-    Ok(victims.len() as u64)
+    // Pages through the volume's objects (never the whole store) and flushes once at the end.
+    store.delete_volume_from(pool, volume, from_index).await
 }

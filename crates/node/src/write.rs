@@ -10,10 +10,15 @@ use basalt_proto::{Response, WireError};
 use basalt_types::{Epoch, ObjectId, Version};
 use bytes::Bytes;
 
-fn options(fua: bool, version: Version) -> WriteOptions {
+/// The store options of a client write: durable with FUA, the version if the sender set one,
+/// and the object's PG (an object's PG never changes: a pool's PG count is fixed).
+fn options(node: &NodeShared, oid: &ObjectId, fua: bool, version: Version) -> WriteOptions {
+    let pg = node.maps.map().locate(oid).map_or(0, |(pg, _)| pg.pg);
     WriteOptions {
         durable: fua,
         version: (version != Version::NONE).then_some(version),
+        pg,
+        pending: false,
     }
 }
 
@@ -30,7 +35,7 @@ pub(crate) async fn write(
         .maps
         .route(epoch, &oid, true)
         .await?
-        .write(oid, offset, data, options(fua, version))
+        .write(oid, offset, data, options(node, &oid, fua, version))
         .await
         .map_err(engine_to_wire)?;
     Ok(Response::Written { version })
@@ -48,7 +53,7 @@ pub(crate) async fn write_zeroes(
         .maps
         .route(epoch, &oid, true)
         .await?
-        .write_zeroes(oid, offset, len, options(fua, Version::NONE))
+        .write_zeroes(oid, offset, len, options(node, &oid, fua, Version::NONE))
         .await
         .map_err(engine_to_wire)?;
     Ok(Response::Written { version })
@@ -65,7 +70,7 @@ pub(crate) async fn trim(
         .maps
         .route(epoch, &oid, true)
         .await?
-        .trim(oid, offset, len, options(false, Version::NONE))
+        .trim(oid, offset, len, options(node, &oid, false, Version::NONE))
         .await
         .map_err(engine_to_wire)?;
     Ok(Response::Written { version })

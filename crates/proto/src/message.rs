@@ -2,15 +2,16 @@
 //!
 //! Requests and their successful responses share an opcode; a response sets `FLAG_RESPONSE`, an
 //! error response also sets `FLAG_ERROR` and carries a [`WireError`] body. All integers are
-//! little-endian. An object reference is 20 bytes: `pool u32 | volume u64 | index u64`.
+//! little-endian. An object reference is 20 bytes: `pool u32 | volume u64 | index u64`; a version
+//! is 16 bytes: `epoch u64 | seq u64`.
 //!
 //! | opcode | request body | request data | response body | response data |
 //! |---|---|---|---|---|
 //! | 1 Hello | min_ver u8, max_ver u8, name_len u16, name | - | version u8, 0u8×3, node u32, epoch u64 | - |
 //! | 2 Read | epoch u64, object, offset u32, len u32 | - | - | the bytes |
-//! | 3 Write | epoch u64, object, offset u32, version u64 | the bytes | version u64 | - |
-//! | 4 WriteZeroes | epoch u64, object, offset u32, len u32 | - | version u64 | - |
-//! | 5 Trim | epoch u64, object, offset u32, len u32 | - | version u64 | - |
+//! | 3 Write | epoch u64, object, offset u32, version | the bytes | version | - |
+//! | 4 WriteZeroes | epoch u64, object, offset u32, len u32 | - | version | - |
+//! | 5 Trim | epoch u64, object, offset u32, len u32 | - | version | - |
 //! | 6 Flush | epoch u64 | - | - | - |
 //! | 7 DeleteVolume | epoch u64, pool u32, volume u64, from_index u64 | - | objects u64 | - |
 //! | 8 Ping | - | any bytes | - | the same bytes |
@@ -37,6 +38,7 @@ const OP_ADMIN: u8 = 9;
 const OP_META: u8 = 10;
 
 const OBJECT_LEN: usize = 20;
+const VERSION_LEN: usize = 16;
 const MAX_NAME_LEN: usize = 256;
 const MAX_MESSAGE_LEN: usize = 1024;
 
@@ -197,7 +199,7 @@ impl Request {
                 b.put_u64_le(epoch.0);
                 put_object(b, oid);
                 b.put_u32_le(*offset);
-                b.put_u64_le(version.0);
+                put_version(b, *version);
                 (fua_flag(*fua), data.clone())
             }
             Request::WriteZeroes {
@@ -274,11 +276,11 @@ impl Request {
                 }
             }
             OP_WRITE => {
-                expect_len(&b, 8 + OBJECT_LEN + 4 + 8, "Write")?;
+                expect_len(&b, 8 + OBJECT_LEN + 4 + VERSION_LEN, "Write")?;
                 let epoch = Epoch(b.get_u64_le());
                 let oid = get_object(&mut b);
                 let offset = b.get_u32_le();
-                let version = Version(b.get_u64_le());
+                let version = get_version(&mut b);
                 Request::Write {
                     epoch,
                     oid,
@@ -379,7 +381,7 @@ impl Response {
             }
             Response::Read { data } => data.clone(),
             Response::Written { version } => {
-                b.put_u64_le(version.0);
+                put_version(b, *version);
                 Bytes::new()
             }
             Response::Flushed => Bytes::new(),
@@ -421,9 +423,9 @@ impl Response {
                 }
             }
             OP_WRITE | OP_WRITE_ZEROES | OP_TRIM => {
-                expect_len(&b, 8, "Write response")?;
+                expect_len(&b, VERSION_LEN, "Write response")?;
                 Response::Written {
-                    version: Version(b.get_u64_le()),
+                    version: get_version(&mut b),
                 }
             }
             OP_FLUSH => {
@@ -536,6 +538,15 @@ fn get_object(b: &mut Bytes) -> ObjectId {
         volume: VolumeId(b.get_u64_le()),
         index: b.get_u64_le(),
     }
+}
+
+fn put_version(b: &mut BytesMut, v: Version) {
+    b.put_u64_le(v.epoch);
+    b.put_u64_le(v.seq);
+}
+
+fn get_version(b: &mut Bytes) -> Version {
+    Version::new(b.get_u64_le(), b.get_u64_le())
 }
 
 fn put_range(b: &mut BytesMut, epoch: Epoch, oid: &ObjectId, offset: u32, len: u32) {

@@ -19,7 +19,7 @@ fn valid_stream() -> Vec<u8> {
             epoch: Epoch(4),
             oid,
             offset: 512,
-            version: Version(0),
+            version: Version::NONE,
             fua: true,
             data: Bytes::from(vec![7u8; 100]),
         },

@@ -37,15 +37,15 @@ fn arb_request() -> impl Strategy<Value = Request> {
             any::<u64>(),
             arb_oid(),
             any::<u32>(),
-            any::<u64>(),
+            (any::<u64>(), any::<u64>()),
             any::<bool>(),
             arb_data()
         )
-            .prop_map(|(e, oid, offset, v, fua, data)| Request::Write {
+            .prop_map(|(e, oid, offset, (ve, vs), fua, data)| Request::Write {
                 epoch: Epoch(e),
                 oid,
                 offset,
-                version: Version(v),
+                version: Version::new(ve, vs),
                 fua,
                 data
             }),
@@ -94,8 +94,8 @@ fn arb_response() -> impl Strategy<Value = Result<Response, WireError>> {
             epoch: Epoch(e)
         })),
         arb_data().prop_map(|data| Ok(Response::Read { data })),
-        any::<u64>().prop_map(|v| Ok(Response::Written {
-            version: Version(v)
+        (any::<u64>(), any::<u64>()).prop_map(|(e, s)| Ok(Response::Written {
+            version: Version::new(e, s)
         })),
         Just(Ok(Response::Flushed)),
         any::<u64>().prop_map(|objects| Ok(Response::Deleted { objects })),

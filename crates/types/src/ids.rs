@@ -40,11 +40,6 @@ id_type!(
     /// operation carries the epoch its sender used, and a node refuses stale ones.
     Epoch(u64), "e"
 );
-id_type!(
-    /// A per-object version. Assigned by the primary, strictly increasing per object; 0 means
-    /// "never written".
-    Version(u64), "v"
-);
 
 impl Epoch {
     /// The epoch that follows this one.
@@ -53,13 +48,43 @@ impl Epoch {
     }
 }
 
+/// The version of one change to an object (Ceph's "eversion"): the epoch of the placement-group
+/// interval whose primary made the change, and a sequence number that primary assigned, strictly
+/// increasing within its PG and interval. Ordered by epoch, then sequence, so a change made after
+/// a failover (a later interval) is always newer than any change made before it, and two
+/// primaries can never hand out the same version. `Version::NONE` (0.0) is "never written".
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub struct Version {
+    pub epoch: u64,
+    pub seq: u64,
+}
+
 impl Version {
     /// The version of an object that has never been written.
-    pub const NONE: Version = Version(0);
+    pub const NONE: Version = Version { epoch: 0, seq: 0 };
 
-    /// The version that follows this one.
+    pub const fn new(epoch: u64, seq: u64) -> Version {
+        Version { epoch, seq }
+    }
+
+    /// The next version in the same interval.
     pub fn next(self) -> Version {
-        Version(self.0 + 1)
+        Version {
+            epoch: self.epoch,
+            seq: self.seq.checked_add(1).expect("version sequence overflow"),
+        }
+    }
+
+    pub fn is_none(self) -> bool {
+        self == Version::NONE
+    }
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "v{}.{}", self.epoch, self.seq)
     }
 }
 
@@ -125,6 +150,11 @@ mod tests {
             "pg.2.9"
         );
         assert_eq!(Epoch(5).next(), Epoch(6));
-        assert_eq!(Version::NONE.next(), Version(1));
+        assert_eq!(Version::NONE.next(), Version::new(0, 1));
+        assert!(
+            Version::new(2, 1) > Version::new(1, 900),
+            "a later interval is newer"
+        );
+        assert_eq!(Version::new(3, 7).to_string(), "v3.7");
     }
 }

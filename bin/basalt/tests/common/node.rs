@@ -55,8 +55,8 @@ impl NodeConn {
         self.send(
             1,
             &Request::Hello {
-                min_version: 1,
-                max_version: 1,
+                min_version: basalt_proto::PROTOCOL_VERSION,
+                max_version: basalt_proto::PROTOCOL_VERSION,
                 client: "test".into(),
             },
         );

@@ -7,7 +7,8 @@ use super::{Engine, IoCtx, Waiter};
 use crate::buf::{IoBuf, SharedBuf};
 use crate::io::IoReq;
 use crate::layout::BLOCK;
-use crate::record::{Entry, encode_record_header, header_blocks_for};
+use crate::record::{Entry, MAX_HEADER_BLOCKS as DECODE_MAX_HEADER_BLOCKS, RecordPlace};
+use crate::record::{encode_record_header, header_blocks_for};
 use basalt_types::ObjectId;
 use std::collections::VecDeque;
 
@@ -86,6 +87,8 @@ pub(crate) struct Journal {
     pub durable_waiting: usize,
     pub header_gen: u64,
     pub max_record: u64,
+    /// Random per opening of the store, in every record header (see `record.rs`).
+    pub boot: u64,
 }
 
 impl Journal {
@@ -108,6 +111,7 @@ impl Journal {
             durable_waiting: 0,
             header_gen: 0,
             max_record,
+            boot: rand::random(),
         }
     }
 
@@ -194,28 +198,33 @@ impl Engine {
         })
     }
 
-    /// Adds an operation's entry to the open batch and applies it to the live state, so later
-    /// operations and reads see it at once. The waiter is answered when the record is written
-    /// or flushed.
+    /// Adds an entry to the open batch and applies it to the live state, so later operations
+    /// and reads see it at once. The waiter (if any) is answered when the record is written or
+    /// flushed.
     pub fn add_entry(
         &mut self,
         entry: Entry,
         blocks: Vec<SharedBuf>,
         full: Option<(ObjectId, u32, SharedBuf)>,
-        waiter: Waiter,
+        waiter: Option<Waiter>,
     ) {
+        assert!(self.poisoned.is_none(), "entry added to a poisoned store");
         let seq = self.open_batch().seq;
         self.st
             .apply(seq, &entry, &blocks, full.as_ref().map(|f| f.2.clone()));
-        if waiter.durable {
+        if waiter.as_ref().is_some_and(|w| w.durable) {
             self.jr.durable_waiting += 1;
         }
         let b = self.open_batch();
         b.entry_bytes += entry.encoded_len();
+        assert!(
+            header_blocks_for(b.entry_bytes) <= DECODE_MAX_HEADER_BLOCKS,
+            "batch header outgrew what recovery accepts"
+        );
         b.entries.push(entry);
         b.blocks.extend(blocks);
         b.fulls.extend(full);
-        b.waiters.push(waiter);
+        b.waiters.extend(waiter);
     }
 
     /// An operation with nothing to write (flush, no-op delete): answered once everything
@@ -239,7 +248,7 @@ impl Engine {
             }
             _ => {
                 if w.durable {
-                    self.jr.durable_waiting -= 1;
+                    self.jr.durable_waiting = dec(self.jr.durable_waiting, 1, "durable waiters");
                 }
                 w.reply.ok(w.version);
             }
@@ -261,7 +270,7 @@ impl Engine {
             let b = self.jr.open.take().expect("checked");
             for w in b.waiters {
                 if w.durable {
-                    self.jr.durable_waiting -= 1;
+                    self.jr.durable_waiting = dec(self.jr.durable_waiting, 1, "durable waiters");
                 }
                 self.add_barrier(w);
             }
@@ -276,14 +285,14 @@ impl Engine {
     }
 
     fn seal(&mut self, b: Batch, pos: u64) {
-        let durable_seq = self.jr.flushed_upto.saturating_sub(1);
-        let (header, crc) = encode_record_header(
-            &self.sb.uuid,
-            b.seq,
-            durable_seq,
-            self.jr.prev_crc,
-            &b.entries,
-        );
+        assert_eq!(b.seq, self.jr.next_seq, "records are sealed in sequence");
+        let place = RecordPlace {
+            seq: b.seq,
+            durable_seq: self.jr.flushed_upto.saturating_sub(1),
+            prev_crc: self.jr.prev_crc,
+            boot: self.jr.boot,
+        };
+        let (header, crc) = encode_record_header(&self.sb.uuid, place, &b.entries);
         let len = header.len() as u64 + b.blocks.len() as u64 * BLOCK;
         let mut bufs: Vec<IoBuf> = Vec::with_capacity(1 + b.blocks.len());
         bufs.push(IoBuf::Owned(header));
@@ -352,12 +361,12 @@ impl Engine {
         let Some(r) = self.jr.rec_mut(seq) else {
             return;
         };
-        r.pending -= 1;
+        r.pending = dec(r.pending, 1, "record writes");
         if r.pending > 0 || r.state != RecState::Writing {
             return;
         }
         r.state = RecState::Written;
-        self.jr.writing -= 1;
+        self.jr.writing = dec(self.jr.writing, 1, "records being written");
         if self.poisoned.is_none() {
             self.advance_acks();
         }
@@ -414,7 +423,7 @@ impl Engine {
     /// Flush number `no` completed: every write completed before it was issued is durable,
     /// whatever became of flushes issued earlier.
     pub fn flush_done(&mut self, no: u64, res: std::io::Result<()>) {
-        self.jr.flushes_inflight -= 1;
+        self.jr.flushes_inflight = dec(self.jr.flushes_inflight, 1, "flushes in flight");
         if let Err(e) = res {
             self.poison(format!("flush failed: {e}"));
             return;
@@ -451,7 +460,11 @@ impl Engine {
             }
             let ws = std::mem::take(&mut r.d_waiters);
             self.jr.flushed_upto += 1;
-            self.jr.durable_waiting -= ws.len();
+            assert!(
+                self.jr.flushed_upto <= self.jr.written_upto,
+                "a record is durable before it is written"
+            );
+            self.jr.durable_waiting = dec(self.jr.durable_waiting, ws.len(), "durable waiters");
             for w in ws {
                 w.reply.ok(w.version);
             }
@@ -461,4 +474,14 @@ impl Engine {
             self.jr.want_durable = false;
         }
     }
+}
+
+/// `n - k` for counters that must never go below zero: an accounting bug stops the store
+/// instead of wrapping around (release builds included).
+pub(crate) fn dec<T>(n: T, k: T, what: &str) -> T
+where
+    T: std::ops::Sub<Output = T> + PartialOrd + Copy + std::fmt::Display,
+{
+    assert!(n >= k, "{what}: {n} - {k} would go below zero");
+    n - k
 }

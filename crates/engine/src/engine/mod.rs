@@ -6,9 +6,10 @@
 //! the backend, handle completions, and sleep when nothing is left to do.
 
 mod journal;
+mod query;
 mod read;
 mod recover;
-pub(crate) use recover::read_superblock as recover_superblock;
+pub(crate) use recover::read_superblocks;
 mod state;
 mod write;
 mod writeback;
@@ -17,9 +18,9 @@ use crate::buf::AlignedBuf;
 use crate::error::EngineError;
 use crate::hash::FxHashMap;
 use crate::io::{Backend, IoDone, IoReq, Waker};
-use crate::layout::Superblock;
-use crate::{ObjectInfo, StoreInfo, Version, WriteOptions};
-use basalt_types::{ObjectId, PoolId, VolumeId};
+use crate::layout::{PG_BLOB, Superblock};
+use crate::{LogEntry, ObjectImage, ObjectInfo, PgInfo, StoreInfo, Version};
+use basalt_types::{ObjectId, PgId, PoolId, VolumeId};
 use bytes::Bytes;
 use crossbeam_channel::Receiver;
 use journal::Journal;
@@ -45,8 +46,13 @@ pub(crate) struct Shared {
     pub writeback_batches: AtomicU64,
     pub used_slots: AtomicU64,
     pub objects: AtomicU64,
+    pub tombstones: AtomicU64,
+    pub held_reads: AtomicU64,
     pub journal_used: AtomicU64,
 }
+
+/// What a read returns: the bytes and the version of the object they were read at.
+pub(crate) type ReadReply = oneshot::Sender<Result<(Bytes, Version), EngineError>>;
 
 /// A message from a handle to the I/O thread.
 pub(crate) enum Msg {
@@ -54,9 +60,18 @@ pub(crate) enum Msg {
         oid: ObjectId,
         offset: u32,
         len: u32,
-        reply: oneshot::Sender<Result<Bytes, EngineError>>,
+        reply: ReadReply,
+    },
+    ReadObject {
+        oid: ObjectId,
+        reply: oneshot::Sender<Result<ObjectImage, EngineError>>,
     },
     Write(WriteOp),
+    /// The user committed a held (pending) write of `oid`: reads may see it.
+    Commit {
+        oid: ObjectId,
+        version: Version,
+    },
     Flush {
         reply: oneshot::Sender<Result<(), EngineError>>,
     },
@@ -64,9 +79,43 @@ pub(crate) enum Msg {
         oid: ObjectId,
         reply: oneshot::Sender<Option<ObjectInfo>>,
     },
+    /// Objects (and tombstones) of one PG in object order, after `after`.
     List {
-        filter: Option<(PoolId, VolumeId)>,
+        pg: PgId,
+        after: Option<ObjectId>,
+        limit: usize,
         reply: oneshot::Sender<Vec<ObjectInfo>>,
+    },
+    /// Objects of one volume in one pool, index `from` and up (every PG).
+    ListVolume {
+        pool: PoolId,
+        volume: VolumeId,
+        from: u64,
+        limit: usize,
+        reply: oneshot::Sender<Vec<ObjectInfo>>,
+    },
+    /// The PG's log after `since`, oldest first.
+    ListSince {
+        pg: PgId,
+        since: Version,
+        limit: usize,
+        reply: oneshot::Sender<Result<Vec<LogEntry>, EngineError>>,
+    },
+    Pgs {
+        reply: oneshot::Sender<Vec<PgInfo>>,
+    },
+    /// Sets (`Some`) or removes (`None`) a PG's record.
+    SetPg {
+        pg: PgId,
+        blob: Option<Box<[u8; PG_BLOB]>>,
+        durable: bool,
+        reply: oneshot::Sender<Result<(), EngineError>>,
+    },
+    /// Forgets the PG's tombstones up to `upto` and raises its log tail to it.
+    TrimLog {
+        pg: PgId,
+        upto: Version,
+        reply: oneshot::Sender<Result<u64, EngineError>>,
     },
     Close {
         reply: Option<oneshot::Sender<Result<(), EngineError>>>,
@@ -77,13 +126,23 @@ pub(crate) enum Msg {
 pub(crate) enum WKind {
     Data(Bytes),
     Zero(u32),
+    /// Leaves a tombstone at the new version.
     Delete,
+    /// Forgets the object entirely (no tombstone); with `only_tombstone_upto`, only if it is a
+    /// tombstone no newer than that (log trimming).
+    Purge {
+        only_tombstone_upto: Option<Version>,
+    },
+    /// Replaces the object with this image whatever its current version (recovery).
+    Install(ObjectImage),
 }
 
 /// Where the result of a write-class operation goes.
 pub(crate) enum Reply {
     Version(oneshot::Sender<Result<Version, EngineError>>),
     Unit(oneshot::Sender<Result<(), EngineError>>),
+    /// Answers with a count fixed when the operation was queued.
+    Count(oneshot::Sender<Result<u64, EngineError>>, u64),
 }
 
 impl Reply {
@@ -91,22 +150,25 @@ impl Reply {
         match self {
             Reply::Version(tx) => drop(tx.send(Ok(v))),
             Reply::Unit(tx) => drop(tx.send(Ok(()))),
+            Reply::Count(tx, n) => drop(tx.send(Ok(n))),
         }
     }
     pub fn err(self, e: EngineError) {
         match self {
             Reply::Version(tx) => drop(tx.send(Err(e))),
             Reply::Unit(tx) => drop(tx.send(Err(e))),
+            Reply::Count(tx, _) => drop(tx.send(Err(e))),
         }
     }
 }
 
-/// A write, write-zeroes/trim or delete, queued per object until it can be applied.
+/// A write, write-zeroes/trim, delete, purge or install, queued per object until it can be
+/// applied.
 pub(crate) struct WriteOp {
     pub oid: ObjectId,
     pub offset: u32,
     pub kind: WKind,
-    pub opts: WriteOptions,
+    pub opts: crate::WriteOptions,
     pub reply: Reply,
     /// Old contents of partial edge blocks, read from disk for read-modify-write.
     pub old: Vec<(u32, AlignedBuf)>,
@@ -119,7 +181,7 @@ impl WriteOp {
         oid: ObjectId,
         offset: u32,
         kind: WKind,
-        opts: WriteOptions,
+        opts: crate::WriteOptions,
         reply: Reply,
     ) -> WriteOp {
         WriteOp {
@@ -230,6 +292,8 @@ pub(crate) struct Engine {
     pub ios: Slab<IoCtx>,
     pub reads: Slab<ReadCtx>,
     pub blocked: FxHashMap<ObjectId, Blocked>,
+    /// Reads waiting for a held (pending) write of their object to be committed.
+    pub held_reads: FxHashMap<ObjectId, Vec<read::HeldRead>>,
     /// Objects whose queue waits for room in the open batch or for free slots.
     pub waiting: VecDeque<ObjectId>,
     pub poisoned: Option<String>,
@@ -334,8 +398,21 @@ impl Engine {
                 offset,
                 len,
                 reply,
-            } => self.start_read(oid, offset, len, reply),
+            } => self.start_read(
+                oid,
+                read::Want::Range { offset, len },
+                read::Out::Range(reply),
+            ),
+            Msg::ReadObject { oid, reply } => {
+                let len = self.sb.object_size;
+                self.start_read(
+                    oid,
+                    read::Want::Range { offset: 0, len },
+                    read::Out::Image(reply),
+                )
+            }
             Msg::Write(op) => self.handle_write(op),
+            Msg::Commit { oid, version } => self.commit(oid, version),
             Msg::Flush { reply } => {
                 if self.closing {
                     let _ = reply.send(Err(EngineError::Closed));
@@ -345,39 +422,56 @@ impl Engine {
                     let w = Waiter {
                         durable: true,
                         reply: Reply::Unit(reply),
-                        version: Version(0),
+                        version: Version::NONE,
                     };
                     self.add_barrier(w);
                 }
             }
             Msg::ObjectInfo { oid, reply } => {
-                let info = self.st.objs.get(&oid).map(|o| self.object_info(&oid, o));
-                let _ = reply.send(info);
+                let _ = reply.send(self.object_info(&oid));
             }
-            Msg::List { filter, reply } => {
-                let list = self
-                    .st
-                    .objs
-                    .iter()
-                    .filter(|(k, _)| filter.is_none_or(|(p, v)| k.pool == p && k.volume == v))
-                    .map(|(k, o)| self.object_info(k, o))
-                    .collect();
-                let _ = reply.send(list);
+            Msg::List {
+                pg,
+                after,
+                limit,
+                reply,
+            } => {
+                let _ = reply.send(self.list(pg, after, limit));
             }
+            Msg::ListVolume {
+                pool,
+                volume,
+                from,
+                limit,
+                reply,
+            } => {
+                let _ = reply.send(self.list_volume(pool, volume, from, limit));
+            }
+            Msg::ListSince {
+                pg,
+                since,
+                limit,
+                reply,
+            } => {
+                let _ = reply.send(self.list_since(pg, since, limit));
+            }
+            Msg::Pgs { reply } => {
+                let _ = reply.send(self.pg_infos());
+            }
+            Msg::SetPg {
+                pg,
+                blob,
+                durable,
+                reply,
+            } => self.set_pg(pg, blob, durable, reply),
+            Msg::TrimLog { pg, upto, reply } => self.trim_log(pg, upto, reply),
             Msg::Close { reply } => {
                 self.closing = true;
+                self.fail_held_reads(&EngineError::Closed);
                 if let Some(r) = reply {
                     self.close_replies.push(r);
                 }
             }
-        }
-    }
-
-    fn object_info(&self, oid: &ObjectId, o: &state::Obj) -> ObjectInfo {
-        ObjectInfo {
-            oid: *oid,
-            version: Version(o.version),
-            allocated_bytes: self.st.allocated_bytes(oid, o),
         }
     }
 
@@ -407,9 +501,13 @@ impl Engine {
         self.shared
             .used_slots
             .store(a.claimed + a.limbo, Ordering::Relaxed);
+        let tombs = self.st.tomb_alloc_used();
         self.shared
             .objects
-            .store(self.st.objs.len() as u64, Ordering::Relaxed);
+            .store(self.st.objs.len() as u64 - tombs, Ordering::Relaxed);
+        self.shared.tombstones.store(tombs, Ordering::Relaxed);
+        let held = self.held_reads.values().map(Vec::len).sum::<usize>();
+        self.shared.held_reads.store(held as u64, Ordering::Relaxed);
         self.shared
             .journal_used
             .store(self.jr.used(), Ordering::Relaxed);
@@ -476,5 +574,6 @@ impl Engine {
             }
         }
         self.waiting.clear();
+        self.fail_held_reads(&err);
     }
 }

@@ -1,17 +1,24 @@
 //! Reads: each 4 KiB block comes from the cache, from its slot on disk (CRC verified), or is
 //! zero. A single cached block or a single contiguous disk run is returned without copying.
 //!
+//! A read returns the object's version as of the moment its blocks were resolved; a whole-object
+//! read ([`crate::Store::read_object`]) also returns which blocks are allocated, so recovery can
+//! copy an object and its version atomically. Reads of an object with held (uncommitted) writes
+//! wait until they are committed: the primary of a replicated PG never serves data that a
+//! replica might not have.
+//!
 //! A CRC mismatch is re-checked against the current index first: if the block moved meanwhile
 //! (write-back or slot reuse raced with the read), the read is simply retried; otherwise it is
 //! a real checksum error and no data is returned.
 
 use super::state::Src;
-use super::{Engine, IoCtx};
+use super::{Engine, IoCtx, ReadReply};
 use crate::buf::AlignedBuf;
 use crate::crc::crc32c;
 use crate::error::EngineError;
 use crate::io::{IoDone, IoReq};
 use crate::layout::BLOCK;
+use crate::{ObjectContent, ObjectImage, Version};
 use basalt_types::ObjectId;
 use bytes::Bytes;
 use std::sync::atomic::Ordering;
@@ -20,14 +27,44 @@ use tokio::sync::oneshot;
 const B: usize = BLOCK as usize;
 const MAX_ATTEMPTS: u8 = 4;
 
+/// What to read.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Want {
+    Range { offset: u32, len: u32 },
+}
+
+/// Where the result goes.
+pub(crate) enum Out {
+    Range(ReadReply),
+    Image(oneshot::Sender<Result<ObjectImage, EngineError>>),
+}
+
+impl Out {
+    fn fail(self, e: EngineError) {
+        match self {
+            Out::Range(tx) => drop(tx.send(Err(e))),
+            Out::Image(tx) => drop(tx.send(Err(e))),
+        }
+    }
+}
+
+/// A read parked until its object's held writes are committed.
+pub(crate) struct HeldRead {
+    want: Want,
+    out: Out,
+}
+
 pub(crate) struct ReadCtx {
     oid: ObjectId,
     offset: u32,
     len: u32,
-    reply: Option<oneshot::Sender<Result<Bytes, EngineError>>>,
+    out: Option<Out>,
+    /// The object's version and (for images) allocation when the blocks were resolved.
+    version: Version,
+    allocated: Vec<u64>,
     srcs: Vec<Src>,
     /// Assembled blocks (empty when a single disk run is adopted as the result).
-    out: Option<AlignedBuf>,
+    buf: Option<AlignedBuf>,
     adopted: Option<AlignedBuf>,
     pending: usize,
     retry: bool,
@@ -45,31 +82,64 @@ impl Engine {
         }
     }
 
-    pub fn start_read(
-        &mut self,
-        oid: ObjectId,
-        offset: u32,
-        len: u32,
-        reply: oneshot::Sender<Result<Bytes, EngineError>>,
-    ) {
+    pub fn start_read(&mut self, oid: ObjectId, want: Want, out: Out) {
+        if let Some(p) = &self.poisoned {
+            out.fail(EngineError::Poisoned(p.clone()));
+            return;
+        }
+        if self.closing {
+            out.fail(EngineError::Closed);
+            return;
+        }
+        if self.st.objs.get(&oid).is_some_and(|o| o.pending > 0) {
+            self.held_reads
+                .entry(oid)
+                .or_default()
+                .push(HeldRead { want, out });
+            return;
+        }
+        let Want::Range { offset, len } = want;
         self.shared.reads.fetch_add(1, Ordering::Relaxed);
         self.shared
             .bytes_read
             .fetch_add(u64::from(len), Ordering::Relaxed);
-        let ctx = ReadCtx {
-            oid,
-            offset,
-            len,
-            reply: Some(reply),
-            srcs: Vec::new(),
-            out: None,
-            adopted: None,
-            pending: 0,
-            retry: false,
-            failed: None,
-            attempt: 0,
-        };
-        self.issue_read(ctx);
+        if let Out::Image(tx) = out {
+            // Tombstones and unknown objects need no device read.
+            match self.st.objs.get(&oid) {
+                None => {
+                    let _ = tx.send(Ok(ObjectImage {
+                        version: Version::NONE,
+                        content: ObjectContent::Absent,
+                    }));
+                    return;
+                }
+                Some(o) if o.is_tombstone() => {
+                    let _ = tx.send(Ok(ObjectImage {
+                        version: o.version,
+                        content: ObjectContent::Tombstone,
+                    }));
+                    return;
+                }
+                Some(_) => return self.issue_read(ctx(oid, offset, len, Out::Image(tx))),
+            }
+        }
+        self.issue_read(ctx(oid, offset, len, out));
+    }
+
+    /// Starts the reads held for `oid` (its held writes are committed, or replaced).
+    pub fn release_held_reads(&mut self, oid: ObjectId) {
+        for r in self.held_reads.remove(&oid).unwrap_or_default() {
+            self.start_read(oid, r.want, r.out);
+        }
+    }
+
+    /// Fails every held read (poisoned or closing store).
+    pub fn fail_held_reads(&mut self, e: &EngineError) {
+        for (_, reads) in self.held_reads.drain() {
+            for r in reads {
+                r.out.fail(e.duplicate());
+            }
+        }
     }
 
     fn issue_read(&mut self, mut ctx: ReadCtx) {
@@ -78,21 +148,22 @@ impl Engine {
             (ctx.offset + ctx.len - 1) / BLOCK as u32,
         );
         ctx.srcs = self.srcs(&ctx.oid, first, last);
+        if let Some(obj) = self.st.objs.get(&ctx.oid) {
+            ctx.version = obj.version;
+            if matches!(ctx.out, Some(Out::Image(_))) {
+                ctx.allocated = self.st.alloc_bitmap(&ctx.oid, obj);
+            }
+        }
         let in_off = ctx.offset as usize - first as usize * B;
         let range = in_off..in_off + ctx.len as usize;
         // Fast paths: one cached block, or nothing allocated.
         if let [Src::Mem(buf, off)] = ctx.srcs.as_slice() {
             let bytes = buf.slice_bytes(off + range.start..off + range.end);
-            let _ = ctx.reply.take().expect("reply").send(Ok(bytes));
-            return;
+            return finish(ctx, bytes);
         }
         if ctx.srcs.iter().all(|s| matches!(s, Src::Zero)) {
-            let _ = ctx
-                .reply
-                .take()
-                .expect("reply")
-                .send(Ok(Bytes::from(vec![0u8; ctx.len as usize])));
-            return;
+            let zeros = Bytes::from(vec![0u8; ctx.len as usize]);
+            return finish(ctx, zeros);
         }
         let runs = disk_runs(&ctx.srcs);
         let single_run = runs.len() == 1 && runs[0].1 == ctx.srcs.len();
@@ -103,16 +174,12 @@ impl Engine {
                     out[i * B..(i + 1) * B].copy_from_slice(&buf[*off..off + B]);
                 }
             }
-            ctx.out = Some(out);
+            ctx.buf = Some(out);
         }
         if runs.is_empty() {
-            let out = ctx.out.take().expect("assembled");
-            let _ = ctx
-                .reply
-                .take()
-                .expect("reply")
-                .send(Ok(out.into_bytes().slice(range)));
-            return;
+            let out = ctx.buf.take().expect("assembled");
+            let bytes = out.into_bytes().slice(range);
+            return finish(ctx, bytes);
         }
         ctx.pending = runs.len();
         let plan: Vec<(usize, usize, u64)> = runs
@@ -138,41 +205,19 @@ impl Engine {
         let Some(ctx) = self.reads.get_mut(rid) else {
             return;
         };
-        ctx.pending -= 1;
+        ctx.pending = ctx
+            .pending
+            .checked_sub(1)
+            .expect("more read completions than reads");
         let IoReq::Read { buf, .. } = d.req else {
             return;
         };
         if let Err(e) = d.res {
             ctx.failed = Some(EngineError::Io(e));
         } else {
-            let bad: Vec<usize> = (0..n)
-                .filter(|&k| match &ctx.srcs[first + k] {
-                    Src::Disk { crc, .. } => crc32c(&buf[k * B..(k + 1) * B]) != *crc,
-                    _ => false,
-                })
-                .collect();
-            if !bad.is_empty() {
-                let oid = ctx.oid;
-                let fb = ctx.offset as usize / B;
-                let expected: Vec<Src> = bad.iter().map(|&k| ctx.srcs[first + k].clone()).collect();
-                let now: Vec<Src> = bad
-                    .iter()
-                    .map(|&k| {
-                        self.srcs(&oid, (fb + first + k) as u32, (fb + first + k) as u32)
-                            .remove(0)
-                    })
-                    .collect();
-                let ctx = self.reads.get_mut(rid).expect("present");
-                if now != expected && ctx.attempt + 1 < MAX_ATTEMPTS {
-                    ctx.retry = true;
-                } else {
-                    self.shared.checksum_errors.fetch_add(1, Ordering::Relaxed);
-                    let offset = ((fb + first + bad[0]) * B) as u64;
-                    ctx.failed = Some(EngineError::Checksum { oid, offset });
-                }
-            }
+            self.check_blocks(rid, first, n, &buf);
             let ctx = self.reads.get_mut(rid).expect("present");
-            match &mut ctx.out {
+            match &mut ctx.buf {
                 Some(out) => out[first * B..(first + n) * B].copy_from_slice(&buf),
                 None => ctx.adopted = Some(buf),
             }
@@ -182,21 +227,96 @@ impl Engine {
             return;
         }
         let mut ctx = self.reads.remove(rid).expect("present");
-        let reply = ctx.reply.take().expect("reply");
         if let Some(e) = ctx.failed.take() {
-            let _ = reply.send(Err(e));
+            ctx.out.take().expect("reply").fail(e);
+        } else if self.poisoned.is_some() {
+            let p = self.poisoned.clone().unwrap_or_default();
+            ctx.out
+                .take()
+                .expect("reply")
+                .fail(EngineError::Poisoned(p));
         } else if ctx.retry {
             ctx.retry = false;
             ctx.attempt += 1;
-            ctx.out = None;
+            ctx.buf = None;
             ctx.adopted = None;
-            ctx.reply = Some(reply);
             self.issue_read(ctx);
         } else {
             let in_off = ctx.offset as usize % B;
-            let buf = ctx.out.take().or(ctx.adopted.take()).expect("read result");
+            let buf = ctx.buf.take().or(ctx.adopted.take()).expect("read result");
             let bytes = buf.into_bytes().slice(in_off..in_off + ctx.len as usize);
-            let _ = reply.send(Ok(bytes));
+            finish(ctx, bytes);
+        }
+    }
+
+    /// Verifies the CRCs of `n` blocks read for request `rid` starting at its block `first`:
+    /// a block that moved meanwhile makes the read retry, else a mismatch fails it.
+    fn check_blocks(&mut self, rid: usize, first: usize, n: usize, buf: &[u8]) {
+        let Some(ctx) = self.reads.get_mut(rid) else {
+            return;
+        };
+        let bad: Vec<usize> = (0..n)
+            .filter(|&k| match &ctx.srcs[first + k] {
+                Src::Disk { crc, .. } => crc32c(&buf[k * B..(k + 1) * B]) != *crc,
+                _ => false,
+            })
+            .collect();
+        if bad.is_empty() {
+            return;
+        }
+        let oid = ctx.oid;
+        let fb = ctx.offset as usize / B;
+        let expected: Vec<Src> = bad.iter().map(|&k| ctx.srcs[first + k].clone()).collect();
+        let now: Vec<Src> = bad
+            .iter()
+            .map(|&k| {
+                let b = (fb + first + k) as u32;
+                self.srcs(&oid, b, b).remove(0)
+            })
+            .collect();
+        let ctx = self.reads.get_mut(rid).expect("present");
+        if now != expected && ctx.attempt + 1 < MAX_ATTEMPTS {
+            ctx.retry = true;
+        } else {
+            self.shared.checksum_errors.fetch_add(1, Ordering::Relaxed);
+            let offset = ((fb + first + bad[0]) * B) as u64;
+            ctx.failed = Some(EngineError::Checksum { oid, offset });
+        }
+    }
+}
+
+fn ctx(oid: ObjectId, offset: u32, len: u32, out: Out) -> ReadCtx {
+    ReadCtx {
+        oid,
+        offset,
+        len,
+        out: Some(out),
+        version: Version::NONE,
+        allocated: Vec::new(),
+        srcs: Vec::new(),
+        buf: None,
+        adopted: None,
+        pending: 0,
+        retry: false,
+        failed: None,
+        attempt: 0,
+    }
+}
+
+/// Answers a read with its bytes.
+fn finish(mut ctx: ReadCtx, bytes: Bytes) {
+    match ctx.out.take().expect("reply") {
+        Out::Range(tx) => {
+            let _ = tx.send(Ok((bytes, ctx.version)));
+        }
+        Out::Image(tx) => {
+            let _ = tx.send(Ok(ObjectImage {
+                version: ctx.version,
+                content: ObjectContent::Data {
+                    data: bytes,
+                    allocated: ctx.allocated,
+                },
+            }));
         }
     }
 }

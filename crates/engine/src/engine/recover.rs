@@ -1,15 +1,19 @@
-//! Opening a store: choose the I/O backend, load the slot table, replay the journal.
+//! Opening a store: find the superblock (repairing one damaged copy from the other), choose the
+//! I/O backend, load the tables, replay the journal.
 //!
 //! Replay stops at the first record that is not entirely on disk: wrong sequence number, broken
 //! chain (previous-record CRC), bad header CRC, a data block whose CRC does not match, or (for
 //! records newer than any record known durable) a whole-object write whose data in its slot
 //! does not match. Acks are given in journal order, so everything after that point was never
-//! acknowledged as durable.
+//! acknowledged as durable — unless a later record of the same run proves the broken one had
+//! been flushed (its `durable_seq` covers it): then the break is media damage, not a torn tail,
+//! and the store refuses to open rather than silently drop acknowledged writes.
 
 use super::journal::{Journal, RecState, Record};
-use super::state::{Allocator, Obj, State};
+use super::state::{Obj, PgIndex, State};
 use super::writeback::WriteBack;
 use super::{Config, Engine, Msg, Shared, Slab};
+use crate::alloc::{FreeBits, SlotAlloc};
 use crate::buf::{AlignedBuf, SharedBuf};
 use crate::crc::crc32c;
 use crate::error::EngineError;
@@ -19,16 +23,23 @@ use crate::io::file::Dev;
 use crate::io::psync::PsyncBackend;
 use crate::io::sim::SimBackend;
 use crate::io::uring::{self, UringBackend};
-use crate::layout::{BLOCK, NO_SLOT, Superblock, max_single_record};
+use crate::layout::{BLOCK, NO_SLOT, Superblock, TableGeom, max_single_record};
 use crate::meta::SlotTable;
-use crate::record::{EntryKind, JournalHeader, RecordHeader, decode_record_header, peek_record};
+use crate::pgtable::PgTable;
+use crate::record::{
+    Bounds, EntryKind, JournalHeader, RecordHeader, decode_record_header, peek_record,
+};
+use crate::tombs::TombTable;
 use crate::{IoMode, OpenOptions, StoreInfo};
+use basalt_types::ObjectId;
 use crossbeam_channel::Receiver;
-use std::collections::{HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::path::Path;
 use std::sync::Arc;
 
 const B: usize = BLOCK as usize;
+/// How far past a broken record recovery looks for a later record that proves it was durable.
+const SALVAGE_WINDOW: u64 = 64 << 20;
 
 /// A record found valid in the journal, with its data blocks.
 struct Found {
@@ -37,13 +48,70 @@ struct Found {
     blocks: Vec<SharedBuf>,
 }
 
-pub(crate) fn read_superblock(dev: &Dev, path: &Path) -> Result<Superblock, EngineError> {
-    let mut buf = AlignedBuf::zeroed(B);
-    if dev.size()? < BLOCK {
+/// What the two superblock copies of a device say.
+pub(crate) struct Superblocks {
+    pub sb: Superblock,
+    /// The first copy is valid (else it must be rewritten from the backup).
+    pub primary_ok: bool,
+    /// The backup copy is valid (else it must be rewritten from the first).
+    pub backup_ok: bool,
+}
+
+/// Reads both superblock copies. A store whose first block was damaged is found by its backup
+/// and never reads as "not formatted"; a block with the magic but no valid copy is `Corrupt`.
+pub(crate) fn read_superblocks(dev: &Dev, path: &Path) -> Result<Superblocks, EngineError> {
+    let size = dev.size()?;
+    if size < BLOCK {
         return Err(EngineError::NotFormatted(path.to_path_buf()));
     }
-    dev.read_at(0, &mut buf)?;
-    Superblock::decode(&buf)?.ok_or_else(|| EngineError::NotFormatted(path.to_path_buf()))
+    let mut first = AlignedBuf::zeroed(B);
+    dev.read_at(0, &mut first)?;
+    let mut last = AlignedBuf::zeroed(B);
+    dev.read_at(size / BLOCK * BLOCK - BLOCK, &mut last)?;
+    let primary = Superblock::decode(&first);
+    let backup = Superblock::decode(&last);
+    match (primary, backup) {
+        (Ok(Some(sb)), Ok(Some(b))) if b.uuid == sb.uuid && b.device_size == sb.device_size => {
+            Ok(Superblocks {
+                sb,
+                primary_ok: true,
+                backup_ok: true,
+            })
+        }
+        (Ok(Some(sb)), _) => Ok(Superblocks {
+            // The backup lives at the end of the device as formatted; check it there.
+            backup_ok: backup_at(dev, &sb)?,
+            sb,
+            primary_ok: true,
+        }),
+        (Err(e @ EngineError::UnsupportedFormat { .. }), _) => Err(e),
+        (_, Ok(Some(sb))) => {
+            tracing::warn!(
+                path = %path.display(),
+                "the first superblock is damaged; using the backup copy at the end of the device"
+            );
+            Ok(Superblocks {
+                sb,
+                primary_ok: false,
+                backup_ok: true,
+            })
+        }
+        (Ok(None), Ok(None)) => Err(EngineError::NotFormatted(path.to_path_buf())),
+        (Err(e), _) | (_, Err(e)) => Err(EngineError::Corrupt(format!(
+            "{}: no valid superblock copy ({e}); the store cannot be opened",
+            path.display()
+        ))),
+    }
+}
+
+/// Whether the backup copy at the end of `sb`'s device is valid and matches.
+fn backup_at(dev: &Dev, sb: &Superblock) -> Result<bool, EngineError> {
+    if dev.size()? < sb.device_size {
+        return Ok(false);
+    }
+    let mut buf = AlignedBuf::zeroed(B);
+    dev.read_at(sb.backup_offset(), &mut buf)?;
+    Ok(matches!(Superblock::decode(&buf), Ok(Some(b)) if b == *sb))
 }
 
 fn choose_backend(dev: &Dev, opts: &OpenOptions) -> Result<Box<dyn Backend>, EngineError> {
@@ -79,7 +147,8 @@ impl Engine {
         opts: &OpenOptions,
         rx: Receiver<Msg>,
     ) -> Result<Engine, EngineError> {
-        let sb = read_superblock(&dev, path)?;
+        let sbs = read_superblocks(&dev, path)?;
+        let sb = sbs.sb.clone();
         let size = dev.size()?;
         if size < sb.device_size {
             return Err(EngineError::Corrupt(format!(
@@ -108,8 +177,13 @@ impl Engine {
             jr: Journal::new(sb.ring_size(), max_record),
             st: State {
                 objs: FxHashMap::default(),
+                pgs: BTreeMap::new(),
                 d: SlotTable::new(&sb),
-                alloc: Allocator::new(sb.slot_count as u32),
+                t: TombTable::new(&sb),
+                p: PgTable::new(&sb),
+                alloc: SlotAlloc::new(sb.slot_count as u32),
+                tomb_alloc: FreeBits::all_free(sb.tombs.capacity()),
+                pg_alloc: FreeBits::all_free(sb.pgs.capacity()),
                 replaying: false,
             },
             sb,
@@ -125,6 +199,7 @@ impl Engine {
             ios: Slab::new(),
             reads: Slab::new(),
             blocked: FxHashMap::default(),
+            held_reads: FxHashMap::default(),
             waiting: VecDeque::new(),
             poisoned: None,
             closing: false,
@@ -132,14 +207,20 @@ impl Engine {
             last_write: std::time::Instant::now(),
         };
         engine.recover(&dev)?;
+        repair_superblocks(&dev, &sbs)?;
         engine.publish_gauges();
         Ok(engine)
     }
 
     fn recover(&mut self, dev: &Dev) -> Result<(), EngineError> {
         let jh = read_journal_header(dev, &self.sb)?;
-        load_slot_table(dev, &self.sb, &mut self.st.d)?;
-        let mut found = scan_journal(dev, &self.sb, &jh)?;
+        self.load_tables(dev, &jh)?;
+        let bounds = self.bounds();
+        let (mut found, broke_at) = scan_journal(dev, &self.sb, &jh, bounds)?;
+        if let Some((pos, seq)) = broke_at {
+            let boot = found.last().map(|f| f.hdr.boot);
+            check_not_durable(dev, &self.sb, bounds, pos, seq, boot)?;
+        }
         self.verify_tail(dev, &mut found)?;
         self.build_index();
         self.st.replaying = true;
@@ -152,7 +233,7 @@ impl Engine {
             }
         }
         self.st.replaying = false;
-        self.rebuild_allocator(&found);
+        self.rebuild_allocators(&found);
         let (head, next_seq, prev_crc) = match found.last() {
             Some(f) => (f.pos + f.hdr.len(), f.hdr.seq + 1, f.hdr.crc),
             None => (jh.start_offset, jh.start_seq, jh.start_prev_crc),
@@ -163,6 +244,7 @@ impl Engine {
         self.jr.written_upto = next_seq;
         self.jr.flushed_upto = next_seq;
         self.jr.header_gen = jh.generation;
+        self.wb.tables_hash = jh.tables_hash;
         for f in found {
             self.jr.recs.push_back(Record {
                 seq: f.hdr.seq,
@@ -184,42 +266,78 @@ impl Engine {
         Ok(())
     }
 
+    fn bounds(&self) -> Bounds {
+        Bounds {
+            blocks: self.sb.blocks_per_object(),
+            slots: self.sb.slot_count,
+            tombs: self.sb.tombs.capacity(),
+            pgs: self.sb.pgs.capacity(),
+        }
+    }
+
+    /// Loads the slot, tombstone and PG tables as of journal header `jh`, and checks that no
+    /// page fell back to an older copy than the header expects (see `pages.rs`).
+    fn load_tables(&mut self, dev: &Dev, jh: &JournalHeader) -> Result<(), EngineError> {
+        let (uuid, g) = (self.sb.uuid, jh.generation);
+        let st = &mut self.st;
+        load_pages(dev, &self.sb.slots, |p, c| st.d.load_page(p, c, &uuid, g))?;
+        load_pages(dev, &self.sb.tombs, |p, c| st.t.load_page(p, c, &uuid, g))?;
+        load_pages(dev, &self.sb.pgs, |p, c| st.p.load_page(p, c, &uuid, g))?;
+        let hash = st.d.gens.hash() ^ st.t.gens.hash() ^ st.p.gens.hash();
+        if hash != jh.tables_hash {
+            return Err(EngineError::Corrupt(format!(
+                "a table page is damaged or lost (tables hash {hash:#018x}, the journal header \
+                 expects {:#018x}): the newest copy of a page written back earlier no longer \
+                 reads back; refusing to serve older state",
+                jh.tables_hash
+            )));
+        }
+        Ok(())
+    }
+
     /// Records newer than the newest durable claim may have lost the data of their
     /// whole-object writes; check it and cut the journal at the first record that did.
     /// Blocks rewritten by a later record are not checked: write-back may already have written
     /// that later content in place, and replay takes it from the journal anyway.
     fn verify_tail(&self, dev: &Dev, found: &mut Vec<Found>) -> Result<(), EngineError> {
         let durable = found.iter().map(|f| f.hdr.durable_seq).max().unwrap_or(0);
+        // Blocks of each slot that records after the one being checked rewrite, built from the
+        // end backwards: linear in the number of entries.
+        let mut rewritten: HashMap<u32, HashSet<u16>> = HashMap::new();
         let mut cut = None;
-        'records: for (i, f) in found.iter().enumerate() {
-            if f.hdr.seq <= durable {
-                continue;
+        for i in (0..found.len()).rev() {
+            let f = &found[i];
+            if f.hdr.seq > durable {
+                for e in &f.hdr.entries {
+                    let EntryKind::Full { crcs, alloc } = &e.kind else {
+                        continue;
+                    };
+                    let later = rewritten.get(&e.slot);
+                    let mut buf = AlignedBuf::zeroed(self.sb.object_size as usize);
+                    dev.read_at(self.sb.slot_offset(e.slot, 0), &mut buf)?;
+                    let bad = buf
+                        .chunks(B)
+                        .zip(crcs.iter())
+                        .enumerate()
+                        .any(|(b, (blk, c))| {
+                            let allocated = alloc
+                                .as_ref()
+                                .is_none_or(|w| w[b / 64] & (1 << (b % 64)) != 0);
+                            allocated
+                                && !later.is_some_and(|l| l.contains(&(b as u16)))
+                                && crc32c(blk) != *c
+                        });
+                    if bad {
+                        cut = Some(i);
+                    }
+                }
             }
             for e in &f.hdr.entries {
-                let EntryKind::Full(crcs) = &e.kind else {
-                    continue;
-                };
-                let rewritten: HashSet<u16> = found[i + 1..]
-                    .iter()
-                    .flat_map(|g| g.hdr.entries.iter())
-                    .filter(|g| g.slot == e.slot)
-                    .flat_map(|g| match &g.kind {
-                        EntryKind::Write(items) => {
-                            items.iter().map(|it| it.block).collect::<Vec<_>>()
-                        }
-                        _ => Vec::new(),
-                    })
-                    .collect();
-                let mut buf = AlignedBuf::zeroed(self.sb.object_size as usize);
-                dev.read_at(self.sb.slot_offset(e.slot, 0), &mut buf)?;
-                let bad = buf
-                    .chunks(B)
-                    .zip(crcs.iter())
-                    .enumerate()
-                    .any(|(b, (blk, c))| !rewritten.contains(&(b as u16)) && crc32c(blk) != *c);
-                if bad {
-                    cut = Some(i);
-                    break 'records;
+                if let EntryKind::Write(items) = &e.kind {
+                    rewritten
+                        .entry(e.slot)
+                        .or_default()
+                        .extend(items.iter().map(|it| it.block));
                 }
             }
         }
@@ -233,31 +351,55 @@ impl Engine {
         Ok(())
     }
 
-    /// The live index from the slot table: newest claim of each object wins.
+    /// The live index from the table images: objects from the slot table (newest claim of each
+    /// object wins), tombstones, PG records.
     fn build_index(&mut self) {
+        let mut live: FxHashMap<ObjectId, Obj> = FxHashMap::default();
         let d = &self.st.d;
         for s in 0..d.slots() {
             if !d.is_used(s) {
                 continue;
             }
             let oid = d.owner(s);
-            if let Some(o) = self.st.objs.get(&oid)
+            if let Some(o) = live.get(&oid)
                 && d.seq(o.slot) >= d.seq(s)
             {
                 continue;
             }
-            self.st.objs.insert(
-                oid,
-                Obj {
-                    version: d.version(s),
-                    slot: s,
-                    ..Obj::default()
-                },
-            );
+            let mut obj = Obj::live(d.pg(s), s);
+            obj.version = d.version(s);
+            live.insert(oid, obj);
+        }
+        let tombs: Vec<(u32, crate::tombs::TombRec)> =
+            self.st.t.iter().map(|(i, r)| (i, *r)).collect();
+        for (i, r) in tombs {
+            match live.get(&r.oid) {
+                Some(o) if o.version >= r.version => {
+                    tracing::warn!(oid = %r.oid, "tombstone older than the live object; ignored");
+                    continue;
+                }
+                Some(_) => tracing::warn!(oid = %r.oid, "live object older than its tombstone"),
+                None => {}
+            }
+            let mut obj = Obj::live(r.pg, NO_SLOT);
+            obj.tomb = i;
+            obj.version = r.version;
+            live.insert(r.oid, obj);
+        }
+        for (oid, obj) in live {
+            self.st.insert_loaded(oid, obj);
+        }
+        let records: Vec<(u32, crate::pgtable::PgRec)> =
+            self.st.p.iter().map(|(i, r)| (i, *r)).collect();
+        for (i, r) in records {
+            let p = self.st.pgs.entry(r.pg).or_insert_with(PgIndex::new);
+            p.record = i;
+            p.log_tail = r.log_tail;
+            p.blob = r.blob;
         }
     }
 
-    fn rebuild_allocator(&mut self, found: &[Found]) {
+    fn rebuild_allocators(&mut self, found: &[Found]) {
         let slots = self.sb.slot_count as u32;
         let claimed: HashSet<u32> = self
             .st
@@ -268,18 +410,30 @@ impl Engine {
             .collect();
         let mentioned: HashSet<u32> = found
             .iter()
-            .flat_map(|f| f.hdr.entries.iter().flat_map(|e| [e.slot, e.old_slot]))
+            .flat_map(|f| f.hdr.entries.iter())
+            .filter(|e| !matches!(e.kind, EntryKind::Pg { .. }))
+            .flat_map(|e| [e.slot, e.old_slot])
             .filter(|&s| s != NO_SLOT)
             .collect();
         let d = &self.st.d;
         self.wb.orphans = (0..slots)
             .filter(|s| d.is_used(*s) && !claimed.contains(s) && !mentioned.contains(s))
             .collect();
-        self.st.alloc = Allocator::rebuild(
+        self.st.alloc = SlotAlloc::rebuild(
             slots,
             |s| claimed.contains(&s),
             |s| d.is_used(s) || mentioned.contains(&s),
         );
+        let mut tombs = FreeBits::all_free(self.sb.tombs.capacity());
+        for o in self.st.objs.values().filter(|o| o.tomb != NO_SLOT) {
+            tombs.take_at(u64::from(o.tomb));
+        }
+        self.st.tomb_alloc = tombs;
+        let mut pgs = FreeBits::all_free(self.sb.pgs.capacity());
+        for p in self.st.pgs.values().filter(|p| p.record != NO_SLOT) {
+            pgs.take_at(u64::from(p.record));
+        }
+        self.st.pg_alloc = pgs;
     }
 
     /// Overwrites what follows the replayed journal if it looks like a record we would expect
@@ -306,6 +460,25 @@ impl Engine {
     }
 }
 
+/// Rewrites a damaged superblock copy from the good one, durably.
+fn repair_superblocks(dev: &Dev, sbs: &Superblocks) -> Result<(), EngineError> {
+    if sbs.primary_ok && sbs.backup_ok {
+        return Ok(());
+    }
+    if !sbs.primary_ok {
+        dev.write_at(0, &AlignedBuf::copy_from(&sbs.sb.encode(false)))?;
+    }
+    if !sbs.backup_ok {
+        dev.write_at(
+            sbs.sb.backup_offset(),
+            &AlignedBuf::copy_from(&sbs.sb.encode(true)),
+        )?;
+    }
+    dev.sync()?;
+    tracing::warn!("repaired a damaged superblock copy");
+    Ok(())
+}
+
 fn read_journal_header(dev: &Dev, sb: &Superblock) -> Result<JournalHeader, EngineError> {
     let mut best: Option<JournalHeader> = None;
     let mut buf = AlignedBuf::zeroed(B);
@@ -329,37 +502,52 @@ fn read_journal_header(dev: &Dev, sb: &Superblock) -> Result<JournalHeader, Engi
     Ok(h)
 }
 
-fn load_slot_table(dev: &Dev, sb: &Superblock, d: &mut SlotTable) -> Result<(), EngineError> {
-    let page = u64::from(sb.meta_page_size);
+/// Reads every page of a table (both copies, a few MiB at a time) into `load`.
+fn load_pages(
+    dev: &Dev,
+    geom: &TableGeom,
+    mut load: impl FnMut(u64, [&[u8]; 2]) -> u64,
+) -> Result<(), EngineError> {
+    let page = u64::from(geom.page_size);
     let per_chunk = ((4u64 << 20) / (2 * page)).max(1);
     let mut p = 0;
-    while p < sb.meta_pages {
-        let n = per_chunk.min(sb.meta_pages - p);
+    while p < geom.pages {
+        let n = per_chunk.min(geom.pages - p);
         let mut buf = AlignedBuf::zeroed((2 * n * page) as usize);
-        dev.read_at(sb.meta_copy_offset(p, 0), &mut buf)?;
+        dev.read_at(geom.copy_offset(p, 0), &mut buf)?;
         for k in 0..n {
             let a = (2 * k * page) as usize;
             let (c0, c1) = (
                 &buf[a..a + page as usize],
                 &buf[a + page as usize..a + 2 * page as usize],
             );
-            d.load_page(p + k, [c0, c1], &sb.uuid)?;
+            load(p + k, [c0, c1]);
         }
         p += n;
     }
     Ok(())
 }
 
-fn scan_journal(dev: &Dev, sb: &Superblock, jh: &JournalHeader) -> Result<Vec<Found>, EngineError> {
+/// Follows the record chain from the journal header. Returns the valid records and, if the
+/// chain ended, where the next record was expected (position, sequence number).
+#[allow(clippy::type_complexity)]
+fn scan_journal(
+    dev: &Dev,
+    sb: &Superblock,
+    jh: &JournalHeader,
+    bounds: Bounds,
+) -> Result<(Vec<Found>, Option<(u64, u64)>), EngineError> {
     let mut found = Vec::new();
     let (mut pos, mut expect, mut prev) = (jh.start_offset, jh.start_seq, jh.start_prev_crc);
     let mut scanned = 0u64;
     loop {
-        let mut rec = read_record(dev, sb, pos, expect, prev)?;
+        let mut rec = read_record(dev, sb, bounds, pos, expect, prev)?;
         if rec.is_none() && pos != 0 {
-            rec = read_record(dev, sb, 0, expect, prev)?;
+            rec = read_record(dev, sb, bounds, 0, expect, prev)?;
         }
-        let Some(f) = rec else { break };
+        let Some(f) = rec else {
+            return Ok((found, Some((pos, expect))));
+        };
         pos = f.pos + f.hdr.len();
         expect += 1;
         prev = f.hdr.crc;
@@ -371,13 +559,69 @@ fn scan_journal(dev: &Dev, sb: &Superblock, jh: &JournalHeader) -> Result<Vec<Fo
             ));
         }
     }
-    Ok(found)
+}
+
+/// The chain broke where record `seq` was expected (at `pos`, or at 0). If a later record of
+/// the same run (`boot`) says record `seq` had been flushed before it was written, the break is
+/// damage to durable (maybe acknowledged) data, not a torn tail: refuse to open.
+fn check_not_durable(
+    dev: &Dev,
+    sb: &Superblock,
+    bounds: Bounds,
+    pos: u64,
+    seq: u64,
+    boot: Option<u64>,
+) -> Result<(), EngineError> {
+    // Without a record of this run before the break there is nothing to tell a later record
+    // of this run from one of an earlier run.
+    let Some(boot) = boot else { return Ok(()) };
+    let ring = sb.ring_size();
+    for start in [pos, 0] {
+        let end = (start + SALVAGE_WINDOW).min(ring);
+        let mut at = start;
+        'direction: while at + BLOCK <= end {
+            let n = (end - at).min(1 << 20);
+            let mut chunk = AlignedBuf::zeroed(n as usize);
+            dev.read_at(sb.ring_offset() + at, &mut chunk)?;
+            for k in 0..(n / BLOCK) {
+                let blk = &chunk[(k * BLOCK) as usize..((k + 1) * BLOCK) as usize];
+                let Some((s, hb, _)) = peek_record(blk, &sb.uuid) else {
+                    continue;
+                };
+                if s < seq {
+                    // An older record: this run wrote nothing here or beyond.
+                    break 'direction;
+                }
+                let p = at + k * BLOCK;
+                if p + u64::from(hb) * BLOCK > ring {
+                    continue;
+                }
+                let mut hdr = AlignedBuf::zeroed(hb as usize * B);
+                dev.read_at(sb.ring_offset() + p, &mut hdr)?;
+                if let Some(h) = decode_record_header(&hdr, &sb.uuid, bounds)
+                    && h.boot == boot
+                    && h.seq > seq
+                    && h.durable_seq >= seq
+                {
+                    return Err(EngineError::Corrupt(format!(
+                        "journal record {seq} is damaged, but record {} written after it says \
+                         it was durable: acknowledged writes would be lost; the store is not \
+                         opened (recover it from a replica)",
+                        h.seq
+                    )));
+                }
+            }
+            at += n;
+        }
+    }
+    Ok(())
 }
 
 /// Reads and fully verifies the record expected at `pos`; `None` if it is not there intact.
 fn read_record(
     dev: &Dev,
     sb: &Superblock,
+    bounds: Bounds,
     pos: u64,
     expect: u64,
     prev: u32,
@@ -397,8 +641,7 @@ fn read_record(
     }
     let mut buf = AlignedBuf::zeroed((len * BLOCK) as usize);
     dev.read_at(sb.ring_offset() + pos, &mut buf)?;
-    let Some(hdr) = decode_record_header(&buf, &sb.uuid, sb.blocks_per_object(), sb.slot_count)
-    else {
+    let Some(hdr) = decode_record_header(&buf, &sb.uuid, bounds) else {
         return Ok(None);
     };
     if hdr.prev_crc != prev {

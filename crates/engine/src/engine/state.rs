@@ -1,13 +1,17 @@
-//! The live in-memory state the I/O thread owns: the object index, the journaled-block cache,
-//! and the slot allocator. Applying a journal entry here is the same code live and in replay.
+//! The live in-memory state the I/O thread owns: the object index (live objects and
+//! tombstones), the per-PG ordered index and log, the journaled-block cache, the table images
+//! and the allocators. Applying a journal entry here is the same code live and in replay.
 
+use crate::alloc::{FreeBits, SlotAlloc};
 use crate::buf::SharedBuf;
 use crate::hash::FxHashMap;
-use crate::layout::{BLOCK, NO_SLOT};
+use crate::layout::{BLOCK, NO_SLOT, PG_BLOB};
 use crate::meta::SlotTable;
+use crate::pgtable::PgTable;
 use crate::record::{Entry, EntryKind};
-use basalt_types::ObjectId;
-use std::collections::BTreeMap;
+use crate::tombs::TombTable;
+use basalt_types::{ObjectId, PgId, Version, VolumeId};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// A block journaled but not yet written back. `data == None`: unallocated (reads as zeros).
 #[derive(Clone, Debug)]
@@ -17,21 +21,62 @@ pub(crate) struct Cached {
 }
 
 /// A whole-object write redirected into a fresh slot and not yet written back to the slot
-/// table: the CRCs live here until then, and the data stays in memory until its write completes.
+/// table: the CRCs (and which blocks are allocated) live here until then, and the data stays in
+/// memory until its write completes.
 #[derive(Debug)]
 pub(crate) struct Base {
     pub seq: u64,
     pub crcs: Box<[u32]>,
+    pub alloc: Option<Box<[u64]>>,
     pub inflight: Option<SharedBuf>,
 }
 
-/// One live object. Memory: ~100 bytes in the map plus its cached blocks.
-#[derive(Debug, Default)]
+impl Base {
+    fn allocated(&self, b: u32) -> bool {
+        self.alloc
+            .as_ref()
+            .is_none_or(|a| a[b as usize / 64] & (1 << (b % 64)) != 0)
+    }
+}
+
+/// One object the store knows: live (it has a slot) or a tombstone (deleted at `version`, no
+/// slot, a tombstone record `tomb`). Never both.
+#[derive(Debug)]
 pub(crate) struct Obj {
-    pub version: u64,
+    pub version: Version,
+    pub pg: u32,
     pub slot: u32,
+    pub tomb: u32,
+    /// Writes applied but not yet committed by the store's user: reads of the object wait.
+    pub pending: u32,
     pub base: Option<Box<Base>>,
     pub cache: BTreeMap<u16, Cached>,
+}
+
+impl Obj {
+    /// An object of `pg` in `slot` (`NO_SLOT`: none yet), version unset.
+    pub fn live(pg: u32, slot: u32) -> Obj {
+        Obj {
+            slot,
+            ..Obj::new(pg)
+        }
+    }
+
+    fn new(pg: u32) -> Obj {
+        Obj {
+            version: Version::NONE,
+            pg,
+            slot: NO_SLOT,
+            tomb: NO_SLOT,
+            pending: 0,
+            base: None,
+            cache: BTreeMap::new(),
+        }
+    }
+
+    pub fn is_tombstone(&self) -> bool {
+        self.tomb != NO_SLOT
+    }
 }
 
 /// Where the current content of one block is.
@@ -69,105 +114,65 @@ impl PartialEq for Src {
     }
 }
 
-const FREE: u8 = 0;
-const CLAIMED: u8 = 1;
-const LIMBO: u8 = 2;
-
-/// Slot allocation. A slot is FREE (allocatable), CLAIMED (used by a live object) or in LIMBO
-/// (released by a live object, but the release is not yet written back to the slot table; it
-/// must not be reused before, or a crash could replay old records onto new data).
-pub(crate) struct Allocator {
-    state: Vec<u8>,
-    cursor: usize,
-    pub free: u64,
-    pub claimed: u64,
-    pub limbo: u64,
+/// Everything the store knows about one PG: its objects in order, the same by version (the PG
+/// log: the newest change of every object and tombstone), and its PG record.
+#[derive(Debug)]
+pub(crate) struct PgIndex {
+    pub objects: BTreeSet<(VolumeId, u64)>,
+    pub log: BTreeSet<(Version, VolumeId, u64)>,
+    /// Tombstones only, oldest first (what a trim or an eviction takes first).
+    pub tombs: BTreeSet<(Version, VolumeId, u64)>,
+    /// PG-table record index, or `NO_SLOT` while the PG has no record.
+    pub record: u32,
+    pub log_tail: Version,
+    pub blob: [u8; PG_BLOB],
 }
 
-impl Allocator {
-    pub fn new(slots: u32) -> Allocator {
-        Allocator {
-            state: vec![FREE; slots as usize],
-            cursor: 0,
-            free: u64::from(slots),
-            claimed: 0,
-            limbo: 0,
+impl PgIndex {
+    pub fn new() -> PgIndex {
+        PgIndex {
+            objects: BTreeSet::new(),
+            log: BTreeSet::new(),
+            tombs: BTreeSet::new(),
+            record: NO_SLOT,
+            log_tail: Version::NONE,
+            blob: [0; PG_BLOB],
         }
     }
 
-    /// Takes a free slot (next-fit from the last allocation, so fresh objects land in order).
-    pub fn take(&mut self) -> Option<u32> {
-        if self.free == 0 {
-            return None;
-        }
-        let n = self.state.len();
-        for k in 0..n {
-            let i = (self.cursor + k) % n;
-            if self.state[i] == FREE {
-                self.state[i] = CLAIMED;
-                self.cursor = i + 1;
-                self.free -= 1;
-                self.claimed += 1;
-                return Some(i as u32);
-            }
-        }
-        None
+    fn is_empty(&self) -> bool {
+        self.objects.is_empty() && self.record == NO_SLOT
     }
 
-    /// A live object stopped using `s`.
-    pub fn release(&mut self, s: u32) {
-        if self.state[s as usize] == CLAIMED {
-            self.state[s as usize] = LIMBO;
-            self.claimed -= 1;
-            self.limbo += 1;
-        }
-    }
-
-    /// The slot table durably records `s` as free: it may be reused.
-    pub fn written_back_free(&mut self, s: u32) {
-        if self.state[s as usize] == LIMBO {
-            self.state[s as usize] = FREE;
-            self.limbo -= 1;
-            self.free += 1;
-        }
-    }
-
-    /// Rebuilds the allocator after recovery.
-    pub fn rebuild(
-        slots: u32,
-        claimed: impl Fn(u32) -> bool,
-        limbo: impl Fn(u32) -> bool,
-    ) -> Allocator {
-        let mut a = Allocator::new(slots);
-        a.free = 0;
-        for s in 0..slots {
-            let st = if claimed(s) {
-                a.claimed += 1;
-                CLAIMED
-            } else if limbo(s) {
-                a.limbo += 1;
-                LIMBO
-            } else {
-                a.free += 1;
-                FREE
-            };
-            a.state[s as usize] = st;
-        }
-        a
+    /// The newest version in the PG's log (objects and tombstones), or its log tail.
+    pub fn last_version(&self) -> Version {
+        self.log
+            .last()
+            .map_or(self.log_tail, |(v, _, _)| *v)
+            .max(self.log_tail)
     }
 }
 
-/// The object index plus the slot table image and the allocator.
+/// The object index plus the table images and the allocators.
 pub(crate) struct State {
     pub objs: FxHashMap<ObjectId, Obj>,
+    pub pgs: BTreeMap<PgId, PgIndex>,
     pub d: SlotTable,
-    pub alloc: Allocator,
-    /// During replay the allocator is rebuilt afterwards, so apply does not touch it.
+    pub t: TombTable,
+    pub p: PgTable,
+    pub alloc: SlotAlloc,
+    pub tomb_alloc: FreeBits,
+    pub pg_alloc: FreeBits,
+    /// During replay the allocators are rebuilt afterwards, so apply does not touch them.
     pub replaying: bool,
 }
 
+fn pg_id(oid: &ObjectId, pg: u32) -> PgId {
+    PgId { pool: oid.pool, pg }
+}
+
 impl State {
-    /// Current content location of block `b` of `oid`.
+    /// Current content location of block `b` of `obj`.
     pub fn block_src(&self, oid: &ObjectId, obj: &Obj, b: u32) -> Src {
         if let Some(c) = obj.cache.get(&(b as u16)) {
             return match &c.data {
@@ -176,6 +181,9 @@ impl State {
             };
         }
         if let Some(base) = &obj.base {
+            if !base.allocated(b) {
+                return Src::Zero;
+            }
             return match &base.inflight {
                 Some(buf) => Src::Mem(buf.clone(), (u64::from(b) * BLOCK) as usize),
                 None => Src::Disk {
@@ -203,33 +211,110 @@ impl State {
 
     /// Allocated bytes of an object.
     pub fn allocated_bytes(&self, oid: &ObjectId, obj: &Obj) -> u64 {
+        if obj.slot == NO_SLOT {
+            return 0;
+        }
+        if obj.cache.is_empty() && obj.base.is_none() && self.d.owner(obj.slot) == *oid {
+            return u64::from(self.d.allocated_blocks(obj.slot)) * BLOCK;
+        }
         (0..self.d.blocks)
             .filter(|&b| self.is_allocated(oid, obj, b))
             .count() as u64
             * BLOCK
     }
 
-    fn set_slot(&mut self, obj_slot: &mut u32, new: u32) {
-        if *obj_slot != new {
-            if *obj_slot != NO_SLOT && !self.replaying {
-                self.alloc.release(*obj_slot);
+    /// The allocation bitmap of an object right now (one bit per block).
+    pub fn alloc_bitmap(&self, oid: &ObjectId, obj: &Obj) -> Vec<u64> {
+        let mut words = vec![0u64; (self.d.blocks as usize).div_ceil(64)];
+        for b in 0..self.d.blocks {
+            if self.is_allocated(oid, obj, b) {
+                words[b as usize / 64] |= 1 << (b % 64);
             }
-            *obj_slot = new;
+        }
+        words
+    }
+
+    /// Removes `oid` (known at `version`) from its PG's ordered index and log.
+    fn unindex(&mut self, oid: &ObjectId, pg: u32, version: Version, tomb: bool) {
+        let key = pg_id(oid, pg);
+        let Some(p) = self.pgs.get_mut(&key) else {
+            panic!("{oid} is indexed but {key} is not");
+        };
+        let k = (version, oid.volume, oid.index);
+        assert!(
+            p.objects.remove(&(oid.volume, oid.index)),
+            "{oid} missing from {key}"
+        );
+        assert!(
+            p.log.remove(&k),
+            "{oid} at {version} missing from the log of {key}"
+        );
+        if tomb {
+            assert!(p.tombs.remove(&k), "tombstone {oid} missing from {key}");
+        }
+        if p.is_empty() {
+            self.pgs.remove(&key);
         }
     }
 
-    /// Takes `e`'s object out of the index (a new one if absent) with the entry's slot and
-    /// version applied; the caller puts it back.
-    fn take_for_write(&mut self, e: &Entry) -> Obj {
-        let mut obj = self.objs.remove(&e.oid).unwrap_or(Obj {
-            slot: NO_SLOT,
-            ..Obj::default()
-        });
-        let mut slot = obj.slot;
-        self.set_slot(&mut slot, e.slot);
-        obj.slot = slot;
-        obj.version = e.version;
-        obj
+    fn index(&mut self, oid: &ObjectId, pg: u32, version: Version, tomb: bool) {
+        let p = self.pgs.entry(pg_id(oid, pg)).or_insert_with(PgIndex::new);
+        p.objects.insert((oid.volume, oid.index));
+        p.log.insert((version, oid.volume, oid.index));
+        if tomb {
+            p.tombs.insert((version, oid.volume, oid.index));
+        }
+    }
+
+    /// Takes `e`'s object out of the index (a new one if absent), so the caller can change it
+    /// and put it back with [`State::put`].
+    fn take(&mut self, e: &Entry) -> Obj {
+        match self.objs.remove(&e.oid) {
+            Some(obj) => {
+                assert_eq!(
+                    obj.pg, e.pg,
+                    "{} changes PG from {} to {}",
+                    e.oid, obj.pg, e.pg
+                );
+                self.unindex(&e.oid, obj.pg, obj.version, obj.is_tombstone());
+                obj
+            }
+            None => Obj::new(e.pg),
+        }
+    }
+
+    /// Adds an object loaded from the tables (recovery).
+    pub fn insert_loaded(&mut self, oid: ObjectId, obj: Obj) {
+        assert!(!self.objs.contains_key(&oid), "{oid} loaded twice");
+        self.put(oid, obj);
+    }
+
+    /// Tombstone records in use.
+    pub fn tomb_alloc_used(&self) -> u64 {
+        self.t.capacity() - self.tomb_alloc.free()
+    }
+
+    fn put(&mut self, oid: ObjectId, obj: Obj) {
+        self.index(&oid, obj.pg, obj.version, obj.is_tombstone());
+        self.objs.insert(oid, obj);
+    }
+
+    /// The object stops using its slot and tombstone record (released to the allocators).
+    fn drop_storage(&mut self, obj: &mut Obj) {
+        if obj.slot != NO_SLOT {
+            if !self.replaying {
+                self.alloc.release(obj.slot);
+            }
+            obj.slot = NO_SLOT;
+        }
+        if obj.tomb != NO_SLOT {
+            if !self.replaying {
+                self.tomb_alloc.put(u64::from(obj.tomb));
+            }
+            obj.tomb = NO_SLOT;
+        }
+        obj.base = None;
+        obj.cache.clear();
     }
 
     /// Applies one journal entry of record `seq` to the live state. `blocks` are the data
@@ -239,30 +324,87 @@ impl State {
     pub fn apply(&mut self, seq: u64, e: &Entry, blocks: &[SharedBuf], full: Option<SharedBuf>) {
         match &e.kind {
             EntryKind::Write(items) => {
-                let mut obj = self.take_for_write(e);
+                let mut obj = self.take(e);
+                if obj.slot != e.slot {
+                    // A tombstone (or nothing) becomes live in a fresh slot.
+                    assert!(
+                        obj.slot == NO_SLOT,
+                        "{}: journaled write to slot {} while it lives in slot {}",
+                        e.oid,
+                        e.slot,
+                        obj.slot
+                    );
+                    self.drop_storage(&mut obj);
+                    obj.slot = e.slot;
+                }
+                obj.version = e.version;
                 let mut data = blocks.iter();
                 for it in items {
                     let buf = if it.data { data.next().cloned() } else { None };
                     obj.cache.insert(it.block, Cached { seq, data: buf });
                 }
-                self.objs.insert(e.oid, obj);
+                self.put(e.oid, obj);
             }
-            EntryKind::Full(crcs) => {
-                let mut obj = self.take_for_write(e);
-                obj.cache.clear();
+            EntryKind::Full { crcs, alloc } => {
+                let mut obj = self.take(e);
+                let pending = obj.pending;
+                self.drop_storage(&mut obj);
+                obj.slot = e.slot;
+                obj.version = e.version;
+                obj.pending = pending;
                 obj.base = Some(Box::new(Base {
                     seq,
                     crcs: crcs.clone(),
+                    alloc: alloc.clone(),
                     inflight: full,
                 }));
-                self.objs.insert(e.oid, obj);
+                self.put(e.oid, obj);
             }
             EntryKind::Delete => {
-                if let Some(obj) = self.objs.remove(&e.oid)
-                    && obj.slot != NO_SLOT
-                    && !self.replaying
-                {
-                    self.alloc.release(obj.slot);
+                let mut obj = self.take(e);
+                if obj.tomb == e.tomb {
+                    // A tombstone moves to another version in the same record.
+                    assert_eq!(obj.slot, NO_SLOT, "{} is a tombstone with a slot", e.oid);
+                } else {
+                    self.drop_storage(&mut obj);
+                    obj.tomb = e.tomb;
+                }
+                obj.version = e.version;
+                self.put(e.oid, obj);
+            }
+            EntryKind::Purge => {
+                if self.objs.contains_key(&e.oid) {
+                    let mut obj = self.take(e);
+                    self.drop_storage(&mut obj);
+                }
+            }
+            EntryKind::Pg {
+                remove,
+                log_tail,
+                blob,
+            } => {
+                let key = pg_id(&e.oid, e.pg);
+                let p = self.pgs.entry(key).or_insert_with(PgIndex::new);
+                assert!(
+                    p.record == NO_SLOT || p.record == e.slot,
+                    "{key} has PG record {} but an entry names {}",
+                    p.record,
+                    e.slot
+                );
+                if *remove {
+                    if p.record != NO_SLOT && !self.replaying {
+                        self.pg_alloc.put(u64::from(p.record));
+                    }
+                    p.record = NO_SLOT;
+                    p.log_tail = Version::NONE;
+                    p.blob = [0; PG_BLOB];
+                    if p.is_empty() {
+                        self.pgs.remove(&key);
+                    }
+                } else {
+                    p.record = e.slot;
+                    p.log_tail = *log_tail;
+                    p.blob = **blob;
                 }
             }
         }

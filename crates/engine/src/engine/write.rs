@@ -1,9 +1,14 @@
-//! Applying writes, write-zeroes/trims and deletes, in arrival order per object.
+//! Applying writes, write-zeroes/trims, deletes, purges and installs, in arrival order per
+//! object.
 //!
 //! An operation runs as soon as its object has no earlier operation waiting. It may have to
 //! wait for: old contents of partial edge blocks (read-modify-write reads), room in the open
 //! journal batch, or a free slot that write-back is about to release. Waiting operations queue
 //! per object, so operations on other objects keep flowing.
+//!
+//! Versions: every operation that changes an object gives it a new version, newer than its
+//! current one (a tombstone keeps the version of the delete, so a re-created object is always
+//! newer). Install (recovery) sets any version: it replaces the object as a whole.
 
 use super::state::Src;
 use super::{Blocked, Engine, IoCtx, Reason, WKind, Waiter, WriteOp};
@@ -11,9 +16,10 @@ use crate::buf::{AlignedBuf, SharedBuf};
 use crate::crc::crc32c;
 use crate::error::EngineError;
 use crate::io::{IoDone, IoReq};
-use crate::layout::{BLOCK, NO_SLOT};
+use crate::layout::{BLOCK, NO_SLOT, PG_BLOB};
 use crate::record::{Entry, EntryKind, Item};
-use basalt_types::{ObjectId, Version};
+use crate::{ObjectContent, ObjectImage};
+use basalt_types::{ObjectId, PgId, Version};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 
@@ -21,6 +27,10 @@ const B: usize = BLOCK as usize;
 
 /// `Err` hands an operation back with the reason it must wait (boxed: waiting is rare).
 type Step = Result<(), Box<(WriteOp, Reason)>>;
+
+/// Entry bytes one operation may add to a batch beyond its own entry: a tombstone eviction
+/// (purge + PG record).
+const EVICTION_ROOM: usize = 256;
 
 /// The old content of a block needed for read-modify-write.
 enum Old {
@@ -87,11 +97,8 @@ impl Engine {
                 break;
             };
             let ready = match self.blocked.get(&oid).map(|b| b.reason) {
-                Some(Reason::Room) => {
-                    let blocks = self.sb.blocks_per_object() as usize;
-                    self.batch_has_room(40 + 8 * blocks, blocks)
-                }
-                Some(Reason::Space) => self.st.alloc.free > 0 || self.st.alloc.limbo == 0,
+                Some(Reason::Room) => self.op_fits(),
+                Some(Reason::Space) => self.st.alloc.free() > 0 || self.st.alloc.limbo == 0,
                 _ => false,
             };
             if ready {
@@ -106,6 +113,37 @@ impl Engine {
         }
     }
 
+    /// Whether the largest single operation fits in the open batch.
+    fn op_fits(&self) -> bool {
+        let blocks = self.sb.blocks_per_object() as usize;
+        self.batch_has_room(64 + 8 * blocks + EVICTION_ROOM, blocks)
+    }
+
+    /// The version `op` gives its object, or the error that refuses it.
+    fn new_version(&self, op: &WriteOp) -> Result<Version, EngineError> {
+        let obj = self.st.objs.get(&op.oid);
+        if let Some(o) = obj
+            && o.pg != op.opts.pg
+        {
+            return Err(EngineError::invalid(format!(
+                "{} belongs to PG {}, not PG {}",
+                op.oid, o.pg, op.opts.pg
+            )));
+        }
+        if let WKind::Install(img) = &op.kind {
+            return Ok(img.version);
+        }
+        let current = obj.map_or(Version::NONE, |o| o.version);
+        match op.opts.version {
+            Some(v) if v <= current => Err(EngineError::StaleVersion {
+                current,
+                requested: v,
+            }),
+            Some(v) => Ok(v),
+            None => Ok(current.next()),
+        }
+    }
+
     /// Tries to apply one operation. `Err` hands it back with the reason it must wait.
     fn try_op(&mut self, mut op: WriteOp) -> Step {
         if let Some(e) = op.failed.take() {
@@ -116,27 +154,26 @@ impl Engine {
             op.reply.err(EngineError::Poisoned(p.clone()));
             return Ok(());
         }
-        let current = self.st.objs.get(&op.oid).map_or(0, |o| o.version);
-        let version = match op.opts.version {
-            Some(v) if v.0 <= current => {
-                op.reply.err(EngineError::StaleVersion {
-                    current: Version(current),
-                    requested: v,
-                });
+        let version = match self.new_version(&op) {
+            Ok(v) => v,
+            Err(e) => {
+                op.reply.err(e);
                 return Ok(());
             }
-            Some(v) => v.0,
-            None => current + 1,
         };
-        let blocks = self.sb.blocks_per_object() as usize;
-        if !self.batch_has_room(40 + 8 * blocks, blocks) {
+        if !self.op_fits() {
             return Err(Box::new((op, Reason::Room)));
         }
         match &op.kind {
-            WKind::Delete => {
-                self.op_delete(op, version);
+            WKind::Delete => self.op_delete(op, version),
+            WKind::Purge {
+                only_tombstone_upto,
+            } => {
+                let upto = *only_tombstone_upto;
+                self.op_purge(op, upto);
                 Ok(())
             }
+            WKind::Install(_) => self.op_install(op),
             WKind::Data(d) if op.offset == 0 && d.len() == self.sb.object_size as usize => {
                 self.op_full(op, version)
             }
@@ -144,45 +181,191 @@ impl Engine {
         }
     }
 
-    fn waiter(op: &WriteOp, version: u64) -> (bool, Version) {
-        (op.opts.durable, Version(version))
+    /// The current version of `oid` (tombstones included), `NONE` if unknown.
+    fn current(&self, oid: &ObjectId) -> Version {
+        self.st.objs.get(oid).map_or(Version::NONE, |o| o.version)
     }
 
-    fn op_delete(&mut self, op: WriteOp, version: u64) {
-        let (durable, v) = Self::waiter(&op, version);
-        let Some(obj) = self.st.objs.get(&op.oid) else {
-            // Nothing to delete; still ordered after earlier operations.
-            self.add_barrier(Waiter {
-                durable,
-                reply: op.reply,
-                version: v,
-            });
-            return;
-        };
-        let entry = Entry {
-            oid: op.oid,
+    /// Answers an operation that changes nothing, in order with earlier ones.
+    fn noop(&mut self, op: WriteOp) {
+        let version = self.current(&op.oid);
+        self.add_barrier(Waiter {
+            durable: op.opts.durable,
+            reply: op.reply,
             version,
-            slot: NO_SLOT,
-            old_slot: obj.slot,
-            kind: EntryKind::Delete,
-        };
+        });
+    }
+
+    /// Adds `entry` for `op` and, when the write is held, counts it on its object.
+    fn commit_entry(
+        &mut self,
+        op: WriteOp,
+        entry: Entry,
+        blocks: Vec<SharedBuf>,
+        full: Option<(ObjectId, u32, SharedBuf)>,
+    ) {
+        let (oid, version, held) = (entry.oid, entry.version, op.opts.pending);
         self.shared.writes.fetch_add(1, Ordering::Relaxed);
         self.add_entry(
             entry,
-            Vec::new(),
-            None,
-            Waiter {
-                durable,
+            blocks,
+            full,
+            Some(Waiter {
+                durable: op.opts.durable,
                 reply: op.reply,
-                version: v,
-            },
+                version,
+            }),
         );
+        if held && let Some(obj) = self.st.objs.get_mut(&oid) {
+            obj.pending = obj.pending.checked_add(1).expect("held writes overflow");
+        }
+    }
+
+    fn op_delete(&mut self, op: WriteOp, version: Version) -> Step {
+        let Some(obj) = self.st.objs.get(&op.oid) else {
+            // Nothing to delete; still ordered after earlier operations.
+            self.noop(op);
+            return Ok(());
+        };
+        let (slot, tomb) = (obj.slot, obj.tomb);
+        let tomb = if tomb != NO_SLOT {
+            tomb
+        } else {
+            match self.reserve_tomb(op.oid, op.opts.pg) {
+                Ok(t) => t,
+                Err(e) => {
+                    op.reply.err(e);
+                    return Ok(());
+                }
+            }
+        };
+        let entry = Entry {
+            tomb,
+            old_slot: slot,
+            ..Entry::new(op.oid, op.opts.pg, version, EntryKind::Delete)
+        };
+        self.commit_entry(op, entry, Vec::new(), None);
+        Ok(())
+    }
+
+    /// Forgets an object entirely. `only_tombstone_upto`: only if it is a tombstone no newer
+    /// than that (log trimming must never remove a live object or a newer delete).
+    pub fn op_purge(&mut self, op: WriteOp, only_tombstone_upto: Option<Version>) {
+        let Some(obj) = self.st.objs.get(&op.oid) else {
+            self.noop(op);
+            return;
+        };
+        if let Some(upto) = only_tombstone_upto
+            && (!obj.is_tombstone() || obj.version > upto)
+        {
+            self.noop(op);
+            return;
+        }
+        let entry = Entry {
+            old_slot: obj.slot,
+            old_tomb: obj.tomb,
+            ..Entry::new(op.oid, obj.pg, Version::NONE, EntryKind::Purge)
+        };
+        let oid = op.oid;
+        self.commit_entry(op, entry, Vec::new(), None);
+        self.release_held_reads(oid);
+    }
+
+    /// Replaces the object with an image, whatever its current version.
+    fn op_install(&mut self, op: WriteOp) -> Step {
+        let WKind::Install(ObjectImage { version, content }) = &op.kind else {
+            unreachable!("op_install is only called for installs")
+        };
+        let (version, oid, pg) = (*version, op.oid, op.opts.pg);
+        let (slot, tomb) = self
+            .st
+            .objs
+            .get(&oid)
+            .map_or((NO_SLOT, NO_SLOT), |o| (o.slot, o.tomb));
+        let entry = match content {
+            ObjectContent::Absent => {
+                self.op_purge(op, None);
+                return Ok(());
+            }
+            ObjectContent::Tombstone => {
+                let tomb = if tomb != NO_SLOT {
+                    tomb
+                } else {
+                    match self.reserve_tomb(oid, pg) {
+                        Ok(t) => t,
+                        Err(e) => {
+                            op.reply.err(e);
+                            return Ok(());
+                        }
+                    }
+                };
+                Entry {
+                    tomb,
+                    old_slot: slot,
+                    ..Entry::new(oid, pg, version, EntryKind::Delete)
+                }
+            }
+            ObjectContent::Data { data, allocated } => {
+                if data.len() != self.sb.object_size as usize {
+                    op.reply.err(EngineError::invalid(format!(
+                        "install of {oid}: {} bytes, the object size is {}",
+                        data.len(),
+                        self.sb.object_size
+                    )));
+                    return Ok(());
+                }
+                let Some(new_slot) = self.st.alloc.take() else {
+                    return self.no_space(op);
+                };
+                let buf = SharedBuf::of(data);
+                let crcs: Box<[u32]> = buf.chunks(B).map(crc32c).collect();
+                let words = (self.sb.blocks_per_object() as usize).div_ceil(64);
+                let mut bits = allocated.clone();
+                bits.resize(words, 0);
+                let all = (0..self.sb.blocks_per_object())
+                    .all(|b| bits[b as usize / 64] & (1 << (b % 64)) != 0);
+                let entry = Entry {
+                    slot: new_slot,
+                    old_slot: slot,
+                    old_tomb: tomb,
+                    ..Entry::new(
+                        oid,
+                        pg,
+                        version,
+                        EntryKind::Full {
+                            crcs,
+                            alloc: (!all).then(|| bits.into_boxed_slice()),
+                        },
+                    )
+                };
+                let full = Some((oid, new_slot, buf));
+                self.count_bytes(data.len());
+                self.commit_entry(op, entry, Vec::new(), full);
+                self.reset_held(oid);
+                return Ok(());
+            }
+        };
+        self.commit_entry(op, entry, Vec::new(), None);
+        self.reset_held(oid);
+        Ok(())
+    }
+
+    /// An install replaces whatever held writes the object had: reads may go on.
+    fn reset_held(&mut self, oid: ObjectId) {
+        if let Some(obj) = self.st.objs.get_mut(&oid) {
+            obj.pending = 0;
+        }
+        self.release_held_reads(oid);
     }
 
     /// A whole-object write: redirect-on-write into a fresh slot, so the data is written once
     /// and the journal carries only CRCs. Without a free slot it is journaled in place.
-    fn op_full(&mut self, op: WriteOp, version: u64) -> Step {
-        let old_slot = self.st.objs.get(&op.oid).map_or(NO_SLOT, |o| o.slot);
+    fn op_full(&mut self, op: WriteOp, version: Version) -> Step {
+        let (old_slot, old_tomb) = self
+            .st
+            .objs
+            .get(&op.oid)
+            .map_or((NO_SLOT, NO_SLOT), |o| (o.slot, o.tomb));
         let Some(slot) = self.st.alloc.take() else {
             if old_slot != NO_SLOT {
                 return self.op_partial(op, version);
@@ -198,29 +381,23 @@ impl Engine {
         let buf = SharedBuf::of(data);
         let crcs: Box<[u32]> = buf.chunks(B).map(crc32c).collect();
         let entry = Entry {
-            oid: op.oid,
-            version,
             slot,
             old_slot,
-            kind: EntryKind::Full(crcs),
+            old_tomb,
+            ..Entry::new(
+                op.oid,
+                op.opts.pg,
+                version,
+                EntryKind::Full { crcs, alloc: None },
+            )
         };
-        self.count_write(data.len());
-        let (durable, v) = Self::waiter(&op, version);
-        self.add_entry(
-            entry,
-            Vec::new(),
-            Some((op.oid, slot, buf)),
-            Waiter {
-                durable,
-                reply: op.reply,
-                version: v,
-            },
-        );
+        self.count_bytes(data.len());
+        let full = Some((op.oid, slot, buf));
+        self.commit_entry(op, entry, Vec::new(), full);
         Ok(())
     }
 
-    fn count_write(&self, bytes: usize) {
-        self.shared.writes.fetch_add(1, Ordering::Relaxed);
+    fn count_bytes(&self, bytes: usize) {
         self.shared
             .bytes_written
             .fetch_add(bytes as u64, Ordering::Relaxed);
@@ -236,6 +413,78 @@ impl Engine {
             free: 0,
         });
         Ok(())
+    }
+
+    /// A tombstone record for `oid` of `pg`. When the table is full, the oldest tombstone (of
+    /// this PG if it has one, else of any PG) is forgotten first and its PG's log tail raised
+    /// to its version, in the same batch: a replica that needs changes older than the tail
+    /// then compares full listings instead.
+    fn reserve_tomb(&mut self, oid: ObjectId, pg: u32) -> Result<u32, EngineError> {
+        if let Some(t) = self.st.tomb_alloc.take() {
+            return Ok(t as u32);
+        }
+        let own = PgId { pool: oid.pool, pg };
+        let victim_pg = if self.st.pgs.get(&own).is_some_and(|p| !p.tombs.is_empty()) {
+            own
+        } else {
+            *self
+                .st
+                .pgs
+                .iter()
+                .find(|(_, p)| !p.tombs.is_empty())
+                .ok_or_else(|| EngineError::Corrupt("tombstone table full but empty".into()))?
+                .0
+        };
+        let (version, volume, index) = *self.st.pgs[&victim_pg]
+            .tombs
+            .first()
+            .expect("checked non-empty");
+        let victim = ObjectId::new(victim_pg.pool, volume, index);
+        self.raise_log_tail(victim_pg, version)?;
+        let t = self.st.objs[&victim].tomb;
+        let purge = Entry {
+            old_tomb: t,
+            ..Entry::new(victim, victim_pg.pg, Version::NONE, EntryKind::Purge)
+        };
+        self.add_entry(purge, Vec::new(), None, None);
+        let t = self
+            .st
+            .tomb_alloc
+            .take()
+            .expect("a tombstone record was just freed");
+        Ok(t as u32)
+    }
+
+    /// Adds a PG-record entry raising `pg`'s log tail to at least `tail`.
+    pub fn raise_log_tail(&mut self, pg: PgId, tail: Version) -> Result<(), EngineError> {
+        let (record, old_tail, blob) = match self.st.pgs.get(&pg) {
+            Some(p) => (p.record, p.log_tail, p.blob),
+            None => (NO_SLOT, Version::NONE, [0; PG_BLOB]),
+        };
+        if tail <= old_tail {
+            return Ok(());
+        }
+        let record = self.pg_record(record)?;
+        self.add_entry(
+            pg_entry(pg, record, false, tail, blob),
+            Vec::new(),
+            None,
+            None,
+        );
+        Ok(())
+    }
+
+    /// `record`, or a new PG record when `NO_SLOT`.
+    pub fn pg_record(&mut self, record: u32) -> Result<u32, EngineError> {
+        if record != NO_SLOT {
+            return Ok(record);
+        }
+        match self.st.pg_alloc.take() {
+            Some(r) => Ok(r as u32),
+            None => Err(EngineError::TooManyPgs {
+                limit: self.sb.pgs.capacity(),
+            }),
+        }
     }
 
     /// The old content of block `b` for a partial update.
@@ -257,12 +506,13 @@ impl Engine {
 
     /// Writes and write-zeroes below the object size: new 4 KiB block images journaled in the
     /// record and kept in the cache until write-back.
-    fn op_partial(&mut self, mut op: WriteOp, version: u64) -> Step {
+    fn op_partial(&mut self, mut op: WriteOp, version: Version) -> Step {
         let len = match &op.kind {
             WKind::Data(d) => d.len() as u32,
             WKind::Zero(n) => *n,
-            WKind::Delete => 0,
+            _ => unreachable!("op_partial is only called for data and zeroes"),
         };
+        let zero = matches!(op.kind, WKind::Zero(_));
         let (start, end) = (op.offset as usize, (op.offset + len) as usize);
         let mut items = Vec::new();
         let mut bufs = Vec::new();
@@ -271,7 +521,7 @@ impl Engine {
             let (bs, be) = (b as usize * B, b as usize * B + B);
             let (lo, hi) = (start.max(bs), end.min(be));
             let whole = lo == bs && hi == be;
-            if whole && matches!(op.kind, WKind::Zero(_)) {
+            if whole && zero {
                 items.push(Item {
                     block: b as u16,
                     data: false,
@@ -284,7 +534,7 @@ impl Engine {
             } else {
                 match self.old_block(&op, b) {
                     Old::Buf(buf) => buf,
-                    Old::Zero if matches!(op.kind, WKind::Zero(_)) => continue, // already zeros
+                    Old::Zero if zero => continue, // already zeros
                     Old::Zero => AlignedBuf::zeroed(B),
                     Old::NeedRead { slot, block, crc } => {
                         need.push((slot, block, crc));
@@ -324,23 +574,22 @@ impl Engine {
             return Err(Box::new((op, Reason::Reads)));
         }
         let has_data = !bufs.is_empty();
-        let existing = self.st.objs.get(&op.oid).map(|o| o.slot);
-        let (durable, v) = Self::waiter(&op, version);
-        let slot = match existing {
-            Some(s) if s != NO_SLOT => s,
-            _ if !has_data => {
-                // Zeroing an object that does not exist: nothing to record.
-                self.add_barrier(Waiter {
-                    durable,
-                    reply: op.reply,
-                    version: Version::NONE,
-                });
-                return Ok(());
-            }
-            _ => match self.st.alloc.take() {
+        let (live_slot, tomb) = self
+            .st
+            .objs
+            .get(&op.oid)
+            .map_or((NO_SLOT, NO_SLOT), |o| (o.slot, o.tomb));
+        let slot = if live_slot != NO_SLOT {
+            live_slot
+        } else if !has_data {
+            // Zeroing an object that does not exist (or is deleted): nothing to record.
+            self.noop(op);
+            return Ok(());
+        } else {
+            match self.st.alloc.take() {
                 Some(s) => s,
                 None => return self.no_space(op),
-            },
+            }
         };
         if items.is_empty() {
             // Zeroing blocks that are already unallocated: record the version bump only.
@@ -350,39 +599,29 @@ impl Engine {
                 crc: 0,
             });
         }
-        self.count_write(len as usize);
-        let kind = if !has_data && self.empties_object(&op.oid, &items) {
-            // Nothing allocated would remain: the object goes away and frees its slot.
-            EntryKind::Delete
-        } else {
-            EntryKind::Write(items)
-        };
-        let entry = match kind {
-            EntryKind::Delete => Entry {
-                oid: op.oid,
-                version,
-                slot: NO_SLOT,
+        self.count_bytes(len as usize);
+        let entry = if !has_data && self.empties_object(&op.oid, &items) {
+            // Nothing allocated would remain: the object becomes a tombstone.
+            let tomb = match self.reserve_tomb(op.oid, op.opts.pg) {
+                Ok(t) => t,
+                Err(e) => {
+                    op.reply.err(e);
+                    return Ok(());
+                }
+            };
+            Entry {
+                tomb,
                 old_slot: slot,
-                kind,
-            },
-            kind => Entry {
-                oid: op.oid,
-                version,
+                ..Entry::new(op.oid, op.opts.pg, version, EntryKind::Delete)
+            }
+        } else {
+            Entry {
                 slot,
-                old_slot: NO_SLOT,
-                kind,
-            },
+                old_tomb: tomb,
+                ..Entry::new(op.oid, op.opts.pg, version, EntryKind::Write(items))
+            }
         };
-        self.add_entry(
-            entry,
-            bufs,
-            None,
-            Waiter {
-                durable,
-                reply: op.reply,
-                version: v,
-            },
-        );
+        self.commit_entry(op, entry, bufs, None);
         Ok(())
     }
 
@@ -402,7 +641,10 @@ impl Engine {
             return;
         };
         let Some(op) = b.ops.front_mut() else { return };
-        op.reads_pending -= 1;
+        op.reads_pending = op
+            .reads_pending
+            .checked_sub(1)
+            .expect("more read-modify-write completions than reads");
         let IoReq::Read { buf, .. } = d.req else {
             return;
         };
@@ -420,5 +662,45 @@ impl Engine {
         if op.reads_pending == 0 {
             self.resume(oid);
         }
+    }
+
+    /// The user committed a held write of `oid`: once none is left, waiting reads go on.
+    pub fn commit(&mut self, oid: ObjectId, version: Version) {
+        let Some(obj) = self.st.objs.get_mut(&oid) else {
+            return;
+        };
+        // An install (recovery) or purge since the write resets the count: late commits of
+        // the writes it replaced are ignored.
+        if obj.pending == 0 {
+            tracing::debug!(%oid, %version, "commit of a write an install replaced");
+            return;
+        }
+        obj.pending -= 1;
+        if obj.pending == 0 {
+            self.release_held_reads(oid);
+        }
+    }
+}
+
+/// A PG-record entry.
+pub(crate) fn pg_entry(
+    pg: PgId,
+    record: u32,
+    remove: bool,
+    log_tail: Version,
+    blob: [u8; PG_BLOB],
+) -> Entry {
+    Entry {
+        slot: record,
+        ..Entry::new(
+            ObjectId::new(pg.pool, basalt_types::VolumeId(0), 0),
+            pg.pg,
+            Version::NONE,
+            EntryKind::Pg {
+                remove,
+                log_tail,
+                blob: Box::new(blob),
+            },
+        )
     }
 }

@@ -20,10 +20,12 @@
 
 use super::journal::RecState;
 use super::{Engine, IoCtx};
-use crate::buf::{IoBuf, SharedBuf};
+use crate::buf::{AlignedBuf, IoBuf, SharedBuf};
 use crate::io::IoReq;
 use crate::layout::{BLOCK, NO_SLOT};
+use crate::pgtable::PgRec;
 use crate::record::{EntryKind, JournalHeader};
+use crate::tombs::TombRec;
 use basalt_types::ObjectId;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::atomic::Ordering;
@@ -59,8 +61,30 @@ struct Batch {
     touched: Vec<ObjectId>,
 }
 
+/// Which table a dirty page belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Table {
+    Slots,
+    Tombs,
+    Pgs,
+}
+
+/// What applying a prefix of records to the table images produced.
+#[derive(Default)]
+struct Applied {
+    /// The newest image of every block to write into its slot.
+    writes: BTreeMap<(u32, u32), SharedBuf>,
+    dirty: BTreeSet<(Table, u64)>,
+    released: Vec<u32>,
+    touched: Vec<ObjectId>,
+    last_seq: u64,
+}
+
 #[derive(Default)]
 pub(crate) struct WriteBack {
+    /// The tables hash including the batch being written back (the journal header carries
+    /// it once the batch's pages are durable).
+    pub tables_hash: u64,
     batch: Option<Batch>,
     /// Slots the slot table claims but nothing live uses (found by recovery); released by the
     /// next batch.
@@ -80,7 +104,9 @@ impl WriteBack {
 impl Engine {
     fn writeback_due(&self) -> bool {
         if self.jr.recs.is_empty() {
-            return false;
+            // Orphan slots found by recovery are released by a batch of their own, so an idle
+            // store does not keep them (and a full device does not wait for space forever).
+            return !self.wb.orphans.is_empty();
         }
         self.closing
             || self.writeback_urgent()
@@ -181,23 +207,28 @@ impl Engine {
             n += 1;
             blocks += r.blocks.len();
         }
-        if n == 0 {
+        if n == 0 && self.wb.orphans.is_empty() {
             // Records must be durable before they are written back.
             self.jr.want_durable = true;
             return false;
         }
-        let (writes, pages, released, touched, last_seq) = self.apply_to_slot_table(n);
+        let Applied {
+            writes,
+            dirty,
+            released,
+            touched,
+            last_seq,
+        } = self.apply_to_tables(n);
         let mut pending = 0;
         for run in merge_runs(&self.sb, writes) {
             self.wb.queue.push_back(run);
             pending += 1;
         }
-        for p in pages {
-            let generation = self.st.d.page_gen[p as usize] + 1;
-            self.st.d.page_gen[p as usize] = generation;
-            // Alternate copies: the other copy still holds the previous generation intact.
-            let buf = self.st.d.encode_page(p, generation, &self.sb.uuid);
-            let off = self.sb.meta_copy_offset(p, generation % 2);
+        // The header written at the end of this batch has the next generation: every page copy
+        // written now names it, so recovery ignores the copies if the batch does not complete.
+        let batch = self.jr.header_gen + 1;
+        for (table, page) in dirty {
+            let (off, buf) = self.encode_dirty(table, page, batch);
             self.wb.queue.push_back((off, vec![IoBuf::Owned(buf)]));
             pending += 1;
         }
@@ -216,80 +247,133 @@ impl Engine {
         true
     }
 
-    /// Applies the first `n` records to the slot-table image. Returns the block images to
-    /// write, the dirty pages, released slots, touched objects and the last sequence number.
-    #[allow(clippy::type_complexity)]
-    fn apply_to_slot_table(
-        &mut self,
-        n: usize,
-    ) -> (
-        BTreeMap<(u32, u32), SharedBuf>,
-        BTreeSet<u64>,
-        Vec<u32>,
-        Vec<ObjectId>,
-        u64,
-    ) {
-        let mut writes: BTreeMap<(u32, u32), SharedBuf> = BTreeMap::new();
-        let mut pages = BTreeSet::new();
-        let mut released = Vec::new();
-        let mut touched = Vec::new();
-        let d = &mut self.st.d;
-        let drop_slot = |writes: &mut BTreeMap<(u32, u32), SharedBuf>, s: u32| {
-            let keys: Vec<(u32, u32)> = writes.range((s, 0)..(s + 1, 0)).map(|(k, _)| *k).collect();
-            for k in keys {
-                writes.remove(&k);
+    /// Moves a dirty page to its next generation and encodes it into its older copy (the other
+    /// copy keeps the previous generation intact).
+    fn encode_dirty(&mut self, table: Table, page: u64, batch: u64) -> (u64, AlignedBuf) {
+        let uuid = self.sb.uuid;
+        let (generation, delta, buf, geom) = match table {
+            Table::Slots => {
+                let (g, d) = self.st.d.gens.bump(page);
+                (
+                    g,
+                    d,
+                    self.st.d.encode_page(page, g, batch, &uuid),
+                    self.sb.slots,
+                )
+            }
+            Table::Tombs => {
+                let (g, d) = self.st.t.gens.bump(page);
+                (
+                    g,
+                    d,
+                    self.st.t.encode_page(page, g, batch, &uuid),
+                    self.sb.tombs,
+                )
+            }
+            Table::Pgs => {
+                let (g, d) = self.st.p.gens.bump(page);
+                (
+                    g,
+                    d,
+                    self.st.p.encode_page(page, g, batch, &uuid),
+                    self.sb.pgs,
+                )
             }
         };
-        let mut last_seq = 0;
+        self.wb.tables_hash ^= delta;
+        (geom.copy_offset(page, generation % 2), buf)
+    }
+
+    /// Applies the first `n` records to the table images.
+    fn apply_to_tables(&mut self, n: usize) -> Applied {
+        let mut a = Applied::default();
+        let st = &mut self.st;
+        let (d, t, p) = (&mut st.d, &mut st.t, &mut st.p);
         for r in self.jr.recs.iter().take(n) {
             let seq = r.seq;
-            last_seq = seq;
+            a.last_seq = seq;
             let mut data = r.blocks.iter();
             for e in &r.entries {
-                touched.push(e.oid);
+                if !matches!(e.kind, EntryKind::Pg { .. }) {
+                    a.touched.push(e.oid);
+                }
                 match &e.kind {
                     EntryKind::Write(items) => {
-                        d.claim(e.slot, e.oid, e.version, seq);
-                        pages.insert(d.page_of(e.slot));
+                        d.claim(e.slot, e.oid, e.pg, e.version, seq);
+                        a.dirty.insert((Table::Slots, d.page_of(e.slot)));
                         for it in items {
                             let b = u32::from(it.block);
                             d.set_block(e.slot, b, it.data.then_some(it.crc));
                             match it.data.then(|| data.next()).flatten() {
-                                Some(buf) => writes.insert((e.slot, b), buf.clone()),
-                                None => writes.remove(&(e.slot, b)),
+                                Some(buf) => a.writes.insert((e.slot, b), buf.clone()),
+                                None => a.writes.remove(&(e.slot, b)),
                             };
                         }
                     }
-                    EntryKind::Full(crcs) => {
-                        d.claim(e.slot, e.oid, e.version, seq);
+                    EntryKind::Full { crcs, alloc } => {
+                        d.claim(e.slot, e.oid, e.pg, e.version, seq);
                         for (b, c) in crcs.iter().enumerate() {
-                            d.set_block(e.slot, b as u32, Some(*c));
+                            let allocated = alloc
+                                .as_ref()
+                                .is_none_or(|w| w[b / 64] & (1 << (b % 64)) != 0);
+                            d.set_block(e.slot, b as u32, allocated.then_some(*c));
                         }
                         // The data is already in the slot; older journaled blocks must not be
                         // written over it.
-                        drop_slot(&mut writes, e.slot);
-                        pages.insert(d.page_of(e.slot));
+                        drop_slot(&mut a.writes, e.slot);
+                        a.dirty.insert((Table::Slots, d.page_of(e.slot)));
                     }
-                    EntryKind::Delete => {}
+                    EntryKind::Delete => {
+                        t.set(
+                            e.tomb,
+                            TombRec {
+                                oid: e.oid,
+                                pg: e.pg,
+                                version: e.version,
+                            },
+                        );
+                        a.dirty.insert((Table::Tombs, t.page_of(e.tomb)));
+                    }
+                    EntryKind::Purge => {}
+                    EntryKind::Pg {
+                        remove,
+                        log_tail,
+                        blob,
+                    } => {
+                        let rec = PgRec {
+                            pg: basalt_types::PgId {
+                                pool: e.oid.pool,
+                                pg: e.pg,
+                            },
+                            log_tail: *log_tail,
+                            blob: **blob,
+                        };
+                        p.set(e.slot, (!remove).then_some(rec));
+                        a.dirty.insert((Table::Pgs, p.page_of(e.slot)));
+                    }
                 }
                 if e.old_slot != NO_SLOT {
                     d.release(e.old_slot, seq);
-                    drop_slot(&mut writes, e.old_slot);
-                    pages.insert(d.page_of(e.old_slot));
-                    released.push(e.old_slot);
+                    drop_slot(&mut a.writes, e.old_slot);
+                    a.dirty.insert((Table::Slots, d.page_of(e.old_slot)));
+                    a.released.push(e.old_slot);
+                }
+                if e.old_tomb != NO_SLOT && e.old_tomb != e.tomb {
+                    t.clear(e.old_tomb);
+                    a.dirty.insert((Table::Tombs, t.page_of(e.old_tomb)));
                 }
             }
         }
         for s in std::mem::take(&mut self.wb.orphans) {
-            let seq = d.seq(s).max(last_seq);
+            let seq = d.seq(s).max(a.last_seq);
             d.release(s, seq);
-            drop_slot(&mut writes, s);
-            pages.insert(d.page_of(s));
-            released.push(s);
+            drop_slot(&mut a.writes, s);
+            a.dirty.insert((Table::Slots, d.page_of(s)));
+            a.released.push(s);
         }
-        touched.sort_unstable();
-        touched.dedup();
-        (writes, pages, released, touched, last_seq)
+        a.touched.sort_unstable();
+        a.touched.dedup();
+        a
     }
 
     pub fn writeback_io_done(&mut self, res: std::io::Result<()>) {
@@ -299,14 +383,15 @@ impl Engine {
         }
         let issued = self.jr.flushes_issued;
         let Some(b) = &mut self.wb.batch else { return };
-        if b.phase == Phase::Writing {
-            self.wb.inflight = self.wb.inflight.saturating_sub(1);
+        if b.phase == Phase::Writing && self.wb.inflight > 0 {
+            // (0 only for a batch with nothing to write, completed inline.)
+            self.wb.inflight -= 1;
         }
         if b.pending > 0 {
             b.pending -= 1;
-        }
-        if b.pending > 0 {
-            return;
+            if b.pending > 0 {
+                return;
+            }
         }
         // A flush issued after these writes completed makes them durable.
         let target = issued + 1;
@@ -333,6 +418,7 @@ impl Engine {
             start_offset,
             start_seq,
             start_prev_crc,
+            tables_hash: self.wb.tables_hash,
         };
         let buf = h.encode(&self.sb.uuid);
         // Alternate copies: a torn header write leaves the previous start, which is still valid
@@ -368,6 +454,14 @@ impl Engine {
         self.shared
             .writeback_batches
             .fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Forgets block images queued for slot `s` (its object moved or went away).
+fn drop_slot(writes: &mut BTreeMap<(u32, u32), SharedBuf>, s: u32) {
+    let keys: Vec<(u32, u32)> = writes.range((s, 0)..(s + 1, 0)).map(|(k, _)| *k).collect();
+    for k in keys {
+        writes.remove(&k);
     }
 }
 

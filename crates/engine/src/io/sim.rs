@@ -95,6 +95,14 @@ impl SimDisk {
         }
     }
 
+    /// Writes `data` at `offset`, durably (another program writing to the device).
+    pub fn overwrite(&self, offset: u64, data: &[u8]) {
+        let mut s = self.0.lock();
+        let o = offset as usize;
+        s.current[o..o + data.len()].copy_from_slice(data);
+        s.durable[o..o + data.len()].copy_from_slice(data);
+    }
+
     /// What reads currently return at `offset`.
     pub fn read(&self, offset: u64, len: usize) -> Vec<u8> {
         let s = self.0.lock();

@@ -144,12 +144,14 @@ pub enum Op {
     Delete,
 }
 
-/// One object's model: bytes, allocated blocks, version.
+/// One object's model: bytes, allocated blocks, version (the sequence number of the store's
+/// own versions: epoch 0, +1 per change), and whether it is a tombstone.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ObjState {
     pub data: Vec<u8>,
     pub alloc: Vec<bool>,
     pub version: u64,
+    pub deleted: bool,
 }
 
 impl ObjState {
@@ -158,17 +160,39 @@ impl ObjState {
             data: vec![0; size],
             alloc: vec![false; size / BLK],
             version: 0,
+            deleted: false,
         }
     }
 
+    /// Live: written and not deleted.
     pub fn exists(&self) -> bool {
+        self.version > 0 && !self.deleted
+    }
+
+    /// The store knows the object (live or a tombstone).
+    pub fn known(&self) -> bool {
         self.version > 0
+    }
+
+    /// Deleted at the next version: no data, the version kept.
+    fn tombstone(&self) -> ObjState {
+        ObjState {
+            version: self.version + 1,
+            deleted: true,
+            ..ObjState::empty(self.data.len())
+        }
     }
 
     pub fn apply(&self, op: &Op) -> ObjState {
         let mut s = self.clone();
         match op {
             Op::Write { off, data } => {
+                if s.deleted {
+                    s = ObjState {
+                        version: s.version,
+                        ..ObjState::empty(s.data.len())
+                    };
+                }
                 s.data[*off..off + data.len()].copy_from_slice(data);
                 for b in off / BLK..=(off + data.len() - 1) / BLK {
                     s.alloc[b] = true;
@@ -186,12 +210,13 @@ impl ObjState {
                         s.alloc[b] = false;
                     }
                 }
-                s.version += 1;
                 if !s.alloc.iter().any(|a| *a) {
-                    return ObjState::empty(s.data.len());
+                    return self.tombstone();
                 }
+                s.version += 1;
             }
-            Op::Delete => return ObjState::empty(s.data.len()),
+            Op::Delete if s.known() => return self.tombstone(),
+            Op::Delete => {}
         }
         s
     }
