@@ -32,6 +32,9 @@ struct Args {
     /// PGs the objects are spread over.
     #[arg(long, default_value_t = 128)]
     pgs: u32,
+    /// (internal) Only open the store left by the fill and measure, in this fresh process.
+    #[arg(long, hide = true)]
+    measure: bool,
 }
 
 fn rss() -> u64 {
@@ -57,6 +60,9 @@ fn parse_size(s: &str) -> Result<u64> {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<()> {
     let args = Args::parse();
+    if args.measure {
+        return measure(&args).await;
+    }
     let size = parse_size(&args.size)?;
     let _ = std::fs::remove_file(&args.path);
     let fmt = FormatOptions {
@@ -64,12 +70,22 @@ async fn main() -> Result<()> {
         size: Some(size),
         ..FormatOptions::default()
     };
-    let info = basalt_engine::format(&args.path, &fmt)?;
-    let slots = info.capacity_bytes / u64::from(info.object_size);
-    let base = rss();
+    basalt_engine::format(&args.path, &fmt)?;
+    // The empty store, measured in a fresh process (so nothing left by others counts).
+    let status = std::process::Command::new(std::env::current_exe()?)
+        .args(["--measure", "--path"])
+        .arg(&args.path)
+        .args(["--objects", "0"])
+        .status()?;
+    anyhow::ensure!(status.success(), "measuring the empty store failed");
     let store = Store::open(&args.path, &OpenOptions::default())?;
-    let empty = rss();
     let oid = |i: u64| ObjectId::new(PoolId(1), VolumeId(1 + i % 7), i);
+    let slots = store.info().capacity_bytes / u64::from(store.info().object_size);
+    anyhow::ensure!(
+        args.objects <= slots,
+        "{} objects do not fit in {slots} slots",
+        args.objects
+    );
     let block = Bytes::from(vec![0x5au8; 4096]);
     for chunk in (0..args.objects).collect::<Vec<_>>().chunks(512) {
         let writes = chunk.iter().map(|&i| {
@@ -91,34 +107,51 @@ async fn main() -> Result<()> {
     }
     store.close().await?;
     drop(store);
+    let status = std::process::Command::new(std::env::current_exe()?)
+        .args(["--measure", "--path"])
+        .arg(&args.path)
+        .args(["--objects", &args.objects.to_string()])
+        .status()?;
+    anyhow::ensure!(status.success(), "measuring the filled store failed");
+    std::fs::remove_file(&args.path)?;
+    Ok(())
+}
+
+/// Opens the store (recovery rebuilds the whole index) and reports resident memory. The slot
+/// table's arrays are touched in full so that pages the kernel has not faulted in yet count.
+async fn measure(args: &Args) -> Result<()> {
+    let base = rss();
     let store = Store::open(&args.path, &OpenOptions::default())?;
-    let full = rss();
+    let info = store.info().clone();
+    let slots = info.capacity_bytes / u64::from(info.object_size);
+    let opened = rss();
     let st = store.stats();
-    let per_slot = (empty - base) as f64 / slots as f64;
-    let per_object = (full.saturating_sub(empty)) as f64 / args.objects as f64;
+    let per_slot = opened.saturating_sub(base) as f64 / slots as f64;
+    let per_object = if args.objects > 0 {
+        opened.saturating_sub(base) as f64 / args.objects as f64
+    } else {
+        0.0
+    };
     let tb_slots = (1u64 << 40) as f64 / f64::from(info.object_size);
     println!(
-        "device {} GiB, object size {} KiB, {} slots; {} objects, {} tombstones",
-        size >> 30,
+        "device {} GiB, object size {} KiB, {} slots; {} objects, {} tombstones; resident after open {} MiB (before {} MiB)",
+        info.device_size >> 30,
         info.object_size >> 10,
         slots,
         st.objects,
-        st.tombstones
-    );
-    println!(
-        "resident: before open {} MiB, open and empty {} MiB, with the objects {} MiB",
+        st.tombstones,
+        opened >> 20,
         base >> 20,
-        empty >> 20,
-        full >> 20
     );
-    println!("per slot of capacity (paid at open): {per_slot:.1} bytes");
-    println!("per stored object (index, PG index and log): {per_object:.1} bytes");
-    println!(
-        "per TiB of {} KiB objects, full: {:.2} GiB",
-        info.object_size >> 10,
-        (per_slot + per_object) * tb_slots / f64::from(1u32 << 30)
-    );
+    if args.objects == 0 {
+        println!("  empty store: {per_slot:.1} bytes per slot of capacity");
+    } else {
+        println!(
+            "  {per_object:.1} bytes per stored object (all costs); a full TiB of {} KiB objects: {:.2} GiB",
+            info.object_size >> 10,
+            per_object * tb_slots / f64::from(1u32 << 30)
+        );
+    }
     store.close().await?;
-    std::fs::remove_file(&args.path)?;
     Ok(())
 }
