@@ -71,8 +71,21 @@ impl ClusterArgs {
 
     /// A client connected to the cluster.
     pub async fn connect(&self) -> anyhow::Result<Cluster> {
+        self.connect_with_timeout(ClusterConfig::default().op_timeout)
+            .await
+    }
+
+    /// A client whose operations give up after `op_timeout`.
+    pub async fn connect_with_timeout(
+        &self,
+        op_timeout: std::time::Duration,
+    ) -> anyhow::Result<Cluster> {
         let meta = self.meta().await?;
-        Ok(Cluster::connect(meta, ClusterConfig::default()).await?)
+        let config = ClusterConfig {
+            op_timeout,
+            ..ClusterConfig::default()
+        };
+        Ok(Cluster::connect(meta, config).await?)
     }
 }
 

@@ -3,9 +3,12 @@
 
 mod clusterfile;
 mod connect;
+mod device;
+mod duration;
 mod nbd_cmd;
 mod node_cmd;
 mod output;
+mod pg;
 mod pool;
 mod status;
 mod up;
@@ -32,9 +35,15 @@ enum Command {
     /// Create, list, inspect, resize and delete volumes.
     #[command(subcommand)]
     Volume(volume::VolumeCommand),
-    /// Create and list pools.
+    /// Create, list, inspect, change and delete pools.
     #[command(subcommand)]
     Pool(pool::PoolCommand),
+    /// List devices; mark them out or in; change their weight.
+    #[command(subcommand)]
+    Device(device::DeviceCommand),
+    /// List placement groups; declare one's data lost.
+    #[command(subcommand)]
+    Pg(pg::PgCommand),
     /// Show the cluster: map epoch, nodes, devices, pools, volumes.
     Status(status::StatusArgs),
     /// Benchmark a cluster (or any NBD target) and write reports.
@@ -90,6 +99,8 @@ async fn run(command: Command) -> anyhow::Result<()> {
         Command::Nbd(args) => nbd_cmd::run(args).await,
         Command::Volume(cmd) => volume::run(cmd).await,
         Command::Pool(cmd) => pool::run(cmd).await,
+        Command::Device(cmd) => device::run(cmd).await,
+        Command::Pg(cmd) => pg::run(cmd).await,
         Command::Status(args) => status::run(args).await,
         Command::Bench(_) => unreachable!("handled before the runtime starts"),
     }

@@ -19,12 +19,16 @@ pub struct NbdArgs {
     /// Volume served to clients asking for the empty export name.
     #[arg(long)]
     pub default_export: Option<String>,
+    /// How long one I/O may wait (node restarts, map changes, a placement group whose devices
+    /// are all down) before it fails with EIO, e.g. 30s.
+    #[arg(long, value_parser = crate::duration::parse_duration, default_value = "30s")]
+    pub io_timeout: std::time::Duration,
     #[command(flatten)]
     pub cluster: ClusterArgs,
 }
 
 pub async fn run(args: NbdArgs) -> anyhow::Result<()> {
-    let cluster = args.cluster.connect().await?;
+    let cluster = args.cluster.connect_with_timeout(args.io_timeout).await?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;

@@ -9,6 +9,7 @@ use clap::Args;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 #[derive(Args, Debug)]
 pub struct NodeArgs {
@@ -33,6 +34,14 @@ pub struct NodeArgs {
     /// I/O backend.
     #[arg(long, value_enum, default_value = "auto")]
     pub io: IoArg,
+    /// Lease of the node's registration: when the node dies, its devices count as down this
+    /// long after its last renewal, e.g. 10s.
+    #[arg(long, value_parser = crate::duration::parse_duration, default_value = "10s")]
+    pub lease_ttl: Duration,
+    /// While this node leads: how long a device may be down before it is marked out
+    /// automatically (its placement groups' up sets move), e.g. 10m.
+    #[arg(long, value_parser = crate::duration::parse_duration, default_value = "10m")]
+    pub down_out_interval: Duration,
 }
 
 pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
@@ -42,6 +51,8 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     let mut config = NodeConfig::new(&args.data, args.listen);
     config.advertise = args.advertise.clone();
     config.io = args.io.into();
+    config.lease_ttl = args.lease_ttl;
+    config.down_out_interval = args.down_out_interval;
     for spec in &args.devices {
         config.devices.push(parse_device(spec)?);
     }

@@ -18,6 +18,8 @@ pub struct StatusArgs {
 struct ClusterStatus {
     epoch: u64,
     nodes: Vec<NodeView>,
+    /// Devices that are down in the map (their node is gone or reports them failed).
+    devices_down: Vec<u32>,
     pools: Vec<PoolView>,
     volumes: usize,
     provisioned_bytes: u64,
@@ -38,7 +40,12 @@ struct PoolView {
     replicas: u8,
     pg_count: u32,
     object_size: u32,
+    /// PGs with no up device holding their data: their I/O waits, then fails.
+    unavailable_pgs: usize,
+    /// PGs served by fewer devices than `replicas`.
     degraded_pgs: usize,
+    /// PGs whose data is not (yet) where placement wants it.
+    remapped_pgs: usize,
 }
 
 pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
@@ -62,7 +69,9 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
         .await?
         .into_iter()
         .map(|p| PoolView {
-            degraded_pgs: map.pools.get(&p.id).map_or(0, |m| m.degraded.len()),
+            unavailable_pgs: map.pools.get(&p.id).map_or(0, |m| m.unavailable(&map)),
+            degraded_pgs: map.pools.get(&p.id).map_or(0, |m| m.degraded(&map)),
+            remapped_pgs: map.pools.get(&p.id).map_or(0, |m| m.remapped()),
             name: p.name,
             replicas: p.replicas,
             pg_count: p.pg_count,
@@ -73,6 +82,12 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
     let status = ClusterStatus {
         epoch: map.epoch.0,
         nodes,
+        devices_down: map
+            .devices
+            .iter()
+            .filter(|(_, d)| !d.up)
+            .map(|(id, _)| id.0)
+            .collect(),
         pools,
         volumes: volumes.len(),
         provisioned_bytes: volumes.iter().map(|v| v.size).sum(),
@@ -106,6 +121,13 @@ fn print_tables(s: &ClusterStatus) {
         s.volumes,
         format_size_approx(s.provisioned_bytes)
     );
+    if !s.devices_down.is_empty() {
+        let ids: Vec<String> = s.devices_down.iter().map(|d| format!("dev.{d}")).collect();
+        println!(
+            "devices down: {} (see `basalt device list`, `basalt pg list --problems`)",
+            ids.join(", ")
+        );
+    }
     let mut t = output::table(&[
         "NODE", "ADDRESS", "DEVICE", "I/O", "CAPACITY", "USED", "OBJECTS", "JOURNAL",
     ]);
@@ -139,14 +161,24 @@ fn print_tables(s: &ClusterStatus) {
         }
     }
     println!("{t}");
-    let mut t = output::table(&["POOL", "REPLICAS", "PGS", "OBJECT SIZE", "DEGRADED PGS"]);
+    let mut t = output::table(&[
+        "POOL",
+        "REPLICAS",
+        "PGS",
+        "OBJECT SIZE",
+        "UNAVAILABLE PGS",
+        "DEGRADED PGS",
+        "REMAPPED PGS",
+    ]);
     for p in &s.pools {
         t.add_row([
             p.name.clone(),
             p.replicas.to_string(),
             p.pg_count.to_string(),
             format_size(p.object_size as u64),
+            p.unavailable_pgs.to_string(),
             p.degraded_pgs.to_string(),
+            p.remapped_pgs.to_string(),
         ]);
     }
     println!("{t}");

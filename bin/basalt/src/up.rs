@@ -54,6 +54,12 @@ pub struct UpArgs {
     /// Placement groups of the default pool.
     #[arg(long, default_value_t = 64)]
     pub pg_count: u32,
+    /// How long one NBD I/O may wait (restarts, map changes) before it fails with EIO.
+    #[arg(long, value_parser = crate::duration::parse_duration, default_value = "30s")]
+    pub io_timeout: Duration,
+    /// How long a device may be down before it is marked out automatically.
+    #[arg(long, value_parser = crate::duration::parse_duration, default_value = "10m")]
+    pub down_out_interval: Duration,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -95,7 +101,11 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     if !node.wait_until_placed(Duration::from_secs(30)).await {
         bail!("the node's device was not placed in a cluster map within 30 s");
     }
-    let cluster = Cluster::connect(meta.store.clone(), ClusterConfig::default()).await?;
+    let config = ClusterConfig {
+        op_timeout: args.io_timeout,
+        ..ClusterConfig::default()
+    };
+    let cluster = Cluster::connect(meta.store.clone(), config).await?;
     cluster.add_local_node(node.id(), node.service());
     ensure_volume(&cluster, &args).await?;
 
@@ -215,6 +225,7 @@ async fn start_node(args: &UpArgs, data: &Path, meta: &Meta) -> anyhow::Result<N
     };
     let mut config = NodeConfig::new(data.join("node"), args.listen);
     config.io = args.io.into();
+    config.down_out_interval = args.down_out_interval;
     config.devices.push(DeviceConfig {
         path: device,
         size,

@@ -87,22 +87,23 @@ fn node_and_gateway_processes_share_an_etcd() {
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     // A pool must exist before volumes; the node's leader places it once the node registers.
+    // Replicated pools are accepted (their writes are refused until replication exists);
+    // more than 5 copies are not.
     let out = Command::new(BASALT)
         .args([
             "pool",
             "create",
-            "default",
+            "wide",
             "--replicas",
-            "3",
+            "6",
             "--etcd",
             &endpoint,
         ])
         .output()
         .unwrap();
-    assert!(
-        !out.status.success(),
-        "a replicated pool was accepted before replication exists"
-    );
+    assert!(!out.status.success(), "6 copies were accepted");
+    cli(&["pool", "create", "triple", "--replicas", "3"]);
+    cli(&["pool", "delete", "triple"]);
     cli(&["pool", "create", "default", "--pg-count", "16"]);
     assert!(cli(&["pool", "list"]).contains("default"));
     let node_log = std::fs::File::create(dir.path().join("node.log")).unwrap();
@@ -136,6 +137,17 @@ fn node_and_gateway_processes_share_an_etcd() {
                     && v["nodes"].as_array().is_some_and(|n| n.len() == 1)
             })
     });
+    // A pool whose objects no device can hold (the device has 128 KiB objects) is refused.
+    let out = Command::new(BASALT)
+        .args(["pool", "create", "big", "--object-size", "4MiB"])
+        .args(["--etcd", &endpoint])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("no device can hold pool big"),
+        "a 4 MiB pool on 128 KiB devices: {err}"
+    );
     cli(&["volume", "create", "shared", "--size", "64MiB"]);
     let port = free_port();
     let listen = format!("127.0.0.1:{port}");

@@ -1,12 +1,12 @@
 //! Volume administration: create, list, inspect, resize, delete. Metadata changes go through the
 //! catalog; data changes (deleting a volume's objects, cutting them after a shrink) go to every
-//! node that holds a primary of the volume's pool.
+//! node that holds data of the volume's pool.
 
 use crate::cluster::Cluster;
 use crate::error::ClientError;
 use crate::meta::{PoolRecord, VolumeRecord};
 use crate::retry::call_node_with_retry;
-use crate::write::primary_nodes;
+use crate::write::holder_nodes;
 use basalt_proto::{Request, Response};
 use basalt_types::VolumeId;
 use basalt_types::size::format_size;
@@ -112,13 +112,15 @@ impl Cluster {
         Ok(())
     }
 
-    /// Deletes the objects of a volume with index >= `from_index` on every node of its pool.
+    /// Deletes the objects of a volume with index >= `from_index` on every node holding data of
+    /// its pool (every acting member's node). A node that is down makes this wait and then
+    /// fail: the data it holds must not come back when it returns.
     async fn delete_objects(
         &self,
         record: &VolumeRecord,
         from_index: u64,
     ) -> Result<u64, ClientError> {
-        let nodes = primary_nodes(&self.map(), record.pool);
+        let nodes = holder_nodes(&self.map(), record.pool);
         let (pool, volume): (_, VolumeId) = (record.pool, record.id);
         let mut total = 0;
         for node in nodes {

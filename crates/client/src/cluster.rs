@@ -22,7 +22,8 @@ pub struct ClusterConfig {
     pub client_name: String,
     /// How long to wait for a TCP connection and handshake.
     pub connect_timeout: Duration,
-    /// How long one operation may keep retrying (map changes, node restarts) before failing.
+    /// How long one operation may keep retrying (map changes, node restarts, a placement
+    /// group whose devices are all down) before failing.
     pub op_timeout: Duration,
 }
 
@@ -53,8 +54,13 @@ pub(crate) struct Inner {
     local: RwLock<HashMap<NodeId, Arc<dyn Service>>>,
     links: Mutex<HashMap<NodeId, LinkSlot>>,
     watcher: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// When the map was last re-read by [`Cluster::reload_map`] (retries share one re-read).
+    last_reload: Mutex<Option<Instant>>,
     pub(crate) open: Arc<OpenVolumes>,
 }
+
+/// How often retrying operations may re-read the whole map from the metadata store.
+const RELOAD_EVERY: Duration = Duration::from_millis(500);
 
 impl Drop for Inner {
     fn drop(&mut self) {
@@ -81,6 +87,7 @@ impl Cluster {
                 local: RwLock::new(HashMap::new()),
                 links: Mutex::new(HashMap::new()),
                 watcher: Mutex::new(None),
+                last_reload: Mutex::new(None),
                 open: Arc::default(),
             }),
         };
@@ -149,14 +156,29 @@ impl Cluster {
         Ok(())
     }
 
-    /// Reads the map from the metadata store now (in case the watch missed a publication).
+    /// Waits until the map's epoch is at least `epoch`, or `timeout` passes (the map watch
+    /// installs new maps).
+    pub(crate) async fn wait_for_map(&self, epoch: Epoch, timeout: Duration) {
+        self.inner.maps.wait_for(epoch, timeout).await;
+    }
+
+    /// Reads the map from the metadata store (in case the watch missed a publication), at
+    /// most once per [`RELOAD_EVERY`] however many operations are retrying: the map can be
+    /// MiBs.
     pub(crate) async fn reload_map(&self) {
+        {
+            let mut last = self.inner.last_reload.lock();
+            if last.is_some_and(|t| t.elapsed() < RELOAD_EVERY) {
+                return;
+            }
+            *last = Some(Instant::now());
+        }
         if let Ok(Some(map)) = meta::load_map(&self.inner.catalog).await {
             self.inner.maps.offer(map);
         }
     }
 
-    /// Waits until the map knows every placement group of `pool` (used at startup).
+    /// Waits until every placement group of `pool` has a serving device (used at startup).
     pub async fn wait_for_pool(
         &self,
         pool: basalt_types::PoolId,
@@ -167,7 +189,7 @@ impl Cluster {
             let map = self.map();
             if let Some(p) = map.pools.get(&pool)
                 && p.pgs.len() as u32 == p.pg_count
-                && p.pgs.iter().all(|devs| !devs.is_empty())
+                && p.pgs.iter().all(|pg| map.pg_primary(pg).is_some())
             {
                 return Ok(());
             }

@@ -94,7 +94,8 @@ impl Volume {
     }
 }
 
-/// Every node that is the primary of at least one placement group of `pool`.
+/// Every node that is the primary of at least one placement group of `pool` (the first up
+/// member of its acting set).
 pub(crate) fn primary_nodes(
     map: &basalt_placement::ClusterMap,
     pool: basalt_types::PoolId,
@@ -104,8 +105,24 @@ pub(crate) fn primary_nodes(
     };
     p.pgs
         .iter()
-        .filter_map(|devs| devs.first())
-        .filter_map(|d| map.devices.get(d).map(|info| info.node))
+        .filter_map(|pg| map.pg_primary(pg))
+        .filter_map(|d| map.device_node(d))
+        .collect()
+}
+
+/// Every node holding a device of the acting set of some placement group of `pool`, up or
+/// down: where the pool's data is.
+pub(crate) fn holder_nodes(
+    map: &basalt_placement::ClusterMap,
+    pool: basalt_types::PoolId,
+) -> BTreeSet<NodeId> {
+    let Some(p) = map.pools.get(&pool) else {
+        return BTreeSet::new();
+    };
+    p.pgs
+        .iter()
+        .flat_map(|pg| pg.acting.iter().copied())
+        .filter_map(|d| map.device_node(d))
         .collect()
 }
 

@@ -137,13 +137,28 @@ impl Catalog {
         key: &str,
         mut f: impl FnMut(Option<T>) -> Result<T, MetaError>,
     ) -> Result<(T, Revision), MetaError> {
+        self.update_if(key, |cur| f(cur).map(|next| (next, true)))
+            .await
+    }
+
+    /// Like [`Catalog::update`], but `f` also says whether to write: `(record, false)` leaves
+    /// the key as it is and returns `record` with the revision that was read.
+    pub(crate) async fn update_if<T: Serialize + DeserializeOwned>(
+        &self,
+        key: &str,
+        mut f: impl FnMut(Option<T>) -> Result<(T, bool), MetaError>,
+    ) -> Result<(T, Revision), MetaError> {
         for _ in 0..MAX_ATTEMPTS {
             let current = self.read::<T>(key).await?;
+            let read_rev = current.as_ref().map_or(0, |(_, kv)| kv.mod_revision);
             let guard = match &current {
                 Some((_, kv)) => Compare::mod_revision_is(key, kv.mod_revision),
                 None => Compare::missing(key),
             };
-            let next = f(current.map(|(rec, _)| rec))?;
+            let (next, write) = f(current.map(|(rec, _)| rec))?;
+            if !write {
+                return Ok((next, read_rev));
+            }
             let txn = Txn::new()
                 .when([guard])
                 .and_then([TxnOp::put(key, encode(&next))]);

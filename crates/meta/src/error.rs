@@ -80,6 +80,22 @@ pub enum MetaError {
     },
     #[error("this process is no longer the leader (the leader key was lost or taken over)")]
     NotLeader,
+    #[error(
+        "the cluster map at '{key}' has format version 1, written by an older basalt; this \
+         build keeps the map under /basalt/map/ in format 2 and cannot serve that cluster's \
+         data: run the older basalt, or start a new cluster"
+    )]
+    LegacyMap { key: String },
+    #[error("pool '{pool}' still holds volumes ({volumes}); delete them first")]
+    PoolInUse { pool: String, volumes: String },
+    #[error("pool '{0}' is being deleted; run `basalt pool delete {0}` again to finish or undo it")]
+    PoolDeleting(String),
+    #[error("device {device} belongs to {owner}, not to {node}; give each node its own devices")]
+    DeviceOwned {
+        device: String,
+        owner: String,
+        node: String,
+    },
 
     // --- the etcd child process ---
     #[error("could not start etcd: {0}")]

@@ -14,8 +14,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The largest request (e.g. one cluster map) the child etcd accepts.
+/// The largest request the child etcd accepts by default. Cluster maps do not need it (they are
+/// published in transactions of at most 1 MiB, within etcd's own 1.5 MiB default); it leaves
+/// room for other large values.
 pub const MAX_REQUEST_BYTES: usize = 16 << 20;
+
+/// etcd's own default request limit (`--max-request-bytes`).
+pub const ETCD_DEFAULT_REQUEST_BYTES: usize = 1_572_864;
 
 /// How long etcd may take to answer after it was started.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -29,6 +34,8 @@ pub struct EtcdOptions {
     pub data_dir: Option<PathBuf>,
     /// Client port on 127.0.0.1; 0 = a free one.
     pub client_port: u16,
+    /// etcd's `--max-request-bytes`.
+    pub max_request_bytes: usize,
 }
 
 impl Default for EtcdOptions {
@@ -37,6 +44,7 @@ impl Default for EtcdOptions {
             binary: PathBuf::from("etcd"),
             data_dir: None,
             client_port: 0,
+            max_request_bytes: MAX_REQUEST_BYTES,
         }
     }
 }
@@ -51,6 +59,7 @@ pub struct EtcdProcess {
     _temp: Option<tempfile::TempDir>,
     client_port: u16,
     peer_port: u16,
+    max_request_bytes: usize,
 }
 
 impl EtcdProcess {
@@ -82,6 +91,7 @@ impl EtcdProcess {
             _temp: temp,
             client_port,
             peer_port: free_port()?,
+            max_request_bytes: options.max_request_bytes,
         };
         // A free port can be taken by someone else before etcd binds it: try other ports.
         let mut attempts = 0;
@@ -146,11 +156,9 @@ impl EtcdProcess {
             .arg(format!("--initial-advertise-peer-urls={peer}"))
             .arg(format!("--initial-cluster={name}={peer}"))
             .arg("--initial-cluster-state=new")
-            // Cluster maps are single values that can reach a few MiB (etcd's default request
-            // limit is 1.5 MiB).
-            .arg(format!("--max-request-bytes={MAX_REQUEST_BYTES}"))
-            // Every map publication adds a revision holding the whole map: keep the history
-            // bounded (watchers more than this far behind get Lost and re-list).
+            .arg(format!("--max-request-bytes={}", self.max_request_bytes))
+            // Keep the history bounded (watchers more than this far behind get Lost and
+            // re-list); a map publication adds only the chunks that changed.
             .arg("--auto-compaction-mode=revision")
             .arg("--auto-compaction-retention=10000")
             .stdin(Stdio::null())

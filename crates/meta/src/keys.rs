@@ -4,7 +4,7 @@
 //! Numeric ids are zero-padded to a fixed width so that key order is numeric order (a prefix
 //! listing returns pools, nodes and devices sorted by id).
 
-use basalt_types::{DeviceId, NodeId, PoolId};
+use basalt_types::{ChunkId, DeviceId, Epoch, NodeId, PgId, PoolId};
 
 /// The root of the schema. Every key starts with it.
 pub const ROOT: &str = "/basalt/";
@@ -21,8 +21,16 @@ pub const VOLUMES: &str = "/basalt/volumes/";
 pub const NODES: &str = "/basalt/nodes/";
 /// Prefix of the device records.
 pub const DEVICES: &str = "/basalt/devices/";
-/// The published cluster map.
-pub const MAP: &str = "/basalt/map";
+/// Prefix of the published cluster map: [`MAP_HEADER`] and the chunks under [`MAP_CHUNKS`].
+pub const MAP: &str = "/basalt/map/";
+/// The cluster map's header (format, epoch, devices, nodes, pools, chunk list).
+pub const MAP_HEADER: &str = "/basalt/map/header";
+/// Prefix of the chunks of the cluster map's PG tables.
+pub const MAP_CHUNKS: &str = "/basalt/map/chunks/";
+/// Where map format 1 kept the whole map as one value; refused when found.
+pub const LEGACY_MAP: &str = "/basalt/map";
+/// Prefix of the PG-ready reports (a primary completed a PG on its `up` set).
+pub const PG_READY: &str = "/basalt/pg-ready/";
 /// The leader record (attached to the leader's lease).
 pub const LEADER: &str = "/basalt/leader";
 
@@ -77,6 +85,41 @@ pub fn device(id: DeviceId) -> String {
     format!("{DEVICES}{:010}", id.0)
 }
 
+/// `/basalt/map/chunks/<pool, 10 digits>/<index, 10 digits>/<written epoch, 20 digits>`
+pub fn map_chunk(id: ChunkId) -> String {
+    format!(
+        "{MAP_CHUNKS}{:010}/{:010}/{:020}",
+        id.pool.0, id.index, id.written.0
+    )
+}
+
+/// `/basalt/pg-ready/<pool, 10 digits>/<pg, 10 digits>`
+pub fn pg_ready(pg: PgId) -> String {
+    format!("{PG_READY}{:010}/{:010}", pg.pool.0, pg.pg)
+}
+
+/// The chunk id in a key under [`MAP_CHUNKS`].
+pub fn parse_map_chunk(key: &str) -> Option<ChunkId> {
+    let mut parts = key.strip_prefix(MAP_CHUNKS)?.split('/');
+    let pool = PoolId(parts.next()?.parse().ok()?);
+    let index = parts.next()?.parse().ok()?;
+    let written = Epoch(parts.next()?.parse().ok()?);
+    parts.next().is_none().then_some(ChunkId {
+        pool,
+        index,
+        written,
+    })
+}
+
+/// The PG in a key under [`PG_READY`].
+pub fn parse_pg_ready(key: &str) -> Option<PgId> {
+    let (pool, pg) = key.strip_prefix(PG_READY)?.split_once('/')?;
+    Some(PgId {
+        pool: PoolId(pool.parse().ok()?),
+        pg: pg.parse().ok()?,
+    })
+}
+
 /// The node id in a key under [`NODES`] (e.g. from a watch event).
 pub fn parse_node(key: &str) -> Option<NodeId> {
     key.strip_prefix(NODES)?.parse().ok().map(NodeId)
@@ -119,8 +162,34 @@ mod tests {
         assert_eq!(parse_node("/basalt/devices/0000000001"), None);
         // Zero padding keeps key order = id order.
         assert!(node(NodeId(9)) < node(NodeId(10)));
-        // No prefix is a prefix of another family.
-        for (a, b) in [(POOLS, POOL_NAMES), (NODES, DEVICES), (MAP, LEADER)] {
+        let chunk = ChunkId {
+            pool: PoolId(2),
+            index: 3,
+            written: Epoch(40),
+        };
+        assert_eq!(
+            map_chunk(chunk),
+            "/basalt/map/chunks/0000000002/0000000003/00000000000000000040"
+        );
+        assert_eq!(parse_map_chunk(&map_chunk(chunk)), Some(chunk));
+        assert_eq!(parse_map_chunk(MAP_HEADER), None);
+        let pg = PgId {
+            pool: PoolId(1),
+            pg: 77,
+        };
+        assert_eq!(pg_ready(pg), "/basalt/pg-ready/0000000001/0000000077");
+        assert_eq!(parse_pg_ready(&pg_ready(pg)), Some(pg));
+        // Chunks sort before the header, so a listing or a poller meets them first.
+        assert!(map_chunk(chunk).as_str() < MAP_HEADER);
+        // No prefix is a prefix of another family (the legacy map key is only ever read
+        // with `get`).
+        for (a, b) in [
+            (POOLS, POOL_NAMES),
+            (NODES, DEVICES),
+            (MAP, LEADER),
+            (MAP, PG_READY),
+            (POOLS, PG_READY),
+        ] {
             assert!(!a.starts_with(b) && !b.starts_with(a));
         }
     }

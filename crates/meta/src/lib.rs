@@ -11,8 +11,9 @@
 //!      (tests/conformance.rs).
 //! 2. [`keys`]: the whole key schema (docs/design/metadata-keys.md).
 //! 3. [`Catalog`] (catalog.rs): versioned JSON records and compare-and-swap helpers, with one
-//!    file per noun: pool.rs, volume.rs, node.rs (nodes and devices), map.rs (the cluster map),
-//!    leader.rs (election), volume_watch.rs (following volume records). lease.rs keeps a lease
+//!    file per noun: pool.rs, volume.rs, node.rs (nodes and devices), map.rs (the cluster map:
+//!    a header and chunks), pg_ready.rs (PG-ready reports), leader.rs (election),
+//!    volume_watch.rs (following volume records). lease.rs keeps a lease
 //!    alive ([`KeepAlive`]).
 //! 4. [`EtcdProcess`] (etcd_process.rs): a child etcd for `basalt up --etcd` and tests.
 //! 5. [`remote`]: store calls as serde values, so a process that owns a store (a `basalt up`
@@ -31,6 +32,7 @@ mod leader;
 mod lease;
 mod map;
 mod node;
+mod pg_ready;
 mod pool;
 pub mod remote;
 mod store;
@@ -42,12 +44,19 @@ pub use catalog::{Catalog, RECORD_VERSION};
 pub use embedded::EmbeddedStore;
 pub use error::MetaError;
 pub use etcd::{EtcdStore, REQUEST_TIMEOUT};
-pub use etcd_process::{EtcdOptions, EtcdProcess};
+pub use etcd_process::{ETCD_DEFAULT_REQUEST_BYTES, EtcdOptions, EtcdProcess};
 pub use keys::IdKind;
 pub use leader::{LeaderRecord, Leadership};
 pub use lease::KeepAlive;
-pub use node::{DeviceRecord, DeviceState, NodeRecord, default_weight};
-pub use pool::{FailureDomain, MAX_OBJECT_SIZE, MAX_PG_COUNT, MAX_REPLICAS, PoolRecord, PoolSpec};
+pub use map::{MAP_TXN_BYTES, StoredMap};
+pub use node::{
+    DeviceRecord, DeviceRegistration, DeviceState, NodeRecord, OutReason, default_weight,
+};
+pub use pg_ready::PgReadyRecord;
+pub use pool::{
+    FailureDomain, MAX_OBJECT_SIZE, MAX_PG_COUNT, MAX_REPLICAS, PoolRecord, PoolSpec,
+    default_min_size,
+};
 pub use store::{
     Compare, CompareOp, CompareTarget, KeyValue, LeaseId, Listing, MetaStore, Revision, Txn, TxnOp,
     TxnOpResult, TxnResult, WATCH_BUFFER, WatchEvent, WatchReceiver,

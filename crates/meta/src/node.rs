@@ -52,21 +52,67 @@ pub struct DeviceRecord {
     /// Usable bytes.
     pub capacity: u64,
     /// Relative share of data for placement; by convention the capacity in GiB, at least 1.
+    /// Set at first registration; an operator may change it; a restart keeps it.
     pub weight: u32,
+    /// The object size the store was formatted with (0 in records of older versions:
+    /// no pool uses the device until its node registers it again).
+    #[serde(default)]
+    pub object_size: u32,
+    /// What the device's node says: `up` (its store works) or `down`.
     pub state: DeviceState,
+    /// Why the device is out (gets no new data), if it is: an operator drained it, or it was
+    /// down longer than the down-out interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub out: Option<OutReason>,
 }
 
-/// Whether placement may use a device.
+impl DeviceRecord {
+    /// Whether placement may give the device new PGs (it is not out).
+    pub fn is_in(&self) -> bool {
+        self.out.is_none() && self.state != DeviceState::Out
+    }
+
+    /// Whether its node reports the device working (it is up if the node is alive, too).
+    pub fn reported_up(&self) -> bool {
+        self.state != DeviceState::Down
+    }
+}
+
+/// What a device's node reports about it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 #[non_exhaustive]
 pub enum DeviceState {
-    /// Serving and holding data.
+    /// Serving.
     Up,
-    /// Not answering (its node is gone or its store failed); still counted as holding data.
+    /// Not serving (e.g. its store failed); still counted as holding its data.
     Down,
-    /// Drained by an operator: holds no data.
+    /// Only in records of older versions ("drained"): read as up and out by an operator, and
+    /// rewritten that way when the node registers the device again.
     Out,
+}
+
+/// Why a device is out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum OutReason {
+    /// `basalt device out`: stays out until `basalt device in`.
+    Operator,
+    /// The leader: down longer than the down-out interval; goes back in when it is up again.
+    Auto,
+}
+
+/// What a node knows about one of its devices when it registers it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceRegistration {
+    pub id: DeviceId,
+    pub node: NodeId,
+    pub path: String,
+    /// Used only when the device is registered for the first time.
+    pub class: String,
+    pub capacity: u64,
+    pub object_size: u32,
 }
 
 /// The default placement weight of a device of `capacity` bytes: its size in GiB, at least 1.
@@ -110,12 +156,56 @@ impl Catalog {
         self.read_all(keys::NODES).await
     }
 
-    /// Creates or replaces a device record.
+    /// Creates or replaces a device record (tools and tests; nodes use
+    /// [`Catalog::register_device`]).
     pub async fn put_device(&self, record: &DeviceRecord) -> Result<Revision, MetaError> {
         let value = crate::catalog::encode(record);
         self.store()
             .put(&keys::device(record.id), value, None)
             .await
+    }
+
+    /// Registers a device of a starting node by compare-and-swap: a new device gets its
+    /// default weight, state up and in; a known one gets its path, capacity and object size
+    /// updated and state up, and keeps its weight, class and out mark (an operator's decisions
+    /// survive restarts). A device recorded for another node is refused.
+    pub async fn register_device(
+        &self,
+        reg: &DeviceRegistration,
+    ) -> Result<DeviceRecord, MetaError> {
+        let (record, _) = self
+            .update(&keys::device(reg.id), |cur: Option<DeviceRecord>| {
+                let Some(mut d) = cur else {
+                    return Ok(DeviceRecord {
+                        id: reg.id,
+                        node: reg.node,
+                        path: reg.path.clone(),
+                        class: reg.class.clone(),
+                        capacity: reg.capacity,
+                        weight: default_weight(reg.capacity),
+                        object_size: reg.object_size,
+                        state: DeviceState::Up,
+                        out: None,
+                    });
+                };
+                if d.node != reg.node {
+                    return Err(MetaError::DeviceOwned {
+                        device: reg.id.to_string(),
+                        owner: d.node.to_string(),
+                        node: reg.node.to_string(),
+                    });
+                }
+                if d.state == DeviceState::Out {
+                    d.out.get_or_insert(OutReason::Operator);
+                }
+                d.path.clone_from(&reg.path);
+                d.capacity = reg.capacity;
+                d.object_size = reg.object_size;
+                d.state = DeviceState::Up;
+                Ok(d)
+            })
+            .await?;
+        Ok(record)
     }
 
     pub async fn get_device(&self, id: DeviceId) -> Result<Option<DeviceRecord>, MetaError> {
@@ -127,17 +217,90 @@ impl Catalog {
         self.read_all(keys::DEVICES).await
     }
 
-    /// Changes a device's state (compare-and-swap: other fields changed meanwhile are kept).
+    /// Changes what a device's node reports about it (compare-and-swap: other fields changed
+    /// meanwhile are kept).
     pub async fn set_device_state(
         &self,
         id: DeviceId,
         state: DeviceState,
     ) -> Result<DeviceRecord, MetaError> {
+        self.change_device(id, |d| {
+            d.state = state;
+            true
+        })
+        .await
+    }
+
+    /// Marks a device out (`Some(reason)`) or in (`None`): the operator's `device out|in`.
+    pub async fn set_device_out(
+        &self,
+        id: DeviceId,
+        out: Option<OutReason>,
+    ) -> Result<DeviceRecord, MetaError> {
+        self.change_device(id, |d| {
+            if d.state == DeviceState::Out {
+                d.state = DeviceState::Up;
+            }
+            d.out = out;
+            true
+        })
+        .await
+    }
+
+    /// Sets a device's placement weight (0 = holds nothing).
+    pub async fn set_device_weight(
+        &self,
+        id: DeviceId,
+        weight: u32,
+    ) -> Result<DeviceRecord, MetaError> {
+        self.change_device(id, |d| {
+            d.weight = weight;
+            true
+        })
+        .await
+    }
+
+    /// The leader's down-out rule: marks an in device out automatically. Returns whether it
+    /// changed anything (a device an operator marked out is left alone).
+    pub async fn auto_out_device(&self, id: DeviceId) -> Result<bool, MetaError> {
+        let mut changed = false;
+        self.change_device(id, |d| {
+            changed = d.is_in();
+            if changed {
+                d.out = Some(OutReason::Auto);
+            }
+            changed
+        })
+        .await?;
+        Ok(changed)
+    }
+
+    /// The leader's down-out rule: a device out automatically is back up, so it goes back in.
+    /// Returns whether it changed anything.
+    pub async fn auto_in_device(&self, id: DeviceId) -> Result<bool, MetaError> {
+        let mut changed = false;
+        self.change_device(id, |d| {
+            changed = d.out == Some(OutReason::Auto);
+            if changed {
+                d.out = None;
+            }
+            changed
+        })
+        .await?;
+        Ok(changed)
+    }
+
+    /// Compare-and-swap on a device record; `f` returns false to leave it unchanged.
+    async fn change_device(
+        &self,
+        id: DeviceId,
+        mut f: impl FnMut(&mut DeviceRecord) -> bool,
+    ) -> Result<DeviceRecord, MetaError> {
         let (record, _) = self
-            .update(&keys::device(id), |cur: Option<DeviceRecord>| {
+            .update_if(&keys::device(id), |cur: Option<DeviceRecord>| {
                 let mut d = cur.ok_or_else(|| MetaError::NoSuchDevice(id.to_string()))?;
-                d.state = state;
-                Ok(d)
+                let changed = f(&mut d);
+                Ok((d, changed))
             })
             .await?;
         Ok(record)

@@ -79,39 +79,64 @@ impl Catalog {
     ) -> Result<VolumeRecord, MetaError> {
         validate_name(name)?;
         validate_volume_size(name, size)?;
-        let pool_rec = self
-            .get_pool_by_name(pool)
-            .await?
-            .ok_or_else(|| MetaError::NoSuchPool(pool.to_string()))?;
         let key = keys::volume(name);
         if let Some(existing) = self.get_volume(name).await? {
             return Err(exists_error(&existing));
         }
-        let record = VolumeRecord {
-            id: VolumeId(self.next_id(IdKind::Volume).await?),
-            name: name.to_string(),
-            pool: pool_rec.id,
-            size,
-            created_at: now_secs(),
-            state: VolumeState::Active,
-        };
-        let pool_key = keys::pool(pool_rec.id);
-        let txn = Txn::new()
-            .when([Compare::missing(&key), Compare::exists(&pool_key)])
-            .and_then([TxnOp::put(&key, encode(&record))])
-            .or_else([TxnOp::get(&key)]);
-        let result = self.store().txn(txn).await?;
-        if result.succeeded {
-            return Ok(record);
-        }
-        match result.results.first() {
-            Some(TxnOpResult::Get(Some(kv))) => {
-                let existing: VolumeRecord = crate::catalog::decode(&key, &kv.value)?;
-                Err(exists_error(&existing))
+        let id = VolumeId(self.next_id(IdKind::Volume).await?);
+        // The transaction compares the pool record's revision: a pool being deleted (or
+        // changed) meanwhile makes it fail, and it is tried again on the new state.
+        for _ in 0..10 {
+            let (pool_rec, pool_rev) = self.pool_for_volume(pool).await?;
+            let record = VolumeRecord {
+                id,
+                name: name.to_string(),
+                pool: pool_rec.id,
+                size,
+                created_at: now_secs(),
+                state: VolumeState::Active,
+            };
+            let pool_key = keys::pool(pool_rec.id);
+            let txn = Txn::new()
+                .when([
+                    Compare::missing(&key),
+                    Compare::mod_revision_is(&pool_key, pool_rev),
+                ])
+                .and_then([TxnOp::put(&key, encode(&record))])
+                .or_else([TxnOp::get(&key)]);
+            let result = self.store().txn(txn).await?;
+            if result.succeeded {
+                return Ok(record);
             }
-            // The name was free, so the pool check failed: it was deleted meanwhile.
-            _ => Err(MetaError::NoSuchPool(pool.to_string())),
+            if let Some(TxnOpResult::Get(Some(kv))) = result.results.first() {
+                let existing: VolumeRecord = crate::catalog::decode(&key, &kv.value)?;
+                return Err(exists_error(&existing));
+            }
         }
+        Err(MetaError::Contention {
+            key: keys::volume(name),
+            attempts: 10,
+        })
+    }
+
+    /// The pool named `pool` and its record's revision, if volumes may be created in it.
+    async fn pool_for_volume(
+        &self,
+        pool: &str,
+    ) -> Result<(crate::pool::PoolRecord, crate::store::Revision), MetaError> {
+        let id = self
+            .get_pool_by_name(pool)
+            .await?
+            .ok_or_else(|| MetaError::NoSuchPool(pool.to_string()))?
+            .id;
+        let (rec, rev) = self
+            .get_pool_at(id)
+            .await?
+            .ok_or_else(|| MetaError::NoSuchPool(pool.to_string()))?;
+        if rec.deleting {
+            return Err(MetaError::PoolDeleting(pool.to_string()));
+        }
+        Ok((rec, rev))
     }
 
     /// A volume by name.

@@ -10,6 +10,10 @@ mod backend_specific;
 #[path = "conformance/catalog.rs"]
 mod catalog;
 mod common;
+#[path = "conformance/map.rs"]
+mod map;
+#[path = "conformance/records.rs"]
+mod records;
 
 use anyhow::{Context, Result, bail, ensure};
 use basalt_meta::{
@@ -17,6 +21,8 @@ use basalt_meta::{
 };
 use catalog::*;
 use common::{Harness, next_event, wait_until};
+use map::*;
+use records::*;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -56,6 +62,11 @@ conformance!(
     catalog_resize_is_compare_and_swap,
     catalog_rejects_bad_input_and_stores_nothing,
     catalog_map_cas_and_watch,
+    catalog_map_writes_changed_chunks_in_batches_and_cleans_up,
+    catalog_map_refuses_format_1,
+    catalog_pg_ready_reports_are_removed_by_revision,
+    catalog_device_registration_keeps_operator_state,
+    catalog_pools_min_size_and_delete,
     catalog_volume_watch_follows_resize_and_delete,
     catalog_leader_election_and_fencing,
     catalog_nodes_live_under_a_lease_and_devices_persist,

@@ -38,7 +38,14 @@ pub struct NodeConfig {
     pub lease_ttl: Duration,
     /// Whether this node may become the leader that computes and publishes cluster maps.
     pub leader_eligible: bool,
+    /// While leader: how long a device may be down before it is marked out automatically
+    /// (its PGs' `up` sets then move; their data stays where it is until recovery reports it
+    /// complete elsewhere).
+    pub down_out_interval: Duration,
 }
+
+/// The default down-out interval: 10 minutes, like Ceph's `mon_osd_down_out_interval`.
+pub const DEFAULT_DOWN_OUT_INTERVAL: Duration = Duration::from_secs(600);
 
 impl NodeConfig {
     pub fn new(data_dir: impl Into<PathBuf>, listen: SocketAddr) -> NodeConfig {
@@ -52,6 +59,7 @@ impl NodeConfig {
             io: IoMode::Auto,
             lease_ttl: Duration::from_secs(10),
             leader_eligible: true,
+            down_out_interval: DEFAULT_DOWN_OUT_INTERVAL,
         }
     }
 }

@@ -1,10 +1,10 @@
 //! Opening the node's devices: format new ones (with a cluster-unique device id), open every store
-//! (recovery runs here), and register each in the catalog.
+//! (recovery runs here), and register each in the catalog (keeping what an operator set).
 
 use crate::config::DeviceConfig;
 use crate::error::NodeError;
 use basalt_engine::{FormatOptions, IoMode, OpenOptions, Store};
-use basalt_meta::{Catalog, DeviceRecord, DeviceState, IdKind, default_weight};
+use basalt_meta::{Catalog, DeviceRegistration, IdKind};
 use basalt_types::{DeviceId, NodeId};
 use std::collections::HashMap;
 
@@ -27,21 +27,23 @@ pub(crate) async fn open_all(
                 cfg.path.display()
             )));
         }
-        let record = DeviceRecord {
+        let registration = DeviceRegistration {
             id,
             node,
             path: cfg.path.display().to_string(),
             class: cfg.class.clone(),
             capacity: info.capacity_bytes,
-            weight: default_weight(info.capacity_bytes),
-            state: DeviceState::Up,
+            object_size: info.object_size,
         };
-        catalog.put_device(&record).await?;
+        // Compare-and-swap: an operator's out mark and weight survive the restart.
+        let record = catalog.register_device(&registration).await?;
         tracing::info!(
             device = %id,
             path = %cfg.path.display(),
             io = info.io_backend,
             capacity = info.capacity_bytes,
+            weight = record.weight,
+            out = ?record.out,
             "device open"
         );
         stores.insert(id, store);

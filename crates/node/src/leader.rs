@@ -1,133 +1,176 @@
 //! The leader: one node at a time (elected through a lease on `/basalt/leader`) computes the
-//! placement of every pool from the registered pools, devices and live nodes, and publishes a new
-//! cluster map whenever that placement changes.
+//! placement of every pool from the registered pools, devices, live nodes and PG-ready reports,
+//! and publishes a new cluster map whenever that placement changes. It also applies the
+//! down-out rule: a device down longer than the down-out interval is marked out (and back in
+//! when it returns).
+//!
+//! It recomputes when something under `pools/`, `nodes/`, `devices/` or `pg-ready/` changes
+//! (`changes.rs`), or when a down device reaches the interval; never on volume records or on
+//! its own map writes.
 
-use basalt_meta::{Catalog, DeviceState, Leadership, MetaError, WatchEvent, keys};
-use basalt_placement::{ClusterMap, DeviceInfo, NodeInfo, PlacementInput, PoolSpec, compute};
-use std::collections::BTreeSet;
-use std::time::Duration;
+use crate::changes::Changes;
+use crate::gather::{Gathered, gather};
+use basalt_meta::{Catalog, Leadership, MetaError, StoredMap};
+use basalt_placement::{ClusterMap, compute, down_out, named_chunks};
+use basalt_types::MapCodec;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::watch;
 
+/// How the leader runs.
+#[derive(Clone, Debug)]
+pub(crate) struct LeaderConfig {
+    /// Who campaigns (shown in the leader record).
+    pub name: String,
+    /// Lease of the leadership.
+    pub ttl: Duration,
+    /// How long a device may be down before it is marked out automatically.
+    pub down_out_interval: Duration,
+    /// Counts map computations (tests check what triggers them).
+    pub computations: Arc<AtomicU64>,
+}
+
 /// Campaigns for leadership until `stop`; while leader, keeps the map up to date.
-pub(crate) async fn run(
-    catalog: Catalog,
-    name: String,
-    ttl: Duration,
-    mut stop: watch::Receiver<bool>,
-) {
+pub(crate) async fn run(catalog: Catalog, cfg: LeaderConfig, mut stop: watch::Receiver<bool>) {
     loop {
         let elected = tokio::select! {
-            l = catalog.elect(&name, ttl) => l,
+            l = catalog.elect(&cfg.name, cfg.ttl) => l,
             _ = stop.wait_for(|s| *s) => return,
         };
-        let leadership = match elected {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::warn!("leader election failed: {e}; retrying");
-                tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
-                    _ = stop.wait_for(|s| *s) => return,
-                }
+        let failed = match elected {
+            Ok(leadership) => {
+                tracing::info!(name = %cfg.name, "became the cluster leader");
+                let result = lead(&catalog, &leadership, &cfg, &mut stop).await;
+                let _ = leadership.resign().await;
+                result.err()
             }
+            Err(e) => Some(e),
         };
-        tracing::info!(%name, "became the cluster leader");
-        if let Err(e) = lead(&catalog, &leadership, &mut stop).await {
-            tracing::warn!("leading failed: {e}; campaigning again");
-        }
-        let stopping = *stop.borrow();
-        let _ = leadership.resign().await;
-        if stopping {
+        if *stop.borrow() {
             return;
+        }
+        if let Some(e) = failed {
+            tracing::warn!("leading failed: {e}; campaigning again");
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
         }
     }
 }
+
+/// How long the leader sleeps when nothing is due (a change wakes it earlier).
+const IDLE: Duration = Duration::from_secs(3600);
+
+/// The map as published and as stored (for the next publication's diff).
+type Current = Option<(ClusterMap, StoredMap)>;
 
 async fn lead(
     catalog: &Catalog,
     leadership: &Leadership,
+    cfg: &LeaderConfig,
     stop: &mut watch::Receiver<bool>,
 ) -> Result<(), MetaError> {
     // Watch first, then compute: no change can slip between the two.
-    let mut events = catalog.store().watch_prefix(keys::ROOT, 0).await?;
+    let mut changes = Changes::watch(catalog).await?;
+    let mut current = load(catalog).await?;
     loop {
-        publish_if_changed(catalog, leadership).await?;
-        let event = tokio::select! {
-            ev = events.recv() => ev,
+        let next_due = step(catalog, leadership, cfg, &mut current).await?;
+        let wait = next_due.map_or(IDLE, |due| {
+            Duration::from_secs(due.saturating_sub(now_secs()))
+        });
+        tokio::select! {
+            _ = changes.next() => {}
+            _ = tokio::time::sleep(wait) => {}
             _ = leadership.lost() => return Ok(()),
             _ = stop.wait_for(|s| *s) => return Ok(()),
-        };
-        match event {
-            Some(WatchEvent::Put(_)) | Some(WatchEvent::Delete(_)) => {
-                // Coalesce a burst of changes into one recomputation.
-                while events.try_recv().is_ok() {}
-            }
-            Some(WatchEvent::Lost(why)) => {
-                tracing::debug!("leader watch lost ({why}); re-watching");
-                events = catalog.store().watch_prefix(keys::ROOT, 0).await?;
-            }
-            None => events = catalog.store().watch_prefix(keys::ROOT, 0).await?,
         }
     }
 }
 
-/// Computes the placement from the catalog and publishes it if it differs from the current map.
-pub(crate) async fn publish_if_changed(
+async fn load(catalog: &Catalog) -> Result<Current, MetaError> {
+    let Some(stored) = catalog.get_map_parts().await? else {
+        return Ok(None);
+    };
+    let map = ClusterMap::from_parts(&stored.parts).map_err(|detail| MetaError::Corrupt {
+        key: basalt_meta::keys::MAP_HEADER.to_string(),
+        detail,
+    })?;
+    Ok(Some((map, stored)))
+}
+
+/// One round: compute, publish if changed, consume the PG-ready reports it considered, apply
+/// the down-out rule. Returns when (unix seconds) a down device next reaches the interval.
+async fn step(
     catalog: &Catalog,
     leadership: &Leadership,
-) -> Result<(), MetaError> {
-    let prev = catalog.get_map::<ClusterMap>().await?;
-    let input = gather(catalog).await?;
-    let next = compute(prev.as_ref().map(|(m, _)| m), &input);
-    let prev_epoch = prev.as_ref().map(|(m, _)| m.epoch);
-    if prev_epoch == Some(next.epoch) {
-        return Ok(());
-    }
-    match catalog
-        .put_map_as_leader(&next, prev.map(|(_, rev)| rev), leadership)
-        .await
-    {
-        Ok(_) => {
-            tracing::info!(epoch = %next.epoch, "published cluster map");
-            Ok(())
+    cfg: &LeaderConfig,
+    current: &mut Current,
+) -> Result<Option<u64>, MetaError> {
+    let Gathered { input, reports } = gather(catalog, now_secs()).await?;
+    cfg.computations.fetch_add(1, Ordering::Relaxed);
+    let prev = current.as_ref();
+    let next = compute(prev.map(|(m, _)| m), &input);
+    if prev.map(|(m, _)| m.epoch) != Some(next.epoch) {
+        match catalog
+            .put_map_as_leader(&next, prev.map(|(_, s)| s), leadership)
+            .await
+        {
+            Ok(stored) => {
+                tracing::info!(epoch = %next.epoch, "published cluster map");
+                *current = Some((next, stored));
+            }
+            Err(MetaError::MapConflict { .. }) => {
+                // Someone else published (a previous leader's late write): start from theirs.
+                *current = load(catalog).await?;
+                return Ok(Some(now_secs()));
+            }
+            Err(e) => return Err(e),
         }
-        // Someone changed the map meanwhile; the watch brings us back here.
-        Err(MetaError::MapConflict { .. }) => Ok(()),
-        Err(e) => Err(e),
+    } else if let Some((_, stored)) = current.as_mut() {
+        remove_strays(catalog, leadership, stored).await?;
     }
+    for (pg, revision) in reports {
+        catalog.remove_pg_ready(pg, revision).await?;
+    }
+    let Some((map, _)) = current.as_ref() else {
+        return Ok(None);
+    };
+    let rule = down_out(map, now_secs(), cfg.down_out_interval.as_secs());
+    for id in rule.mark_out {
+        if catalog.auto_out_device(id).await? {
+            tracing::warn!(device = %id, "down longer than the down-out interval: marked out");
+        }
+    }
+    for id in rule.mark_in {
+        if catalog.auto_in_device(id).await? {
+            tracing::info!(device = %id, "back up: marked in again");
+        }
+    }
+    Ok(rule.next_due)
 }
 
-/// The placement input: every pool, every device (up when its node is alive and its state is
-/// Up), every live node.
-async fn gather(catalog: &Catalog) -> Result<PlacementInput, MetaError> {
-    let nodes = catalog.list_nodes().await?;
-    let alive: BTreeSet<_> = nodes.iter().map(|n| n.id).collect();
-    let mut input = PlacementInput::default();
-    for n in nodes {
-        input.nodes.insert(n.id, NodeInfo { addr: n.addr });
+/// Deletes chunks the published header does not name (left by a publication that died).
+async fn remove_strays(
+    catalog: &Catalog,
+    leadership: &Leadership,
+    stored: &mut StoredMap,
+) -> Result<(), MetaError> {
+    let Ok(named) = named_chunks(&stored.parts) else {
+        return Ok(());
+    };
+    if named.len() == stored.parts.chunks.len() {
+        return Ok(());
     }
-    for d in catalog.list_devices().await? {
-        input.devices.insert(
-            d.id,
-            DeviceInfo {
-                node: d.node,
-                class: d.class,
-                weight: d.weight,
-                up: alive.contains(&d.node) && d.state == DeviceState::Up,
-                r#in: d.state != DeviceState::Out,
-            },
-        );
-    }
-    for p in catalog.list_pools().await? {
-        input.pools.insert(
-            p.id,
-            PoolSpec {
-                pg_count: p.pg_count,
-                replicas: p.replicas,
-                object_size: p.object_size,
-                failure_domain: p.failure_domain,
-                device_class: p.device_class,
-            },
-        );
-    }
-    Ok(input)
+    *stored = catalog
+        .remove_stray_map_chunks(stored, &named, leadership)
+        .await?;
+    Ok(())
+}
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }

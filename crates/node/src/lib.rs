@@ -10,20 +10,24 @@
 //!    `delete.rs` or `admin.rs`.
 //! 3. Each data-path handler first passes `mapstate.rs::MapState::admit` (the request's map
 //!    epoch must be the node's: stale epochs are refused) and `primary_store` (this node must
-//!    hold the primary of the object's PG), then calls the store.
+//!    hold the primary of the object's PG: the first up member of its acting set), then calls
+//!    the store.
 //! 4. Store errors become wire errors in one place, `error.rs::engine_to_wire`.
 //!
 //! Around that: `node.rs` starts and stops a node (identity, devices, registration under a
-//! lease, map following), and `leader.rs` is the elected leader computing and publishing maps.
+//! lease, map following), and `leader.rs` is the elected leader computing and publishing maps
+//! (input from `gather.rs`, woken by `changes.rs`).
 //!
 //! Start here: [`Node::start`], then `service.rs`.
 
 pub mod admin;
+mod changes;
 pub mod config;
 mod delete;
 mod devices;
 pub mod error;
 mod flush;
+mod gather;
 mod identity;
 mod leader;
 mod mapstate;
@@ -34,7 +38,7 @@ mod service;
 mod write;
 
 pub use admin::{AdminRequest, DeviceStatus, NodeStatus};
-pub use config::{DeviceConfig, NodeConfig};
+pub use config::{DEFAULT_DOWN_OUT_INTERVAL, DeviceConfig, NodeConfig};
 pub use error::NodeError;
 pub use node::Node;
 pub use server::MAX_IN_FLIGHT;

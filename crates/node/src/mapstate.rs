@@ -105,33 +105,37 @@ impl MapState {
 
     /// Like [`MapState::primary_store`], for a write. A PG whose acting set has more than one
     /// device needs replication, which this version does not do: such writes are refused rather
-    /// than acknowledged with fewer copies than the pool promises.
+    /// than acknowledged with fewer copies than the pool promises (or than the acting set's
+    /// down members would need to catch up on).
     pub(crate) fn primary_store_for_write(
         &self,
         map: &ClusterMap,
         oid: &ObjectId,
     ) -> Result<&Store, WireError> {
-        if let Some((pg, devices)) = map.locate(oid)
-            && devices.len() > 1
+        if let Some((pg, entry)) = map.locate(oid)
+            && entry.acting.len() > 1
         {
             return Err(WireError::new(
                 ErrorCode::Unsupported,
                 format!(
                     "{pg} has {} copies; replicated writes are not supported by this version",
-                    devices.len()
+                    entry.acting.len()
                 ),
             ));
         }
         self.primary_store(map, oid)
     }
 
-    /// The local store holding the primary copy of `oid`, or `NotPrimary`.
+    /// The local store holding the primary of `oid`'s PG: the first up member of its acting
+    /// set. `NotPrimary` when that device is elsewhere; `Busy` (the client retries) when no
+    /// acting member is up: the PG is unavailable and is never served from a device that may
+    /// not hold its data.
     pub(crate) fn primary_store(
         &self,
         map: &ClusterMap,
         oid: &ObjectId,
     ) -> Result<&Store, WireError> {
-        let (pg, devices) = map.locate(oid).ok_or_else(|| {
+        let (pg, entry) = map.locate(oid).ok_or_else(|| {
             WireError::new(
                 ErrorCode::InvalidArgument,
                 format!(
@@ -140,10 +144,16 @@ impl MapState {
                 ),
             )
         })?;
-        let primary = devices.first().ok_or_else(|| {
-            WireError::new(ErrorCode::Busy, format!("{pg} has no device in the map"))
+        let primary = map.pg_primary(entry).ok_or_else(|| {
+            WireError::new(
+                ErrorCode::Busy,
+                format!(
+                    "{pg} is unavailable in map epoch {}: none of its acting devices {:?} is up",
+                    map.epoch.0, entry.acting
+                ),
+            )
         })?;
-        self.stores.get(primary).ok_or_else(|| {
+        self.stores.get(&primary).ok_or_else(|| {
             let mut e = WireError::new(
                 ErrorCode::NotPrimary,
                 format!("{pg} has primary {primary}, which is not on this node"),
@@ -159,7 +169,7 @@ mod tests {
     use super::*;
     use basalt_engine::sim::SimDisk;
     use basalt_engine::{FormatOptions, OpenOptions};
-    use basalt_placement::{DeviceInfo, FailureDomain, NodeInfo, PoolMap};
+    use basalt_placement::{DeviceInfo, FailureDomain, NodeInfo, PgMap, PoolMap};
     use basalt_types::{NodeId, PoolId, VolumeId};
 
     fn state() -> MapState {
@@ -173,23 +183,17 @@ mod tests {
         MapState::new(HashMap::from([(DeviceId(1), store)]))
     }
 
-    /// A map at `epoch` whose single pool has one PG with the given device set.
-    fn map(epoch: u64, pg: Vec<DeviceId>) -> ClusterMap {
+    /// A map at `epoch` whose single pool has one PG acting on `acting` (up = acting), with
+    /// the devices in `down` down.
+    fn map(epoch: u64, acting: Vec<DeviceId>, down: &[u32]) -> ClusterMap {
         let mut m = ClusterMap {
             epoch: Epoch(epoch),
             ..ClusterMap::default()
         };
         for d in [1, 2] {
-            m.devices.insert(
-                DeviceId(d),
-                DeviceInfo {
-                    node: NodeId(d),
-                    class: "ssd".into(),
-                    weight: 1,
-                    up: true,
-                    r#in: true,
-                },
-            );
+            let mut info = DeviceInfo::new(NodeId(d), "ssd", 1, 128 << 10);
+            info.up = !down.contains(&d);
+            m.devices.insert(DeviceId(d), info);
             m.nodes.insert(
                 NodeId(d),
                 NodeInfo {
@@ -201,12 +205,16 @@ mod tests {
             PoolId(1),
             PoolMap {
                 pg_count: 1,
-                replicas: pg.len() as u8,
+                replicas: acting.len() as u8,
+                min_size: 1,
                 object_size: 128 << 10,
                 failure_domain: FailureDomain::Host,
                 device_class: None,
-                pgs: vec![pg],
-                degraded: Default::default(),
+                pgs: vec![PgMap {
+                    up: acting.clone(),
+                    acting,
+                    since: Epoch(epoch),
+                }],
             },
         );
         m
@@ -221,9 +229,9 @@ mod tests {
     #[tokio::test]
     async fn stale_epochs_are_refused_with_the_current_one() {
         let s = state();
-        assert!(s.offer(map(3, vec![DeviceId(1)])));
+        assert!(s.offer(map(3, vec![DeviceId(1)], &[])));
         assert!(
-            !s.offer(map(2, vec![DeviceId(2)])),
+            !s.offer(map(2, vec![DeviceId(2)], &[])),
             "an older map replaced a newer one"
         );
         assert!(s.admit(Epoch(3)).await.is_ok());
@@ -235,30 +243,48 @@ mod tests {
     #[tokio::test]
     async fn a_newer_epoch_waits_for_the_node_to_catch_up() {
         let s = Arc::new(state());
-        s.offer(map(1, vec![DeviceId(1)]));
+        s.offer(map(1, vec![DeviceId(1)], &[]));
         let waiter = {
             let s = s.clone();
             tokio::spawn(async move { s.admit(Epoch(2)).await.map(|m| m.epoch) })
         };
         tokio::task::yield_now().await;
-        s.offer(map(2, vec![DeviceId(1)]));
+        s.offer(map(2, vec![DeviceId(1)], &[]));
         assert_eq!(waiter.await.unwrap().unwrap(), Epoch(2));
     }
 
     #[test]
     fn only_the_primary_serves_and_replicated_writes_are_refused() {
         let s = state();
-        let m = map(1, vec![DeviceId(2), DeviceId(1)]);
+        let m = map(1, vec![DeviceId(2), DeviceId(1)], &[]);
         let e = s.primary_store(&m, &OID).err().unwrap();
         assert_eq!(e.code, ErrorCode::NotPrimary);
-        let m = map(1, vec![DeviceId(1), DeviceId(2)]);
+        let m = map(1, vec![DeviceId(1), DeviceId(2)], &[]);
         assert!(
             s.primary_store(&m, &OID).is_ok(),
             "reads are served by the primary"
         );
         let e = s.primary_store_for_write(&m, &OID).err().unwrap();
         assert_eq!(e.code, ErrorCode::Unsupported);
-        let m = map(1, vec![DeviceId(1)]);
+        let m = map(1, vec![DeviceId(1)], &[]);
         assert!(s.primary_store_for_write(&m, &OID).is_ok());
+    }
+
+    #[test]
+    fn the_first_up_acting_member_serves_and_a_pg_with_none_is_unavailable() {
+        let s = state();
+        // Device 2 (elsewhere) is down: device 1, next in the acting set, is the primary.
+        let m = map(1, vec![DeviceId(2), DeviceId(1)], &[2]);
+        assert!(s.primary_store(&m, &OID).is_ok());
+        // Device 1's own PG while device 1 is marked down: unavailable, not served.
+        let m = map(1, vec![DeviceId(1)], &[1]);
+        let e = s.primary_store(&m, &OID).err().unwrap();
+        assert_eq!(e.code, ErrorCode::Busy);
+        assert!(e.message.contains("unavailable"), "{}", e.message);
+        // `up` moved to device 1 but the data is still on (down) device 2: not served here.
+        let mut m = map(1, vec![DeviceId(2)], &[2]);
+        m.pools.get_mut(&PoolId(1)).unwrap().pgs[0].up = vec![DeviceId(1)];
+        let e = s.primary_store(&m, &OID).err().unwrap();
+        assert_eq!(e.code, ErrorCode::Busy);
     }
 }

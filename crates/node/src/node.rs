@@ -12,7 +12,7 @@ use basalt_proto::Service;
 use basalt_types::{Epoch, NodeId};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -25,6 +25,7 @@ pub struct Node {
     stop_tx: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     registration: Option<KeepAlive>,
+    computations: Arc<AtomicU64>,
 }
 
 impl Node {
@@ -84,14 +85,15 @@ impl Node {
         )));
         let record = NodeRecord::new(id, config.name.clone(), addr.clone());
         let registration = catalog.register_node(&record, config.lease_ttl).await?;
+        let computations = Arc::new(AtomicU64::new(0));
         if config.leader_eligible {
-            let name = format!("{id}@{addr}");
-            tasks.push(tokio::spawn(leader::run(
-                catalog.clone(),
-                name,
-                config.lease_ttl,
-                stop_rx,
-            )));
+            let cfg = leader::LeaderConfig {
+                name: format!("{id}@{addr}"),
+                ttl: config.lease_ttl,
+                down_out_interval: config.down_out_interval,
+                computations: computations.clone(),
+            };
+            tasks.push(tokio::spawn(leader::run(catalog.clone(), cfg, stop_rx)));
         }
         tracing::info!(node = %id, %addr, "node started");
         Ok(Node {
@@ -101,6 +103,7 @@ impl Node {
             stop_tx,
             tasks,
             registration: Some(registration),
+            computations,
         })
     }
 
@@ -132,8 +135,14 @@ impl Node {
         &self.catalog
     }
 
-    /// Waits until the node holds a map in which each of its devices is a member of some PG
-    /// (or `timeout`). Returns whether it did.
+    /// How many times this node, as leader, has computed a cluster map (whether or not it
+    /// changed). Tests use it to check what wakes the leader.
+    pub fn map_computations(&self) -> u64 {
+        self.computations.load(Ordering::Relaxed)
+    }
+
+    /// Waits until the node holds a map in which each of its devices is up and a member of
+    /// some PG's `up` set (or `timeout`). Returns whether it did.
     pub async fn wait_until_placed(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         let mut rx = self.shared.maps.subscribe();
@@ -153,9 +162,15 @@ impl Node {
         let used: std::collections::BTreeSet<_> = map
             .pools
             .values()
-            .flat_map(|p| p.pgs.iter().flatten().copied())
+            .flat_map(|p| p.pgs.iter().flat_map(|pg| pg.up.iter().copied()))
             .collect();
-        !map.pools.is_empty() && self.shared.maps.stores().keys().all(|d| used.contains(d))
+        !map.pools.is_empty()
+            && self
+                .shared
+                .maps
+                .stores()
+                .keys()
+                .all(|d| used.contains(d) && map.is_up(*d))
     }
 
     /// Stops the node: refuses new data-path requests, stops listening and campaigning,

@@ -1,26 +1,32 @@
-//! Assigning devices to the PGs of one pool: keep, fill, even out.
+//! Assigning devices to the `up` sets of one pool's PGs: keep, fill, even out.
 //!
 //! 1. **Keep**: each PG starts with the devices it had in the previous map that are still
-//!    eligible (in their previous order), as long as the failure-domain rule allows.
+//!    candidates (in their previous order), as long as the failure-domain rule allows.
 //! 2. **Fill**: missing slots go to the most under-loaded device (count minus weighted target)
 //!    that the PG does not hold yet and whose failure domain still has room in the PG; ties are
-//!    broken by a hash of (pool, pg, device), so equal devices share evenly.
+//!    broken by a hash of (pool, device, its count), so equal devices share evenly.
 //! 3. **Even out**: while some device is more than one PG above another relative to their
 //!    targets, one PG moves from the first to the second. Every move lowers the sum of squared
 //!    deviations, so the loop ends, and only moves that fix an imbalance happen (minimal
 //!    movement).
 //! 4. **Primaries**: see [`crate::primary`].
+//!
+//! Devices are kept in an ordered index by deviation and each device knows the PGs it holds, so
+//! a slot costs O(log devices) and a move O(PGs per device): a pool of 2^18 PGs over 10 000
+//! devices is placed in about a second (docs/design/placement.md).
 
 use crate::compute::{Candidate, PoolSpec};
 use crate::hash::mix;
-use crate::map::PoolMap;
 use crate::primary::balance_primaries;
 use crate::targets::{domain_cap, slot_targets};
 use basalt_types::{DeviceId, PoolId};
 use std::collections::{BTreeSet, HashMap};
 
-/// Deviations closer than this are equal (guards float noise in the targets).
-const EPS: f64 = 1e-9;
+/// Deviations are compared in fixed point with this many units per PG, so equal targets give
+/// exactly equal keys (no float noise).
+const SCALE: f64 = (1u64 << 20) as f64;
+/// Differences up to this many units count as equal (rounding of the fixed point).
+const SLACK: i64 = 2;
 
 /// The working state of one pool's assignment. Devices are indices into `cands`.
 pub(crate) struct Assignment<'a> {
@@ -30,6 +36,10 @@ pub(crate) struct Assignment<'a> {
     pub counts: Vec<u32>,
     /// Ordered members of each PG.
     pub pgs: Vec<Vec<usize>>,
+    /// The PGs each device is a member of (any order).
+    held: Vec<Vec<u32>>,
+    /// Every device by (deviation key, tie, index): the first is the most under-loaded.
+    order: BTreeSet<(i64, u64, usize)>,
     pub width: usize,
     /// The most copies of one PG a failure domain may hold.
     pub cap: usize,
@@ -37,39 +47,87 @@ pub(crate) struct Assignment<'a> {
     pub spread: usize,
 }
 
+/// The ordered `up` set of every PG of the pool.
 pub(crate) fn assign_pool(
     pool: PoolId,
     spec: &PoolSpec,
     cands: &[Candidate],
-    prev: Option<&PoolMap>,
-) -> PoolMap {
+    prev: Option<&[Vec<DeviceId>]>,
+) -> Vec<Vec<DeviceId>> {
     let width = usize::from(spec.replicas).min(cands.len());
+    let spread = width.min(
+        cands
+            .iter()
+            .map(|c| c.domain)
+            .collect::<BTreeSet<_>>()
+            .len(),
+    );
     let mut a = Assignment {
         pool,
         cands,
         targets: slot_targets(cands, spec.pg_count, width),
         counts: vec![0; cands.len()],
         pgs: vec![Vec::new(); spec.pg_count as usize],
+        held: vec![Vec::new(); cands.len()],
+        order: BTreeSet::new(),
         width,
         cap: domain_cap(cands, width),
-        spread: width.min(
-            cands
-                .iter()
-                .map(|c| c.domain)
-                .collect::<BTreeSet<_>>()
-                .len(),
-        ),
+        spread,
     };
     a.keep(prev);
+    a.order = (0..cands.len()).map(|d| a.order_key(d)).collect();
     a.fill();
     a.even_out();
     balance_primaries(&mut a);
-    a.into_pool_map(spec)
+    a.pgs
+        .iter()
+        .map(|members| members.iter().map(|&d| cands[d].id).collect())
+        .collect()
 }
 
 impl Assignment<'_> {
-    fn deviation(&self, d: usize) -> f64 {
-        f64::from(self.counts[d]) - self.targets[d]
+    fn deviation_key(&self, d: usize) -> i64 {
+        ((f64::from(self.counts[d]) - self.targets[d]) * SCALE).round() as i64
+    }
+
+    fn order_key(&self, d: usize) -> (i64, u64, usize) {
+        let tie = mix([
+            u64::from(self.pool.0),
+            u64::from(self.cands[d].id.0),
+            u64::from(self.counts[d]),
+        ]);
+        (self.deviation_key(d), tie, d)
+    }
+
+    /// Adds device `d` as the last member of `pg`, keeping counts, the held lists and the
+    /// order index (once built) in step.
+    fn join(&mut self, pg: usize, d: usize) {
+        let had = self.order.remove(&self.order_key(d));
+        self.pgs[pg].push(d);
+        self.counts[d] += 1;
+        self.held[d].push(pg as u32);
+        if had {
+            self.order.insert(self.order_key(d));
+        }
+    }
+
+    /// Replaces `from` by `to` in `pg`, at the same position.
+    fn swap_member(&mut self, pg: usize, from: usize, to: usize) {
+        for d in [from, to] {
+            self.order.remove(&self.order_key(d));
+        }
+        let pos = self.pgs[pg].iter().position(|&m| m == from);
+        let pos = pos.expect("the moving device is a member of the PG");
+        self.pgs[pg][pos] = to;
+        self.counts[from] -= 1;
+        self.counts[to] += 1;
+        let held = &mut self.held[from];
+        let at = held.iter().position(|&p| p as usize == pg);
+        held.swap_remove(at.expect("held lists follow the PGs"));
+        self.held[to].push(pg as u32);
+        for d in [from, to] {
+            self.order.insert(self.order_key(d));
+        }
     }
 
     /// Whether device `d` may join PG `pg` in place of `leaving` (if any): it is not there yet,
@@ -80,22 +138,25 @@ impl Assignment<'_> {
         if members.contains(&d) {
             return false;
         }
-        let after: Vec<u64> = members
-            .iter()
-            .filter(|&&m| Some(m) != leaving)
-            .map(|&m| self.cands[m].domain)
-            .chain(std::iter::once(self.cands[d].domain))
-            .collect();
         let domain = self.cands[d].domain;
-        if after.iter().filter(|&&x| x == domain).count() > self.cap {
-            return false;
+        let staying = |m: &usize| Some(*m) != leaving;
+        let (mut len, mut same, mut distinct) = (1, 1, 1);
+        for (i, m) in members.iter().enumerate().filter(|(_, m)| staying(m)) {
+            len += 1;
+            let md = self.cands[*m].domain;
+            if md == domain {
+                same += 1;
+            } else if !members[..i]
+                .iter()
+                .any(|x| staying(x) && self.cands[*x].domain == md)
+            {
+                distinct += 1;
+            }
         }
-        let distinct = after.iter().collect::<BTreeSet<_>>().len();
-        let open_slots = self.width.saturating_sub(after.len());
-        distinct + open_slots >= self.spread
+        same <= self.cap && distinct + self.width.saturating_sub(len) >= self.spread
     }
 
-    fn keep(&mut self, prev: Option<&PoolMap>) {
+    fn keep(&mut self, prev: Option<&[Vec<DeviceId>]>) {
         let Some(prev) = prev else { return };
         let index: HashMap<DeviceId, usize> = self
             .cands
@@ -103,12 +164,11 @@ impl Assignment<'_> {
             .enumerate()
             .map(|(i, c)| (c.id, i))
             .collect();
-        for (pg, old) in prev.pgs.iter().enumerate().take(self.pgs.len()) {
+        for (pg, old) in prev.iter().enumerate().take(self.pgs.len()) {
             for dev in old {
                 let Some(&d) = index.get(dev) else { continue };
                 if self.pgs[pg].len() < self.width && self.fits(pg, d, None) {
-                    self.pgs[pg].push(d);
-                    self.counts[d] += 1;
+                    self.join(pg, d);
                 }
             }
         }
@@ -117,36 +177,22 @@ impl Assignment<'_> {
     fn fill(&mut self) {
         for pg in 0..self.pgs.len() {
             while self.pgs[pg].len() < self.width {
-                let best = (0..self.cands.len())
-                    .filter(|&d| self.fits(pg, d, None))
-                    .min_by(|&x, &y| {
-                        let (dx, dy) = (self.deviation(x), self.deviation(y));
-                        if (dx - dy).abs() > EPS {
-                            dx.total_cmp(&dy)
-                        } else {
-                            self.tie(pg, x).cmp(&self.tie(pg, y))
-                        }
-                    });
+                let best = self
+                    .order
+                    .iter()
+                    .map(|&(_, _, d)| d)
+                    .find(|&d| self.fits(pg, d, None));
                 // The domain cap guarantees a candidate exists while len < width.
                 let Some(d) = best else { break };
-                self.pgs[pg].push(d);
-                self.counts[d] += 1;
+                self.join(pg, d);
             }
         }
-    }
-
-    fn tie(&self, pg: usize, d: usize) -> u64 {
-        mix(&[
-            u64::from(self.pool.0),
-            pg as u64,
-            u64::from(self.cands[d].id.0),
-        ])
     }
 
     /// Moves PGs from over- to under-loaded devices until no move lowers the imbalance.
     fn even_out(&mut self) {
         // Each move lowers the sum of squared deviations by more than 0; the bound only guards
-        // against a float surprise.
+        // against a surprise.
         let max_moves = self.pgs.len() * self.width * 4 + 16;
         for _ in 0..max_moves {
             if !self.move_one() {
@@ -158,60 +204,46 @@ impl Assignment<'_> {
     /// Finds and makes one improving move: the most loaded device gives a PG to the least
     /// loaded device that can take one. Returns false when no move improves the balance.
     fn move_one(&mut self) -> bool {
-        let mut order: Vec<usize> = (0..self.cands.len()).collect();
-        order.sort_by(|&x, &y| {
-            self.deviation(y)
-                .total_cmp(&self.deviation(x))
-                .then(x.cmp(&y))
-        });
-        for (oi, &from) in order.iter().enumerate() {
-            for &to in order[oi + 1..].iter().rev() {
-                if self.deviation(from) - self.deviation(to) <= 1.0 + EPS {
+        let Some(&(lowest, _, _)) = self.order.first() else {
+            return false;
+        };
+        let mut found = None;
+        'outer: for &(kf, _, from) in self.order.iter().rev() {
+            if kf - lowest <= SCALE as i64 + SLACK {
+                break;
+            }
+            for &(kt, _, to) in &self.order {
+                if kf - kt <= SCALE as i64 + SLACK {
                     break;
                 }
                 if let Some(pg) = self.movable_pg(from, to) {
-                    let pos = self.pgs[pg]
-                        .iter()
-                        .position(|&m| m == from)
-                        .unwrap_or_default();
-                    self.pgs[pg][pos] = to;
-                    self.counts[from] -= 1;
-                    self.counts[to] += 1;
-                    return true;
+                    found = Some((pg, from, to));
+                    break 'outer;
                 }
             }
         }
-        false
+        let Some((pg, from, to)) = found else {
+            return false;
+        };
+        self.swap_member(pg, from, to);
+        true
     }
 
     /// A PG holding `from` that `to` may take over, chosen by hash so that moves between the
     /// same two devices are spread over the pool's PGs.
     fn movable_pg(&self, from: usize, to: usize) -> Option<usize> {
-        (0..self.pgs.len())
-            .filter(|&pg| self.pgs[pg].contains(&from) && self.fits(pg, to, Some(from)))
-            .min_by_key(|&pg| self.tie(pg, to))
+        self.held[from]
+            .iter()
+            .map(|&pg| pg as usize)
+            .filter(|&pg| self.fits(pg, to, Some(from)))
+            .min_by_key(|&pg| (self.tie(pg, to), pg))
     }
 
-    fn into_pool_map(self, spec: &PoolSpec) -> PoolMap {
-        let pgs: Vec<Vec<DeviceId>> = self
-            .pgs
-            .iter()
-            .map(|members| members.iter().map(|&d| self.cands[d].id).collect())
-            .collect();
-        let degraded: BTreeSet<u32> = pgs
-            .iter()
-            .enumerate()
-            .filter(|(_, m)| m.len() < usize::from(spec.replicas))
-            .map(|(i, _)| i as u32)
-            .collect();
-        PoolMap {
-            pg_count: spec.pg_count,
-            replicas: spec.replicas,
-            object_size: spec.object_size,
-            failure_domain: spec.failure_domain,
-            device_class: spec.device_class.clone(),
-            pgs,
-            degraded,
-        }
+    fn tie(&self, pg: usize, d: usize) -> u64 {
+        mix([
+            u64::from(self.pool.0),
+            pg as u64,
+            u64::from(self.cands[d].id.0),
+        ])
     }
 }

@@ -20,12 +20,12 @@ pub fn pg_of(oid: &ObjectId, pg_count: u32) -> u32 {
     (hash % u64::from(pg_count.max(1))) as u32
 }
 
-/// A deterministic 64-bit mix of a few numbers, used to break ties so that equal choices are
+/// A deterministic 64-bit mix of three numbers, used to break ties so that equal choices are
 /// spread pseudo-randomly (but reproducibly) instead of always favouring the lowest id.
-pub(crate) fn mix(parts: &[u64]) -> u64 {
-    let mut bytes = Vec::with_capacity(parts.len() * 8);
-    for p in parts {
-        bytes.extend_from_slice(&p.to_le_bytes());
+pub(crate) fn mix(parts: [u64; 3]) -> u64 {
+    let mut bytes = [0u8; 24];
+    for (chunk, p) in bytes.chunks_exact_mut(8).zip(parts) {
+        chunk.copy_from_slice(&p.to_le_bytes());
     }
     xxh3_64_with_seed(&bytes, PG_HASH_SEED)
 }

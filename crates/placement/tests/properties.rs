@@ -2,6 +2,7 @@
 
 use basalt_placement::{
     ClusterMap, DeviceInfo, FailureDomain, NodeInfo, PlacementInput, PoolSpec, compute,
+    is_candidate,
 };
 use basalt_types::{DeviceId, Epoch, NodeId, PoolId};
 use proptest::prelude::*;
@@ -31,13 +32,7 @@ fn add_host(inp: &mut PlacementInput, h: u32, per_host: u32, w: u32) {
 }
 
 fn device(host: u32, weight: u32) -> DeviceInfo {
-    DeviceInfo {
-        node: NodeId(host),
-        class: "ssd".into(),
-        weight,
-        up: true,
-        r#in: true,
-    }
+    DeviceInfo::new(NodeId(host), "ssd", weight, 131072)
 }
 
 fn with_pool(
@@ -51,6 +46,7 @@ fn with_pool(
         PoolSpec {
             pg_count,
             replicas,
+            min_size: 1,
             object_size: 131072,
             failure_domain: fd,
             device_class: None,
@@ -63,11 +59,11 @@ fn counts(map: &ClusterMap) -> BTreeMap<DeviceId, u32> {
     let mut c: BTreeMap<DeviceId, u32> = map
         .devices
         .iter()
-        .filter(|(_, d)| d.eligible())
+        .filter(|(_, d)| d.r#in && d.weight > 0)
         .map(|(id, _)| (*id, 0))
         .collect();
     for pg in &map.pools[&POOL].pgs {
-        for d in pg {
+        for d in &pg.up {
             *c.entry(*d).or_default() += 1;
         }
     }
@@ -77,7 +73,7 @@ fn counts(map: &ClusterMap) -> BTreeMap<DeviceId, u32> {
 fn primary_counts(map: &ClusterMap) -> BTreeMap<DeviceId, u32> {
     let mut c: BTreeMap<DeviceId, u32> = counts(map).keys().map(|d| (*d, 0)).collect();
     for pg in &map.pools[&POOL].pgs {
-        if let Some(p) = pg.first() {
+        if let Some(p) = pg.up.first() {
             *c.entry(*p).or_default() += 1;
         }
     }
@@ -90,18 +86,19 @@ fn moved(a: &ClusterMap, b: &ClusterMap) -> usize {
         .pgs
         .iter()
         .zip(&b.pools[&POOL].pgs)
-        .map(|(x, y)| y.iter().filter(|d| !x.contains(d)).count())
+        .map(|(x, y)| y.up.iter().filter(|d| !x.up.contains(d)).count())
         .sum()
 }
 
-/// Checks that every PG is a valid placement for `inp`.
+/// Checks that every PG's `up` set is a valid placement for `inp`: candidates are the devices
+/// that are in, weighted, of the pool's object size, up or down.
 fn assert_valid(inp: &PlacementInput, map: &ClusterMap) {
     let spec = &inp.pools[&POOL];
     let pool = &map.pools[&POOL];
     let eligible: BTreeSet<DeviceId> = inp
         .devices
         .iter()
-        .filter(|(_, d)| d.eligible() && inp.nodes.contains_key(&d.node))
+        .filter(|(_, d)| is_candidate(d, spec))
         .map(|(id, _)| *id)
         .collect();
     let domain = |d: &DeviceId| match spec.failure_domain {
@@ -111,7 +108,8 @@ fn assert_valid(inp: &PlacementInput, map: &ClusterMap) {
     let domains: BTreeSet<u32> = eligible.iter().map(domain).collect();
     let width = usize::from(spec.replicas).min(eligible.len());
     assert_eq!(pool.pgs.len(), spec.pg_count as usize);
-    for (i, pg) in pool.pgs.iter().enumerate() {
+    for (i, entry) in pool.pgs.iter().enumerate() {
+        let pg = &entry.up;
         assert_eq!(pg.len(), width, "pg {i}: {pg:?}");
         let distinct: BTreeSet<_> = pg.iter().collect();
         assert_eq!(distinct.len(), pg.len(), "pg {i} repeats a device: {pg:?}");
@@ -121,10 +119,6 @@ fn assert_valid(inp: &PlacementInput, map: &ClusterMap) {
             pg_domains.len(),
             width.min(domains.len()),
             "pg {i} does not spread over as many failure domains as exist: {pg:?}"
-        );
-        assert_eq!(
-            pool.degraded.contains(&(i as u32)),
-            pg.len() < usize::from(spec.replicas)
         );
     }
 }
@@ -284,8 +278,8 @@ fn two_hosts_three_copies_spread_as_widely_as_possible() {
     let map = compute(None, &inp);
     assert_valid(&inp, &map);
     for pg in &map.pools[&POOL].pgs {
-        let hosts: BTreeSet<u32> = pg.iter().map(|d| d.0 / 100).collect();
+        let hosts: BTreeSet<u32> = pg.up.iter().map(|d| d.0 / 100).collect();
         assert_eq!(hosts.len(), 2, "{pg:?}");
     }
-    assert!(map.pools[&POOL].degraded.is_empty());
+    assert_eq!(map.pools[&POOL].degraded(&map), 0);
 }

@@ -7,14 +7,18 @@
 //! - [`Version`]: the per-object version assigned by the primary.
 //! - [`size`]: parsing and printing of sizes such as `8GiB`.
 //! - [`name`]: validation of volume and pool names.
+//! - [`MapParts`]: the cluster map as stored (header and chunks), the contract between
+//!   placement (which encodes it) and the metadata store (which stores it).
 
 pub mod domain;
 pub mod ids;
+pub mod mapparts;
 pub mod name;
 pub mod size;
 
 pub use domain::FailureDomain;
 pub use ids::{DeviceId, Epoch, NodeId, ObjectId, PgId, PoolId, Version, VolumeId};
+pub use mapparts::{ChunkId, MapCodec, MapParts};
 
 /// The checksum and I/O granule: every 4 KiB block on a device carries its own CRC-32C.
 pub const BLOCK_SIZE: u64 = 4096;

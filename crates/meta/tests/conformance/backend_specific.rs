@@ -109,3 +109,41 @@ async fn etcd_prefixes_isolate_stores() -> Result<()> {
     a.delete("/k").await?;
     Ok(())
 }
+
+/// An etcd with its default request limit (1.5 MiB) refuses a 3 MiB value, which is what one
+/// cluster map of that size used to be; the split map of the same size is published in
+/// batches, read back, and followed by a watcher.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_with_default_limits_takes_a_map_bigger_than_a_request() -> Result<()> {
+    use crate::map::TestMap;
+    let etcd = EtcdProcess::start_with(basalt_meta::EtcdOptions {
+        max_request_bytes: basalt_meta::ETCD_DEFAULT_REQUEST_BYTES,
+        ..Default::default()
+    })
+    .await?;
+    let store: std::sync::Arc<dyn MetaStore> =
+        std::sync::Arc::new(EtcdStore::connect(&[etcd.endpoint()], "").await?);
+    let one_value = store.put("/big", vec![7u8; 3 << 20], None).await;
+    ensure!(one_value.is_err(), "etcd took a 3 MiB request");
+    let c = basalt_meta::Catalog::new(store);
+    let map = TestMap {
+        epoch: 1,
+        chunks: (0..100u8).map(|i| vec![i; 32 << 10]).collect(),
+    };
+    let stored = c.put_map(&map, None).await?;
+    ensure!(c.get_map::<TestMap>().await?.context("map")?.0 == map);
+    let mut maps = c.watch_map::<TestMap>().await?;
+    ensure!(tokio::time::timeout(Duration::from_secs(10), maps.recv()).await? == Some(map.clone()));
+    let mut next = map;
+    next.epoch = 2;
+    for c in next.chunks.iter_mut().step_by(2) {
+        c[0] = 255;
+    }
+    c.put_map(&next, Some(&stored)).await?;
+    let got = tokio::time::timeout(Duration::from_secs(10), maps.recv()).await?;
+    ensure!(
+        got == Some(next),
+        "the watcher follows a batched publication"
+    );
+    Ok(())
+}

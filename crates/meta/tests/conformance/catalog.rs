@@ -1,6 +1,7 @@
 //! Catalog checks of the conformance suite (instantiated for both backends in conformance.rs).
 
 use crate::common::Harness;
+use crate::map::TestMap;
 use anyhow::{Context, Result, bail, ensure};
 use basalt_meta::{Catalog, IdKind, KeyValue, MetaError, PoolSpec, VolumeState, keys};
 use std::time::Duration;
@@ -190,42 +191,6 @@ pub(crate) async fn catalog_rejects_bad_input_and_stores_nothing(h: Harness) -> 
     Ok(())
 }
 
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-struct TestMap {
-    epoch: u64,
-}
-
-pub(crate) async fn catalog_map_cas_and_watch(h: Harness) -> Result<()> {
-    let c = h.catalog();
-    ensure!(c.get_map::<TestMap>().await?.is_none());
-    let r1 = c.put_map(&TestMap { epoch: 1 }, None).await?;
-    let again = c.put_map(&TestMap { epoch: 9 }, None).await;
-    ensure!(
-        matches!(again, Err(MetaError::MapConflict { expected: None, found: Some(f) }) if f == r1),
-        "{again:?}"
-    );
-    let mut maps = c.watch_map::<TestMap>().await?;
-    let first = tokio::time::timeout(Duration::from_secs(10), maps.recv()).await?;
-    ensure!(
-        first == Some(TestMap { epoch: 1 }),
-        "the current map comes first: {first:?}"
-    );
-    let r2 = c.put_map(&TestMap { epoch: 2 }, Some(r1)).await?;
-    let stale = c.put_map(&TestMap { epoch: 3 }, Some(r1)).await;
-    ensure!(
-        matches!(stale, Err(MetaError::MapConflict { .. })),
-        "{stale:?}"
-    );
-    c.put_map(&TestMap { epoch: 3 }, Some(r2)).await?;
-    for want in [2, 3] {
-        let got = tokio::time::timeout(Duration::from_secs(10), maps.recv()).await?;
-        ensure!(got == Some(TestMap { epoch: want }), "{got:?}");
-    }
-    let (map, rev) = c.get_map::<TestMap>().await?.context("map")?;
-    ensure!(map.epoch == 3 && rev > r2);
-    Ok(())
-}
-
 pub(crate) async fn catalog_volume_watch_follows_resize_and_delete(h: Harness) -> Result<()> {
     use basalt_meta::VolumeEvent;
     let c = h.catalog();
@@ -296,7 +261,9 @@ pub(crate) async fn catalog_leader_election_and_fencing(h: Harness) -> Result<()
         "a second candidate loses"
     );
     ensure!(c.leader().await?.context("leader")?.name == "a");
-    let r = c.put_map_as_leader(&TestMap { epoch: 1 }, None, &a).await?;
+    let r = c
+        .put_map_as_leader(&TestMap::new(1, &[b"x"]), None, &a)
+        .await?;
     // b waits in elect(); a resigns; b takes over.
     let c2 = c.clone();
     let b = tokio::spawn(async move { c2.elect("b", ttl).await });
@@ -316,7 +283,7 @@ pub(crate) async fn catalog_leader_election_and_fencing(h: Harness) -> Result<()
     tokio::time::timeout(Duration::from_secs(20), b.lost()).await?;
     ensure!(b.is_lost());
     let w = c
-        .put_map_as_leader(&TestMap { epoch: 2 }, Some(r), &b)
+        .put_map_as_leader(&TestMap::new(2, &[b"y"]), Some(&r), &b)
         .await;
     ensure!(matches!(w, Err(MetaError::NotLeader)), "{w:?}");
     ensure!(c.leader().await?.is_none());
@@ -338,12 +305,14 @@ pub(crate) async fn catalog_nodes_live_under_a_lease_and_devices_persist(h: Harn
         class: "ssd".into(),
         capacity: 100 << 30,
         weight: default_weight(100 << 30),
+        object_size: 131072,
         state: DeviceState::Up,
+        out: None,
     };
     c.put_device(&dev).await?;
     ensure!(dev.weight == 100);
-    let out = c.set_device_state(DeviceId(7), DeviceState::Out).await?;
-    ensure!(out.state == DeviceState::Out && out.path == dev.path);
+    let down = c.set_device_state(DeviceId(7), DeviceState::Down).await?;
+    ensure!(down.state == DeviceState::Down && down.path == dev.path);
     ensure!(matches!(
         c.set_device_state(DeviceId(8), DeviceState::Up).await,
         Err(MetaError::NoSuchDevice(_))

@@ -1,0 +1,167 @@
+//! `basalt device list|out|in|reweight`: the operator's side of device state.
+
+use crate::connect::Common;
+use crate::output;
+use anyhow::Context;
+use basalt_meta::{DeviceRecord, OutReason};
+use basalt_types::DeviceId;
+use basalt_types::size::format_size_approx;
+use clap::Subcommand;
+use serde::Serialize;
+
+#[derive(Subcommand)]
+pub enum DeviceCommand {
+    /// List devices: state, weight, and the placement groups they hold.
+    List {
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Mark a device out: placement moves its placement groups elsewhere (their data stays
+    /// on it, and it keeps serving them, until recovery has copied them). Survives restarts.
+    Out {
+        /// Device id, e.g. 3 or dev.3.
+        #[arg(value_parser = parse_device_id)]
+        id: DeviceId,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Mark a device in again (also undoes an automatic down-out).
+    In {
+        #[arg(value_parser = parse_device_id)]
+        id: DeviceId,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Set a device's placement weight (its relative share of data; 0 = none).
+    Reweight {
+        #[arg(value_parser = parse_device_id)]
+        id: DeviceId,
+        weight: u32,
+        #[command(flatten)]
+        common: Common,
+    },
+}
+
+/// A device as printed: its record and what the current map says.
+#[derive(Serialize)]
+struct DeviceView {
+    #[serde(flatten)]
+    record: DeviceRecord,
+    /// Up in the current map (its node is alive and reports it working).
+    up: bool,
+    /// Unix seconds since when it is down, if it is.
+    down_since: Option<u64>,
+    /// Placement groups whose `up` set holds it.
+    up_pgs: usize,
+    /// Placement groups whose acting set holds it (their data is on it).
+    acting_pgs: usize,
+    /// Placement groups it serves as primary now.
+    primary_pgs: usize,
+}
+
+pub fn parse_device_id(s: &str) -> Result<DeviceId, String> {
+    s.strip_prefix("dev.")
+        .unwrap_or(s)
+        .parse()
+        .map(DeviceId)
+        .map_err(|_| format!("'{s}' is not a device id (e.g. 3 or dev.3)"))
+}
+
+pub async fn run(cmd: DeviceCommand) -> anyhow::Result<()> {
+    match cmd {
+        DeviceCommand::List { common } => list(common).await,
+        DeviceCommand::Out { id, common } => {
+            let catalog = basalt_meta::Catalog::new(common.cluster.meta().await?);
+            let rec = catalog
+                .set_device_out(id, Some(OutReason::Operator))
+                .await?;
+            done(
+                &common,
+                &rec,
+                "out (its placement groups move when recovery allows)",
+            )
+        }
+        DeviceCommand::In { id, common } => {
+            let catalog = basalt_meta::Catalog::new(common.cluster.meta().await?);
+            let rec = catalog.set_device_out(id, None).await?;
+            done(&common, &rec, "in")
+        }
+        DeviceCommand::Reweight { id, weight, common } => {
+            let catalog = basalt_meta::Catalog::new(common.cluster.meta().await?);
+            let rec = catalog.set_device_weight(id, weight).await?;
+            done(&common, &rec, &format!("weight {weight}"))
+        }
+    }
+}
+
+fn done(common: &Common, rec: &DeviceRecord, what: &str) -> anyhow::Result<()> {
+    if common.json {
+        return output::json(rec);
+    }
+    println!("device {} is {what}", rec.id);
+    Ok(())
+}
+
+async fn list(common: Common) -> anyhow::Result<()> {
+    let cluster = common.cluster.connect().await?;
+    let map = cluster.map();
+    let records = cluster
+        .catalog()
+        .list_devices()
+        .await
+        .context("listing devices")?;
+    let views: Vec<DeviceView> = records
+        .into_iter()
+        .map(|record| {
+            let placed = map.devices.get(&record.id);
+            let mut view = DeviceView {
+                up: placed.is_some_and(|d| d.up),
+                down_since: placed.and_then(|d| d.down_since),
+                up_pgs: 0,
+                acting_pgs: 0,
+                primary_pgs: 0,
+                record,
+            };
+            for pg in map.pools.values().flat_map(|p| &p.pgs) {
+                let id = view.record.id;
+                view.up_pgs += usize::from(pg.up.contains(&id));
+                view.acting_pgs += usize::from(pg.acting.contains(&id));
+                view.primary_pgs += usize::from(map.pg_primary(pg) == Some(id));
+            }
+            view
+        })
+        .collect();
+    if common.json {
+        return output::json(&views);
+    }
+    let mut t = output::table(&[
+        "DEVICE", "NODE", "PATH", "CLASS", "CAPACITY", "WEIGHT", "STATE", "PGS UP", "ACTING",
+        "PRIMARY",
+    ]);
+    for v in &views {
+        let r = &v.record;
+        let mut state = String::from(if v.up { "up" } else { "down" });
+        state.push_str(match r.out {
+            None if r.is_in() => ", in",
+            Some(OutReason::Auto) => ", out (auto)",
+            _ => ", out",
+        });
+        if let Some(since) = v.down_since {
+            state.push_str(&format!(" since {}", output::utc(since)));
+        }
+        t.add_row([
+            r.id.to_string(),
+            r.node.to_string(),
+            r.path.clone(),
+            r.class.clone(),
+            format_size_approx(r.capacity),
+            r.weight.to_string(),
+            state,
+            v.up_pgs.to_string(),
+            v.acting_pgs.to_string(),
+            v.primary_pgs.to_string(),
+        ]);
+    }
+    println!("{t}");
+    Ok(())
+}

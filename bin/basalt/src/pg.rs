@@ -1,0 +1,196 @@
+//! `basalt pg list|mark-lost`: placement groups, and the operator's escape hatch for a PG whose
+//! data is gone.
+
+use crate::connect::Common;
+use crate::output;
+use anyhow::{Context, bail};
+use basalt_client::Cluster;
+use basalt_meta::PgReadyRecord;
+use basalt_placement::{ClusterMap, PgMap};
+use basalt_types::{DeviceId, PgId};
+use clap::Subcommand;
+use serde::Serialize;
+use std::time::{Duration, Instant};
+
+#[derive(Subcommand)]
+pub enum PgCommand {
+    /// List placement groups: where they should live (up), where their data is (acting),
+    /// who serves them.
+    List {
+        /// Only this pool.
+        #[arg(long)]
+        pool: Option<String>,
+        /// Only placement groups that are unavailable, degraded or remapped.
+        #[arg(long)]
+        problems: bool,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Declare a placement group's data lost: it is served from its `up` devices from now on,
+    /// EMPTY (every object of it reads as zeros). Only for a PG whose devices are gone for good.
+    MarkLost {
+        /// Pool name.
+        pool: String,
+        /// Placement group number within the pool.
+        pg: u32,
+        /// Required: you accept that the placement group's data is lost.
+        #[arg(long)]
+        yes_i_really_mean_it: bool,
+        #[command(flatten)]
+        common: Common,
+    },
+}
+
+/// One placement group as printed.
+#[derive(Serialize)]
+struct PgView {
+    pool: String,
+    pg: u32,
+    up: Vec<DeviceId>,
+    acting: Vec<DeviceId>,
+    /// The acting members that are up (first = primary).
+    serving: Vec<DeviceId>,
+    since: u64,
+    /// `active`, `unavailable`, `degraded` and/or `remapped`.
+    state: String,
+}
+
+pub async fn run(cmd: PgCommand) -> anyhow::Result<()> {
+    match cmd {
+        PgCommand::List {
+            pool,
+            problems,
+            common,
+        } => list(pool, problems, common).await,
+        PgCommand::MarkLost {
+            pool,
+            pg,
+            yes_i_really_mean_it,
+            common,
+        } => {
+            if !yes_i_really_mean_it {
+                bail!(
+                    "marking {pool} PG {pg} lost makes it serve EMPTY data from its up devices \
+                     (every object of it reads as zeros); run again with \
+                     --yes-i-really-mean-it if its devices are gone for good"
+                );
+            }
+            let cluster = common.cluster.connect().await?;
+            mark_lost(&cluster, &pool, pg).await
+        }
+    }
+}
+
+fn state(map: &ClusterMap, replicas: u8, pg: &PgMap) -> String {
+    let serving = map.serving(pg).count();
+    let mut parts = Vec::new();
+    if serving == 0 {
+        parts.push("unavailable");
+    } else if serving < usize::from(replicas) {
+        parts.push("degraded");
+    } else {
+        parts.push("active");
+    }
+    if pg.acting != pg.up {
+        parts.push("remapped");
+    }
+    parts.join("+")
+}
+
+async fn list(only: Option<String>, problems: bool, common: Common) -> anyhow::Result<()> {
+    let cluster = common.cluster.connect().await?;
+    let map = cluster.map();
+    let mut views = Vec::new();
+    for p in cluster.list_pools().await? {
+        if only.as_ref().is_some_and(|n| *n != p.name) {
+            continue;
+        }
+        let Some(placed) = map.pools.get(&p.id) else {
+            continue;
+        };
+        for (i, pg) in placed.pgs.iter().enumerate() {
+            let state = state(&map, placed.replicas, pg);
+            if problems && state == "active" {
+                continue;
+            }
+            views.push(PgView {
+                pool: p.name.clone(),
+                pg: i as u32,
+                up: pg.up.clone(),
+                acting: pg.acting.clone(),
+                serving: map.serving(pg).collect(),
+                since: pg.since.0,
+                state,
+            });
+        }
+    }
+    if common.json {
+        return output::json(&views);
+    }
+    let ids = |v: &[DeviceId]| {
+        let s: Vec<String> = v.iter().map(|d| d.0.to_string()).collect();
+        format!("[{}]", s.join(","))
+    };
+    let mut t = output::table(&["POOL", "PG", "UP", "ACTING", "SINCE", "STATE"]);
+    for v in &views {
+        t.add_row([
+            v.pool.clone(),
+            v.pg.to_string(),
+            ids(&v.up),
+            ids(&v.acting),
+            v.since.to_string(),
+            v.state.clone(),
+        ]);
+    }
+    println!("map epoch {}", map.epoch.0);
+    println!("{t}");
+    Ok(())
+}
+
+/// Writes a PG-ready report marked lost for the PG's current `up` set, and waits until the
+/// leader has made it the acting set.
+async fn mark_lost(cluster: &Cluster, pool: &str, pg: u32) -> anyhow::Result<()> {
+    let rec = cluster
+        .catalog()
+        .get_pool_by_name(pool)
+        .await?
+        .with_context(|| format!("no pool '{pool}'"))?;
+    let id = PgId { pool: rec.id, pg };
+    let map = cluster.map();
+    let entry = map
+        .pg(id)
+        .with_context(|| format!("pool {pool} has no PG {pg} (it has {})", rec.pg_count))?;
+    if entry.acting == entry.up {
+        println!(
+            "{id} already serves from its up set {:?}; nothing to do",
+            entry.up
+        );
+        return Ok(());
+    }
+    if entry.up.is_empty() {
+        bail!("{id} has no device to serve it (no device can hold pool {pool}); add devices first");
+    }
+    let mut report = PgReadyRecord::new(id, map.epoch, entry.up.clone());
+    report.lost = true;
+    cluster.catalog().put_pg_ready(&report).await?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let now = cluster.map();
+        if let Some(e) = now.pg(id)
+            && e.acting == report.up
+        {
+            println!(
+                "{id} is marked lost: served EMPTY from {:?} since map epoch {}",
+                e.acting, e.since.0
+            );
+            return Ok(());
+        }
+        if now.pg(id).is_some_and(|e| e.up != report.up) {
+            bail!("{id}'s up set changed meanwhile; look again and re-run if still needed");
+        }
+        if Instant::now() >= deadline {
+            bail!("the leader did not apply the report within 30 s; is a node running?");
+        }
+        cluster.refresh_map(now.epoch.next()).await?;
+    }
+}

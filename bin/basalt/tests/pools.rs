@@ -1,0 +1,120 @@
+//! The pool, device and pg commands against a running `basalt up`: settings, bad input answered
+//! with a clear error that changes nothing, and a device marked out that keeps serving the data
+//! it holds.
+
+mod common;
+
+use common::nbd::NbdClient;
+use common::{Up, UpOptions, wait_until};
+use std::time::Duration;
+
+fn fails_with(up: &Up, args: &[&str], needle: &str) {
+    let out = up.cli(args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "basalt {args:?} succeeded");
+    assert!(
+        err.contains(needle),
+        "basalt {args:?}: expected {needle:?} in:\n{err}"
+    );
+}
+
+#[test]
+fn pool_device_and_pg_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = Up::start(dir.path(), &UpOptions::default());
+
+    // Pools.
+    fails_with(
+        &up,
+        &["pool", "create", "big", "--object-size", "1MiB"],
+        "no device can hold pool big",
+    );
+    fails_with(
+        &up,
+        &["pool", "create", "wide", "--replicas", "6"],
+        "6 is not in 1..=5",
+    );
+    let r3 = up.cli_json(&["pool", "create", "r3", "--replicas", "3", "--pgs", "8"]);
+    assert_eq!(r3["min_size"], 2, "{r3}");
+    fails_with(
+        &up,
+        &["pool", "set", "r3", "--min-size", "4"],
+        "use 1 to replicas (3)",
+    );
+    assert_eq!(
+        up.cli_json(&["pool", "set", "r3", "--min-size", "3"])["min_size"],
+        3
+    );
+    fails_with(
+        &up,
+        &["pool", "delete", "default"],
+        "still holds volumes (vol0)",
+    );
+    up.cli_json(&["pool", "delete", "r3"]);
+    let names: Vec<String> = up
+        .cli_json(&["pool", "list"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names, ["default"]);
+    let info = up.cli_json(&["pool", "info", "default"]);
+    assert_eq!(info["unavailable_pgs"], 0, "{info}");
+    assert_eq!(info["devices"], 1, "{info}");
+
+    // Devices and placement groups.
+    fails_with(&up, &["device", "out", "99"], "no device dev.99");
+    fails_with(&up, &["device", "out", "x1"], "is not a device id");
+    fails_with(
+        &up,
+        &["pg", "mark-lost", "default", "0"],
+        "--yes-i-really-mean-it",
+    );
+    let devs = up.cli_json(&["device", "list"]);
+    let dev = &devs[0];
+    assert_eq!(dev["up"], true, "{devs}");
+    assert_eq!(dev["acting_pgs"], 64, "{devs}");
+    let id = dev["id"].as_u64().unwrap().to_string();
+    assert_eq!(up.cli_json(&["device", "reweight", &id, "5"])["weight"], 5);
+    assert_eq!(
+        up.cli_json(&["pg", "list", "--problems"])
+            .as_array()
+            .unwrap()
+            .len(),
+        0
+    );
+
+    // Out, with nowhere else to go: placement has no device for the PGs, but the device still
+    // holds their data and keeps serving them.
+    let mut c = NbdClient::connect(&up.nbd, "vol0").unwrap();
+    assert_eq!(c.write(0, &[0x5A; 4096], 1).unwrap(), 0);
+    up.cli_json(&["device", "out", &id]);
+    wait_until("the PGs remapped", Duration::from_secs(30), || {
+        up.cli_json(&["pg", "list", "--problems"])
+            .as_array()
+            .unwrap()
+            .len()
+            == 64
+    });
+    let pgs = up.cli_json(&["pg", "list"]);
+    assert_eq!(pgs[0]["state"], "active+remapped", "{}", pgs[0]);
+    assert_eq!(pgs[0]["up"].as_array().unwrap().len(), 0);
+    assert_eq!(c.read(0, 4096).unwrap(), Ok(vec![0x5A; 4096]));
+    assert_eq!(c.write(4096, &[0x6B; 4096], 1).unwrap(), 0);
+    fails_with(
+        &up,
+        &["pg", "mark-lost", "default", "0", "--yes-i-really-mean-it"],
+        "no device to serve it",
+    );
+    up.cli_json(&["device", "in", &id]);
+    wait_until("the PGs back in place", Duration::from_secs(30), || {
+        up.cli_json(&["pg", "list", "--problems"])
+            .as_array()
+            .unwrap()
+            .is_empty()
+    });
+    assert_eq!(c.read(4096, 4096).unwrap(), Ok(vec![0x6B; 4096]));
+    c.disconnect();
+    up.stop();
+}

@@ -1,0 +1,77 @@
+//! PG-ready reports under [`keys::PG_READY`]: the primary of a PG says it completed the PG on
+//! its `up` set (every member of `up` holds the PG's current data), so the leader may make
+//! `acting = up`. The leader applies a report only when it names the PG's current `up` set,
+//! and deletes every report it has considered (applied or stale).
+//!
+//! Nothing in this version writes reports except `basalt pg mark-lost` (an operator's
+//! statement that the PG's data is gone, with `lost: true`); recovery will.
+
+use crate::catalog::{Catalog, encode, now_secs};
+use crate::error::MetaError;
+use crate::keys;
+use crate::store::{Compare, Revision, Txn, TxnOp};
+use basalt_types::{DeviceId, Epoch, PgId};
+use serde::{Deserialize, Serialize};
+
+/// A report that a PG is complete on `up`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgReadyRecord {
+    pub pg: PgId,
+    /// The map epoch at which the PG was complete on `up`.
+    pub epoch: Epoch,
+    /// The `up` set the PG was completed on.
+    pub up: Vec<DeviceId>,
+    /// Written by an operator (`basalt pg mark-lost`): the PG's data is given up for lost.
+    #[serde(default)]
+    pub lost: bool,
+    /// Unix seconds.
+    pub at: u64,
+}
+
+impl PgReadyRecord {
+    pub fn new(pg: PgId, epoch: Epoch, up: Vec<DeviceId>) -> PgReadyRecord {
+        PgReadyRecord {
+            pg,
+            epoch,
+            up,
+            lost: false,
+            at: now_secs(),
+        }
+    }
+}
+
+impl Catalog {
+    /// Writes (or replaces) the report of `record.pg`.
+    pub async fn put_pg_ready(&self, record: &PgReadyRecord) -> Result<Revision, MetaError> {
+        self.store()
+            .put(&keys::pg_ready(record.pg), encode(record), None)
+            .await
+    }
+
+    /// Every report, with the revision it was written at (for [`Catalog::remove_pg_ready`]).
+    /// Unreadable reports are skipped with a warning (and never applied).
+    pub async fn list_pg_ready(&self) -> Result<Vec<(PgReadyRecord, Revision)>, MetaError> {
+        let listing = self.store().list(keys::PG_READY).await?;
+        let mut out = Vec::new();
+        for kv in listing.kvs {
+            match crate::catalog::decode::<PgReadyRecord>(&kv.key, &kv.value) {
+                Ok(r) if keys::parse_pg_ready(&kv.key) == Some(r.pg) => {
+                    out.push((r, kv.mod_revision))
+                }
+                Ok(_) => tracing::warn!("ignoring {}: it names another PG", kv.key),
+                Err(e) => tracing::warn!("ignoring an unreadable PG-ready report: {e}"),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Deletes the report of `pg` if it is still the one written at `revision` (a newer one
+    /// stays). Returns whether it was deleted.
+    pub async fn remove_pg_ready(&self, pg: PgId, revision: Revision) -> Result<bool, MetaError> {
+        let key = keys::pg_ready(pg);
+        let txn = Txn::new()
+            .when([Compare::mod_revision_is(&key, revision)])
+            .and_then([TxnOp::delete(&key)]);
+        Ok(self.store().txn(txn).await?.succeeded)
+    }
+}

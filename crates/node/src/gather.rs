@@ -1,0 +1,54 @@
+//! The leader's view of the cluster: the placement input read from the catalog.
+
+use basalt_meta::{Catalog, MetaError, OutReason, Revision};
+use basalt_placement::{DeviceInfo, NodeInfo, PlacementInput, PoolSpec};
+use basalt_types::PgId;
+
+/// The placement input, and the PG-ready reports it includes (with their revisions, so that
+/// exactly those are deleted once considered).
+pub(crate) struct Gathered {
+    pub input: PlacementInput,
+    pub reports: Vec<(PgId, Revision)>,
+}
+
+/// Every pool, every device (reported up or down by its node, in or out), every live node,
+/// every PG-ready report; `now` in unix seconds.
+pub(crate) async fn gather(catalog: &Catalog, now: u64) -> Result<Gathered, MetaError> {
+    let mut input = PlacementInput {
+        now,
+        ..PlacementInput::default()
+    };
+    for n in catalog.list_nodes().await? {
+        input.nodes.insert(n.id, NodeInfo { addr: n.addr });
+    }
+    for d in catalog.list_devices().await? {
+        let info = DeviceInfo {
+            node: d.node,
+            up: d.reported_up(),
+            r#in: d.is_in(),
+            auto_out: d.out == Some(OutReason::Auto),
+            down_since: None,
+            weight: d.weight,
+            object_size: d.object_size,
+            class: d.class,
+        };
+        input.devices.insert(d.id, info);
+    }
+    for p in catalog.list_pools().await? {
+        let spec = PoolSpec {
+            pg_count: p.pg_count,
+            replicas: p.replicas,
+            min_size: p.min_size,
+            object_size: p.object_size,
+            failure_domain: p.failure_domain,
+            device_class: p.device_class,
+        };
+        input.pools.insert(p.id, spec);
+    }
+    let mut reports = Vec::new();
+    for (r, revision) in catalog.list_pg_ready().await? {
+        reports.push((r.pg, revision));
+        input.ready.insert(r.pg, r.up);
+    }
+    Ok(Gathered { input, reports })
+}

@@ -1,0 +1,271 @@
+//! The leader with real nodes (real device files, the embedded metadata store): what wakes it,
+//! operator state across restarts, the down-out rule, PG-ready reports.
+
+use basalt_meta::{
+    Catalog, DeviceState, EmbeddedStore, MetaStore, OutReason, PgReadyRecord, PoolSpec,
+};
+use basalt_node::{DeviceConfig, Node, NodeConfig};
+use basalt_placement::ClusterMap;
+use basalt_types::{DeviceId, PgId};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+struct Cluster {
+    dir: tempfile::TempDir,
+    store: Arc<dyn MetaStore>,
+    catalog: Catalog,
+}
+
+impl Cluster {
+    async fn new() -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn MetaStore> = Arc::new(
+            EmbeddedStore::open(dir.path().join("meta.redb"))
+                .await
+                .unwrap(),
+        );
+        let catalog = Catalog::new(store.clone());
+        Cluster {
+            dir,
+            store,
+            catalog,
+        }
+    }
+
+    /// A one-copy pool: its PGs start on the devices registered when it is first placed.
+    async fn pool(&self, pgs: u32) {
+        let mut spec = PoolSpec::new("default");
+        spec.replicas = 1;
+        spec.pg_count = pgs;
+        self.catalog.create_pool(&spec).await.unwrap();
+    }
+
+    /// Starts node `name` with one 256 MiB device file.
+    async fn node(&self, name: &str, leader: bool, down_out: Duration) -> Node {
+        let data = self.dir.path().join(name);
+        let mut config = NodeConfig::new(&data, "127.0.0.1:0".parse().unwrap());
+        config.name = name.into();
+        config.leader_eligible = leader;
+        config.lease_ttl = Duration::from_secs(2);
+        config.down_out_interval = down_out;
+        config.devices.push(device(&data));
+        Node::start(config, self.store.clone(), false)
+            .await
+            .unwrap()
+    }
+
+    /// Waits (on the map watch, no sleeps) for a map satisfying `pred`.
+    async fn map_where(&self, what: &str, pred: impl Fn(&ClusterMap) -> bool) -> ClusterMap {
+        let mut maps = self.catalog.watch_map::<ClusterMap>().await.unwrap();
+        let found = tokio::time::timeout(WAIT, async {
+            while let Some(m) = maps.recv().await {
+                if pred(&m) {
+                    return m;
+                }
+            }
+            panic!("the map watch ended");
+        })
+        .await;
+        found.unwrap_or_else(|_| panic!("no map with {what} within {WAIT:?}"))
+    }
+}
+
+fn device(data: &Path) -> DeviceConfig {
+    DeviceConfig {
+        path: data.join("dev.img"),
+        size: Some(256 << 20),
+        class: "ssd".into(),
+        journal_size: Some(16 << 20),
+    }
+}
+
+fn only_device(node: &Node) -> DeviceId {
+    let status = node.status();
+    assert_eq!(status.devices.len(), 1);
+    status.devices[0].id
+}
+
+/// PGs of pool 1 by where their data is.
+fn acting_on(map: &ClusterMap, d: DeviceId) -> Vec<usize> {
+    map.pools
+        .values()
+        .flat_map(|p| p.pgs.iter().enumerate())
+        .filter(|(_, pg)| pg.acting == [d])
+        .map(|(i, _)| i)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn volume_records_and_its_own_map_writes_do_not_wake_the_leader() {
+    let c = Cluster::new().await;
+    c.pool(16).await;
+    let node = c.node("a", true, Duration::from_secs(600)).await;
+    assert!(node.wait_until_placed(WAIT).await);
+    let dev = only_device(&node);
+    let first = c.map_where("the device placed", |m| m.is_up(dev)).await;
+    let before = node.map_computations();
+    for i in 0..5 {
+        c.catalog
+            .create_volume(&format!("v{i}"), 1 << 20, "default")
+            .await
+            .unwrap();
+    }
+    // A change that matters comes after them (events arrive in order): when its map is out,
+    // the leader has seen everything before it.
+    c.catalog.set_device_weight(dev, 77).await.unwrap();
+    let after = c
+        .map_where("the new weight", |m| m.devices[&dev].weight == 77)
+        .await;
+    assert_eq!(
+        after.epoch,
+        first.epoch.next(),
+        "volume creation made no new epoch"
+    );
+    assert_eq!(
+        node.map_computations() - before,
+        1,
+        "one computation: for the weight, none for the volumes or the map write"
+    );
+    node.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_keeps_the_operators_out_and_weight() {
+    let c = Cluster::new().await;
+    c.pool(16).await;
+    let node = c.node("a", true, Duration::from_secs(600)).await;
+    assert!(node.wait_until_placed(WAIT).await);
+    let dev = only_device(&node);
+    c.catalog
+        .set_device_out(dev, Some(OutReason::Operator))
+        .await
+        .unwrap();
+    c.catalog.set_device_weight(dev, 3).await.unwrap();
+    c.map_where("the device out", |m| {
+        m.devices
+            .get(&dev)
+            .is_some_and(|d| !d.r#in && d.weight == 3)
+    })
+    .await;
+    node.shutdown().await;
+
+    let node = c.node("a", true, Duration::from_secs(600)).await;
+    let rec = c.catalog.get_device(dev).await.unwrap().unwrap();
+    assert_eq!(rec.out, Some(OutReason::Operator), "{rec:?}");
+    assert_eq!(rec.weight, 3, "{rec:?}");
+    assert_eq!(rec.state, DeviceState::Up);
+    let map = c.map_where("the device up again", |m| m.is_up(dev)).await;
+    let d = &map.devices[&dev];
+    assert!(!d.r#in && d.weight == 3, "{d:?}");
+    // Out, but the only holder of the data: it still serves every PG.
+    assert_eq!(acting_on(&map, dev).len(), 16);
+    node.shutdown().await;
+}
+
+/// Node b goes away: its device is down, keeps its PGs (unavailable, never handed to a), is
+/// marked out after the down-out interval (up sets move, acting sets stay), and comes back in
+/// with its PGs when b returns. A PG-ready report for the new up set moves one PG's acting set;
+/// a stale one does nothing; both are consumed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_down_device_keeps_its_data_goes_out_after_the_interval_and_comes_back() {
+    let c = Cluster::new().await;
+    let a = c.node("a", true, Duration::from_secs(1)).await;
+    let b = c.node("b", false, Duration::from_secs(1)).await;
+    // The pool comes after both devices, so its PGs start spread over both.
+    c.map_where("both devices up", |m| {
+        m.devices.len() == 2 && m.devices.values().all(|d| d.up)
+    })
+    .await;
+    c.pool(32).await;
+    assert!(a.wait_until_placed(WAIT).await && b.wait_until_placed(WAIT).await);
+    let (da, db) = (only_device(&a), only_device(&b));
+    let placed = c
+        .map_where("both devices holding PGs", |m| {
+            !acting_on(m, da).is_empty() && !acting_on(m, db).is_empty()
+        })
+        .await;
+    let on_b = acting_on(&placed, db);
+    b.shutdown().await;
+
+    let down = c.map_where("b's device down", |m| !m.is_up(db)).await;
+    assert_eq!(
+        acting_on(&down, db),
+        on_b,
+        "down is not out: b's PGs stay on b"
+    );
+    let pool = &down.pools.values().next().unwrap();
+    assert_eq!(pool.unavailable(&down), on_b.len());
+    for &i in &on_b {
+        assert_eq!(
+            pool.pgs[i].up,
+            [db],
+            "pg {i}: a down device keeps its up sets"
+        );
+    }
+    let out = c
+        .map_where("b's device out automatically", |m| {
+            m.devices.get(&db).is_some_and(|d| !d.r#in && d.auto_out)
+        })
+        .await;
+    assert_eq!(acting_on(&out, db), on_b, "out moves up, not acting");
+    let pool = out.pools.values().next().unwrap();
+    for &i in &on_b {
+        assert_eq!(pool.pgs[i].up, [da], "pg {i}: up moved to a");
+        assert_eq!(out.pg_primary(&pool.pgs[i]), None, "pg {i} unavailable");
+    }
+
+    // The primary of one of them reports it complete on its new up set; another report names
+    // a set that is not the up set.
+    let pool_id = *out.pools.keys().next().unwrap();
+    let pg = |i: usize| PgId {
+        pool: pool_id,
+        pg: i as u32,
+    };
+    let (moved, stale) = (on_b[0], *on_b.get(1).unwrap_or(&on_b[0]));
+    c.catalog
+        .put_pg_ready(&PgReadyRecord::new(pg(stale), out.epoch, vec![db]))
+        .await
+        .unwrap();
+    c.catalog
+        .put_pg_ready(&PgReadyRecord::new(pg(moved), out.epoch, vec![da]))
+        .await
+        .unwrap();
+    let ready = c
+        .map_where("the report applied", |m| {
+            m.pools[&pool_id].pgs[moved].acting == [da]
+        })
+        .await;
+    let entry = &ready.pools[&pool_id].pgs[moved];
+    assert_eq!(entry.since, ready.epoch, "its serving set changed");
+    if stale != moved {
+        assert_eq!(ready.pools[&pool_id].pgs[stale].acting, [db]);
+    }
+    // Consumed: nothing is left once the leader has seen them.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let mut reports = c
+        .store
+        .watch_prefix(basalt_meta::keys::PG_READY, 0)
+        .await
+        .unwrap();
+    while !c.catalog.list_pg_ready().await.unwrap().is_empty() {
+        tokio::time::timeout_at(deadline, reports.recv())
+            .await
+            .expect("reports consumed");
+    }
+
+    // b returns: its device is up and in again, and serves its PGs (but the one that moved).
+    let b = c.node("b", false, Duration::from_secs(1)).await;
+    let back = c
+        .map_where("b's device back in", |m| {
+            m.is_up(db) && m.devices[&db].r#in && !m.devices[&db].auto_out
+        })
+        .await;
+    let expect: Vec<usize> = on_b.iter().copied().filter(|&i| i != moved).collect();
+    assert_eq!(acting_on(&back, db), expect);
+    assert_eq!(back.pools[&pool_id].unavailable(&back), 0);
+    b.shutdown().await;
+    a.shutdown().await;
+}
