@@ -88,7 +88,7 @@ async fn open_one(
                 object_size,
                 size: cfg.size,
                 journal_size: cfg.journal_size,
-                force: false,
+                ..FormatOptions::default()
             };
             let p = path.clone();
             tokio::task::spawn_blocking(move || basalt_engine::format(&p, &opts))
