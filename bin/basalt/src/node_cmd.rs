@@ -1,6 +1,6 @@
 //! `basalt node`: one storage node of a multi-process cluster whose metadata lives in etcd.
 
-use crate::up::IoArg;
+use crate::up::{FormatArgs, IoArg};
 use anyhow::{Context, bail};
 use basalt_meta::EtcdStore;
 use basalt_node::{DeviceConfig, Node, NodeConfig};
@@ -9,6 +9,7 @@ use clap::Args;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 #[derive(Args, Debug)]
 pub struct NodeArgs {
@@ -24,7 +25,8 @@ pub struct NodeArgs {
     /// Data-path listen address.
     #[arg(long, default_value = "0.0.0.0:10810")]
     pub listen: SocketAddr,
-    /// Address clients use to reach this node, if not the listen address.
+    /// Address clients use to reach this node. Default: the listen address, or, when that is
+    /// every address (0.0.0.0), this host's primary address (that of its default route).
     #[arg(long)]
     pub advertise: Option<String>,
     /// A device: PATH, PATH:SIZE (file created with that size) or PATH:SIZE:CLASS. Repeatable.
@@ -33,6 +35,12 @@ pub struct NodeArgs {
     /// I/O backend.
     #[arg(long, value_enum, default_value = "auto")]
     pub io: IoArg,
+    #[command(flatten)]
+    pub format: FormatArgs,
+    /// Lease of the node's registration (e.g. 10s, 2500ms): the node acknowledges I/O only
+    /// while its lease is confirmed, and other nodes may take its data over once it expired.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub lease_ttl: Duration,
 }
 
 pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
@@ -42,8 +50,13 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     let mut config = NodeConfig::new(&args.data, args.listen);
     config.advertise = args.advertise.clone();
     config.io = args.io.into();
+    config.lease_ttl = args.lease_ttl;
     for spec in &args.devices {
-        config.devices.push(parse_device(spec)?);
+        config.devices.push(DeviceConfig {
+            force_format: args.format.force_format,
+            allow_sparse: args.format.allow_sparse_device,
+            ..parse_device(spec)?
+        });
     }
     let node = Node::start(config, Arc::new(store), false).await?;
     println!("node {} serving on {}", node.id(), node.status().addr);
@@ -65,9 +78,25 @@ fn parse_device(spec: &str) -> anyhow::Result<DeviceConfig> {
         .with_context(|| format!("bad size in --device {spec}"))?;
     let class = parts.next().unwrap_or("ssd").to_string();
     Ok(DeviceConfig {
-        path,
         size,
         class,
-        journal_size: None,
+        ..DeviceConfig::new(path)
     })
+}
+
+/// `10s`, `2500ms` or a number of seconds; at least 2 s (etcd's smallest lease).
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (num, unit) = match s.strip_suffix("ms") {
+        Some(n) => (n, 1),
+        None => (s.strip_suffix('s').unwrap_or(s), 1000),
+    };
+    let n: u64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a duration: use e.g. 10s or 2500ms"))?;
+    let d = Duration::from_millis(n.saturating_mul(unit));
+    if d < Duration::from_secs(2) {
+        return Err(format!("a lease of {d:?} is too short: use at least 2s"));
+    }
+    Ok(d)
 }

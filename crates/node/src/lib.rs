@@ -19,6 +19,7 @@
 //! Start here: [`Node::start`], then `service.rs`.
 
 pub mod admin;
+mod advertise;
 pub mod config;
 mod delete;
 mod devices;
@@ -26,15 +27,19 @@ pub mod error;
 mod flush;
 mod identity;
 mod leader;
+mod lease;
 mod mapstate;
 mod node;
 mod read;
 mod server;
 mod service;
+#[cfg(test)]
+mod testing;
 mod write;
 
 pub use admin::{AdminRequest, DeviceStatus, NodeStatus};
+pub use basalt_engine::{DirLock, lock_dir};
 pub use config::{DeviceConfig, NodeConfig};
 pub use error::NodeError;
 pub use node::Node;
-pub use server::MAX_IN_FLIGHT;
+pub use server::{MAX_IN_FLIGHT, MAX_IN_FLIGHT_BYTES};
