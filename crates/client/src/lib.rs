@@ -19,6 +19,7 @@
 pub mod admin;
 pub mod cluster;
 pub mod error;
+mod flushset;
 pub mod link;
 mod mapcache;
 pub mod meta;
@@ -27,6 +28,8 @@ mod read;
 mod remote_meta;
 pub mod retry;
 pub mod split;
+#[cfg(test)]
+mod testing;
 pub mod volume;
 mod write;
 
