@@ -95,6 +95,7 @@ impl Node {
         )));
         let record = NodeRecord::new(id, config.name.clone(), addr.clone());
         let registration = catalog.register_node(&record, config.lease_ttl).await?;
+        shared.fence.confirmed(*registration.confirmed().borrow());
         tasks.push(tokio::spawn(lease::maintain(
             catalog.clone(),
             record,
