@@ -1,6 +1,6 @@
 //! `basalt node`: one storage node of a multi-process cluster whose metadata lives in etcd.
 
-use crate::up::IoArg;
+use crate::up::{FormatArgs, IoArg};
 use anyhow::{Context, bail};
 use basalt_meta::EtcdStore;
 use basalt_node::{DeviceConfig, Node, NodeConfig};
@@ -25,7 +25,8 @@ pub struct NodeArgs {
     /// Data-path listen address.
     #[arg(long, default_value = "0.0.0.0:10810")]
     pub listen: SocketAddr,
-    /// Address clients use to reach this node, if not the listen address.
+    /// Address clients use to reach this node. Default: the listen address, or, when that is
+    /// every address (0.0.0.0), this host's primary address (that of its default route).
     #[arg(long)]
     pub advertise: Option<String>,
     /// A device: PATH, PATH:SIZE (file created with that size) or PATH:SIZE:CLASS. Repeatable.
@@ -34,8 +35,11 @@ pub struct NodeArgs {
     /// I/O backend.
     #[arg(long, value_enum, default_value = "auto")]
     pub io: IoArg,
-    /// Lease of the node's registration: when the node dies, its devices count as down this
-    /// long after its last renewal, e.g. 10s.
+    #[command(flatten)]
+    pub format: FormatArgs,
+    /// Lease of the node's registration (e.g. 10s, 2500ms): the node acknowledges I/O only
+    /// while its lease is confirmed; when the node dies, its devices count as down this long
+    /// after its last renewal, and other nodes may take its data over.
     #[arg(long, value_parser = crate::duration::parse_duration, default_value = "10s")]
     pub lease_ttl: Duration,
     /// While this node leads: how long a device may be down before it is marked out
@@ -54,7 +58,11 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     config.lease_ttl = args.lease_ttl;
     config.down_out_interval = args.down_out_interval;
     for spec in &args.devices {
-        config.devices.push(parse_device(spec)?);
+        config.devices.push(DeviceConfig {
+            force_format: args.format.force_format,
+            allow_sparse: args.format.allow_sparse_device,
+            ..parse_device(spec)?
+        });
     }
     let node = Node::start(config, Arc::new(store), false).await?;
     println!("node {} serving on {}", node.id(), node.status().addr);
@@ -76,9 +84,8 @@ fn parse_device(spec: &str) -> anyhow::Result<DeviceConfig> {
         .with_context(|| format!("bad size in --device {spec}"))?;
     let class = parts.next().unwrap_or("ssd").to_string();
     Ok(DeviceConfig {
-        path,
         size,
         class,
-        journal_size: None,
+        ..DeviceConfig::new(path)
     })
 }

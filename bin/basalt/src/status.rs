@@ -134,9 +134,13 @@ fn print_tables(s: &ClusterStatus) {
     for n in &s.nodes {
         match (&n.status, &n.error) {
             (Some(st), _) => {
+                let node = match st.fenced {
+                    true => format!("node.{} (FENCED: no lease)", n.id),
+                    false => format!("node.{}", n.id),
+                };
                 for d in &st.devices {
                     t.add_row([
-                        format!("node.{}", n.id),
+                        node.clone(),
                         n.addr.clone(),
                         d.id.to_string(),
                         d.io_backend.clone(),

@@ -8,7 +8,7 @@ use basalt_client::{Cluster, ClusterConfig, Durability, VolumeOptions};
 use basalt_engine::IoMode;
 use basalt_meta::{EmbeddedStore, EtcdOptions, EtcdProcess, EtcdStore, MetaStore, PoolSpec};
 use basalt_nbd::{CancellationToken, ClusterCatalog, NbdServer, ServerConfig};
-use basalt_node::{DeviceConfig, Node, NodeConfig};
+use basalt_node::{DeviceConfig, DirLock, Node, NodeConfig};
 use basalt_types::size::{format_size, format_size_approx, parse_size};
 use clap::{Args, ValueEnum};
 use std::net::SocketAddr;
@@ -33,6 +33,8 @@ pub struct UpArgs {
     /// Size of a device file created on first start. Default: 16GiB or half the free space.
     #[arg(long, value_parser = parse_size)]
     pub device_size: Option<u64>,
+    #[command(flatten)]
+    pub format: FormatArgs,
     /// Name of the volume created when the cluster has none.
     #[arg(long, default_value = "vol0")]
     pub volume: String,
@@ -60,6 +62,21 @@ pub struct UpArgs {
     /// How long a device may be down before it is marked out automatically.
     #[arg(long, value_parser = crate::duration::parse_duration, default_value = "10m")]
     pub down_out_interval: Duration,
+}
+
+/// How a device that is not yet a Basalt store may be formatted (shared by `up` and `node`).
+#[derive(Args, Debug, Clone, Copy)]
+pub struct FormatArgs {
+    /// Format the device even if it is not blank: it holds a file system, partition table,
+    /// LVM/LUKS/RAID/swap signature, a damaged Basalt store, or any non-zero byte in its first
+    /// or last MiB. DESTROYS what it holds. A valid Basalt store is never reformatted.
+    #[arg(long)]
+    pub force_format: bool,
+    /// Accept a device file on a file system that cannot preallocate it (ext2, NFSv3, ...): it
+    /// stays sparse, and when the host file system fills up its writes fail and the store stops
+    /// accepting writes.
+    #[arg(long)]
+    pub allow_sparse_device: bool,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -227,10 +244,10 @@ async fn start_node(args: &UpArgs, data: &Path, meta: &Meta) -> anyhow::Result<N
     config.io = args.io.into();
     config.down_out_interval = args.down_out_interval;
     config.devices.push(DeviceConfig {
-        path: device,
         size,
-        class: "ssd".into(),
-        journal_size: None,
+        force_format: args.format.force_format,
+        allow_sparse: args.format.allow_sparse_device,
+        ..DeviceConfig::new(device)
     });
     Node::start(config, meta.store.clone(), meta.embedded)
         .await
@@ -326,30 +343,13 @@ pub async fn wait_for_signal() {
     }
 }
 
-/// Holds an exclusive lock on `<data>/basalt.lock` for the life of the process, so that two
-/// `basalt up` never share a directory.
-struct DirLock {
-    _file: std::fs::File,
-}
-
+/// Locks `<data>` (through `<data>/basalt.lock`, the same lock every node takes on its own
+/// directory) for the life of the process, so that two `basalt up` never share a directory.
 fn lock(data: &Path) -> anyhow::Result<DirLock> {
-    use std::os::fd::AsRawFd;
-    let path = data.join("basalt.lock");
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .with_context(|| format!("cannot open {}", path.display()))?;
-    // SAFETY: flock on a file descriptor we own.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        let holder = clusterfile::read(data)
-            .map(|f| format!(" (pid {})", f.pid))
-            .unwrap_or_default();
-        bail!(
-            "another basalt process{holder} is using {}; stop it first or pass another --data",
+    basalt_node::lock_dir(data).map_err(|e| {
+        anyhow::anyhow!(
+            "another basalt process is using {}: {e}; stop it first or pass another --data",
             data.display()
-        );
-    }
-    Ok(DirLock { _file: file })
+        )
+    })
 }

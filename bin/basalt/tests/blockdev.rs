@@ -3,34 +3,9 @@
 
 mod common;
 
+use common::host::Loop;
 use common::{Up, UpOptions, tool_ok};
-use std::process::Command;
 use std::time::Duration;
-
-/// A loop device, detached on drop.
-struct Loop(String);
-
-impl Loop {
-    fn attach(file: &std::path::Path) -> Loop {
-        let out = Command::new("losetup")
-            .args(["--find", "--show", "--direct-io=on"])
-            .arg(file)
-            .output()
-            .expect("losetup runs (util-linux)");
-        assert!(
-            out.status.success(),
-            "losetup failed (the test needs root): {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Loop(String::from_utf8(out.stdout).unwrap().trim().to_string())
-    }
-}
-
-impl Drop for Loop {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").args(["-d", &self.0]).status();
-    }
-}
 
 #[test]
 fn a_block_device_is_formatted_and_keeps_data_across_restarts() {

@@ -200,3 +200,71 @@ fn node_and_gateway_processes_share_an_etcd() {
     c.disconnect();
     drop(etcd);
 }
+
+#[test]
+fn a_node_listening_on_every_address_advertises_one_other_hosts_can_reach() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let etcd = rt
+        .block_on(basalt_meta::EtcdProcess::start_with(
+            basalt_meta::EtcdOptions {
+                data_dir: Some(dir.path().join("etcd")),
+                ..Default::default()
+            },
+        ))
+        .expect("start etcd");
+    let endpoint = etcd.endpoint();
+    let out = Command::new(BASALT)
+        .args([
+            "pool",
+            "create",
+            "default",
+            "--pg-count",
+            "8",
+            "--etcd",
+            &endpoint,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let device = format!("{}:256MiB", dir.path().join("dev0.img").display());
+    let _node = Proc(
+        Command::new(BASALT)
+            .args(["node", "--etcd", &endpoint, "--listen", "0.0.0.0:0"])
+            .args(["--device", &device, "--data"])
+            .arg(dir.path().join("node"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut addr = String::new();
+    wait_until("the node to register", Duration::from_secs(60), || {
+        let out = Command::new(BASALT)
+            .args(["status", "--json", "--etcd", &endpoint])
+            .output()
+            .unwrap();
+        let Ok(v) = serde_json::from_slice::<serde_json::Value>(&out.stdout) else {
+            return false;
+        };
+        match v["nodes"][0]["addr"].as_str() {
+            Some(a) => {
+                addr = a.to_string();
+                true
+            }
+            None => false,
+        }
+    });
+    let sock: std::net::SocketAddr = addr.parse().unwrap();
+    assert!(
+        !sock.ip().is_loopback() && !sock.ip().is_unspecified(),
+        "a node listening on 0.0.0.0 advertises {addr}: other hosts would dial themselves"
+    );
+    let mut c = common::node::NodeConn::connect(&addr);
+    c.hello();
+    drop(etcd);
+}

@@ -1,6 +1,7 @@
 //! [`Cluster`]: a connection to a Basalt cluster (its metadata store and its nodes).
 
 use crate::error::ClientError;
+use crate::flushset::Unflushed;
 use crate::link::TcpLink;
 use crate::mapcache::MapCache;
 use crate::meta::{self, Catalog, MetaStore};
@@ -57,6 +58,8 @@ pub(crate) struct Inner {
     /// When the map was last re-read by [`Cluster::reload_map`] (retries share one re-read).
     last_reload: Mutex<Option<Instant>>,
     pub(crate) open: Arc<OpenVolumes>,
+    /// Nodes holding acknowledged, not yet durable writes, per volume (`Volume::flush`).
+    pub(crate) unflushed: Unflushed,
 }
 
 /// How often retrying operations may re-read the whole map from the metadata store.
@@ -89,6 +92,7 @@ impl Cluster {
                 watcher: Mutex::new(None),
                 last_reload: Mutex::new(None),
                 open: Arc::default(),
+                unflushed: Unflushed::default(),
             }),
         };
         let task = tokio::spawn(follow_maps(Arc::downgrade(&cluster.inner)));
@@ -290,5 +294,80 @@ async fn follow_maps(inner: std::sync::Weak<Inner>) {
         {
             strong.maps.offer(map);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::{fixture, map};
+    use crate::{ClientError, ClusterConfig};
+    use basalt_types::{DeviceId, Epoch, PoolId};
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn the_cluster_follows_every_published_map() {
+        let fx = fixture(1, ClusterConfig::default()).await;
+        assert_eq!(fx.cluster.map().epoch, Epoch(0));
+        let rev = fx.catalog.put_map(&map(1, &[1]), None).await.unwrap();
+        assert!(
+            fx.cluster
+                .inner
+                .maps
+                .wait_for(Epoch(1), Duration::from_secs(30))
+                .await
+        );
+        fx.catalog.put_map(&map(2, &[2]), Some(&rev)).await.unwrap();
+        assert!(
+            fx.cluster
+                .inner
+                .maps
+                .wait_for(Epoch(2), Duration::from_secs(30))
+                .await
+        );
+        assert_eq!(
+            fx.cluster.map().pools[&PoolId(1)].pgs[0].acting,
+            [DeviceId(2)]
+        );
+        // An older map never replaces a newer one.
+        assert!(!fx.cluster.inner.maps.offer(map(1, &[1])));
+        assert_eq!(fx.cluster.map().epoch, Epoch(2));
+    }
+
+    #[tokio::test]
+    async fn refresh_map_reads_the_store_at_once() {
+        let fx = fixture(1, ClusterConfig::default()).await;
+        fx.catalog.put_map(&map(3, &[1]), None).await.unwrap();
+        fx.cluster.refresh_map(Epoch(3)).await.unwrap();
+        assert_eq!(
+            fx.cluster.map().epoch,
+            Epoch(3),
+            "not waiting for the watch"
+        );
+        // Asking for an epoch nobody published returns after a bounded wait, unchanged.
+        fx.cluster.refresh_map(Epoch(9)).await.unwrap();
+        assert_eq!(fx.cluster.map().epoch, Epoch(3));
+    }
+
+    #[tokio::test]
+    async fn waiting_for_a_pool_ends_when_every_pg_has_a_device() {
+        let fx = fixture(2, ClusterConfig::default()).await;
+        let mut partial = map(1, &[1, 1]);
+        partial.pools.get_mut(&PoolId(1)).unwrap().pgs[1]
+            .acting
+            .clear();
+        let rev = fx.catalog.put_map(&partial, None).await.unwrap();
+        let short = fx
+            .cluster
+            .wait_for_pool(PoolId(1), Duration::from_millis(300))
+            .await;
+        assert!(matches!(short, Err(ClientError::NoMap)), "{short:?}");
+        fx.catalog
+            .put_map(&map(2, &[1, 2]), Some(&rev))
+            .await
+            .unwrap();
+        fx.cluster
+            .wait_for_pool(PoolId(1), Duration::from_secs(30))
+            .await
+            .unwrap();
     }
 }

@@ -11,15 +11,17 @@
 //!    `StaleEpoch`/`NotPrimary` or the connection drops.
 //! 4. Pieces go out concurrently; the write completes when all of them have.
 //!
-//! Reads mirror this in [`read`]. Links are TCP connections with pipelining ([`link::tcp`]) or, for
-//! a node in the same process, a direct call into it ([`link::local`]).
+//! Reads mirror this in [`read`]. Links are TCP connections with pipelining (`basalt-link`) or,
+//! for a node in the same process, a direct call into it ([`Cluster::add_local_node`]).
 //!
 //! Start here: [`Volume`], [`Cluster`].
 
 pub mod admin;
 pub mod cluster;
 pub mod error;
-pub mod link;
+mod flushset;
+/// Links to nodes (see `basalt-link`).
+pub use basalt_link as link;
 mod mapcache;
 pub mod meta;
 mod openvolumes;
@@ -27,6 +29,8 @@ mod read;
 mod remote_meta;
 pub mod retry;
 pub mod split;
+#[cfg(test)]
+mod testing;
 pub mod volume;
 mod write;
 

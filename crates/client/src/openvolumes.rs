@@ -162,3 +162,94 @@ async fn follow(catalog: Catalog, registry: Weak<OpenVolumes>) {
         backoff = (backoff * 2).min(Duration::from_secs(5));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{FakeNode, fixture, map};
+    use crate::{ClientError, ClusterConfig, VolumeOptions};
+    use bytes::Bytes;
+
+    async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while !cond() {
+            assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn open_handles_follow_resizes_deletes_and_re_creations() {
+        let fx = fixture(1, ClusterConfig::default()).await;
+        let _node = FakeNode::install(&fx.cluster, 1);
+        fx.cluster.inner.maps.offer(map(1, &[1]));
+        let vol = fx
+            .cluster
+            .open_volume("v", VolumeOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(vol.size(), 1 << 20);
+        let past_old_end = Bytes::from(vec![1u8; 4096]);
+        assert!(matches!(
+            vol.write(1 << 20, past_old_end.clone(), false).await,
+            Err(ClientError::OutOfRange { .. })
+        ));
+        fx.catalog
+            .resize_volume_from("v", Some(1 << 20), 2 << 20)
+            .await
+            .unwrap();
+        wait_until("the handle sees the grow", || vol.size() == 2 << 20).await;
+        vol.write(1 << 20, past_old_end, false).await.unwrap();
+        fx.catalog.mark_volume_deleting("v").await.unwrap();
+        wait_until("the handle sees the delete", || vol.is_gone()).await;
+        assert!(matches!(
+            vol.read(0, 512).await,
+            Err(ClientError::VolumeGone(_))
+        ));
+        fx.catalog.remove_volume("v").await.unwrap();
+        // A new volume under the same name is never reached through the old handle.
+        let again = fx
+            .catalog
+            .create_volume("v", 1 << 20, "default")
+            .await
+            .unwrap();
+        assert_ne!(again.id, fx.volume.id);
+        let new = fx
+            .cluster
+            .open_volume("v", VolumeOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(new.id(), again.id);
+        new.read(0, 512).await.unwrap();
+        assert!(vol.is_gone());
+        assert!(matches!(
+            vol.refresh().await,
+            Err(ClientError::VolumeGone(_))
+        ));
+    }
+
+    #[test]
+    fn an_older_state_never_undoes_a_newer_one() {
+        let rec = |size, state| VolumeRecord {
+            id: VolumeId(5),
+            name: "v".into(),
+            pool: basalt_types::PoolId(1),
+            size,
+            created_at: 0,
+            state,
+        };
+        let live = LiveVolume::new(&rec(1 << 20, VolumeState::Active), 10);
+        live.apply(Some(&rec(2 << 20, VolumeState::Active)), 12);
+        live.apply(Some(&rec(1 << 20, VolumeState::Active)), 11);
+        assert_eq!(live.size(), 2 << 20, "an older resize was applied");
+        live.apply(None, 13);
+        assert!(live.is_gone());
+        live.apply(Some(&rec(3 << 20, VolumeState::Active)), 12);
+        assert!(live.is_gone(), "an older record revived a deleted volume");
+        let other = LiveVolume::new(&rec(1 << 20, VolumeState::Active), 1);
+        let mut newer = rec(1 << 20, VolumeState::Active);
+        newer.id = VolumeId(6);
+        other.apply(Some(&newer), 2);
+        assert!(other.is_gone(), "a re-created volume of the same name");
+    }
+}

@@ -5,7 +5,8 @@ use crate::error::ClientError;
 use basalt_placement::ClusterMap;
 use basalt_proto::{ErrorCode, Request, Response, WireError};
 use basalt_types::{Epoch, NodeId, ObjectId};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 /// Sends the request built by `make(epoch)` to the primary of `oid`, and retries while the failure
 /// is one a newer map or a reconnect can cure: `StaleEpoch`, `NotPrimary`, a lost connection, a
@@ -15,6 +16,15 @@ pub async fn call_primary(
     oid: ObjectId,
     make: impl Fn(Epoch) -> Request,
 ) -> Result<Response, ClientError> {
+    Ok(call_primary_at(cluster, oid, make).await?.1)
+}
+
+/// [`call_primary`], also saying which node answered.
+pub async fn call_primary_at(
+    cluster: &Cluster,
+    oid: ObjectId,
+    make: impl Fn(Epoch) -> Request,
+) -> Result<(NodeId, Response), ClientError> {
     with_retry(cluster, |map| primary_node(map, &oid), make).await
 }
 
@@ -24,19 +34,19 @@ pub async fn call_node_with_retry(
     node: NodeId,
     make: impl Fn(Epoch) -> Request,
 ) -> Result<Response, ClientError> {
-    with_retry(cluster, |_| Ok(node), make).await
+    Ok(with_retry(cluster, |_| Ok(node), make).await?.1)
 }
 
 /// The retry loop: `route` picks the node from the current map for each attempt. A stale map is
 /// refreshed and the request re-sent at once; other curable failures wait with exponential
 /// backoff (5 ms doubling to 500 ms) and re-read the map from the metadata store; an
 /// unavailable PG (no up device holds its data) waits for the next map, up to the timeout,
-/// then fails with [`ClientError::Unavailable`].
+/// then fails with [`ClientError::Unavailable`]. Returns the node that answered, and its answer.
 async fn with_retry(
     cluster: &Cluster,
     route: impl Fn(&ClusterMap) -> Result<NodeId, ClientError>,
     make: impl Fn(Epoch) -> Request,
-) -> Result<Response, ClientError> {
+) -> Result<(NodeId, Response), ClientError> {
     let timeout = cluster.config().op_timeout;
     let deadline = Instant::now() + timeout;
     let mut backoff = Duration::from_millis(5);
@@ -46,7 +56,7 @@ async fn with_retry(
         let map = cluster.map();
         let failure = match route(&map) {
             Ok(node) => match call_node(cluster, &map, node, make(map.epoch)).await {
-                Ok(resp) => return Ok(resp),
+                Ok(resp) => return Ok((node, resp)),
                 Err(f) => f,
             },
             Err(e @ ClientError::Unavailable(_)) => Failure::Unavailable(e),
@@ -168,5 +178,156 @@ fn classify(cluster: &Cluster, node: NodeId, sent: Epoch, e: WireError) -> Failu
         }
         ErrorCode::Busy => Failure::Wait(e.message),
         _ => Failure::Fatal(ClientError::from_wire(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{FakeNode, Fixture, fixture, map};
+    use crate::{ClusterConfig, VolumeOptions};
+    use basalt_types::{PoolId, VolumeId};
+    use bytes::Bytes;
+
+    const OID: ObjectId = ObjectId {
+        pool: PoolId(1),
+        volume: VolumeId(1),
+        index: 0,
+    };
+
+    fn read(epoch: Epoch) -> Request {
+        Request::Read {
+            epoch,
+            oid: OID,
+            offset: 0,
+            len: 512,
+        }
+    }
+
+    fn busy() -> WireError {
+        WireError::new(ErrorCode::Busy, "busy")
+    }
+
+    #[tokio::test]
+    async fn failures_are_classified_by_what_cures_them() {
+        let fx = fixture(1, ClusterConfig::default()).await;
+        let c = &fx.cluster;
+        let stale = WireError::stale_epoch(Epoch(7), Epoch(3));
+        assert!(matches!(
+            classify(c, NodeId(1), Epoch(3), stale),
+            Failure::NewerMap(Epoch(7), _)
+        ));
+        // A node that reports no newer epoch still makes the client look for the next one.
+        let stale = WireError::stale_epoch(Epoch(0), Epoch(3));
+        assert!(matches!(
+            classify(c, NodeId(1), Epoch(3), stale),
+            Failure::NewerMap(Epoch(4), _)
+        ));
+        let not_primary = WireError::new(ErrorCode::NotPrimary, "moved");
+        assert!(matches!(
+            classify(c, NodeId(1), Epoch(3), not_primary),
+            Failure::NewerMap(Epoch(4), _)
+        ));
+        for code in [ErrorCode::Busy, ErrorCode::ShuttingDown] {
+            let f = classify(c, NodeId(1), Epoch(3), WireError::new(code, "later"));
+            assert!(matches!(f, Failure::Wait(_)), "{code:?}");
+        }
+        for code in [
+            ErrorCode::NoSpace,
+            ErrorCode::Checksum,
+            ErrorCode::DeviceFailed,
+            ErrorCode::InvalidArgument,
+            ErrorCode::Internal,
+        ] {
+            match classify(c, NodeId(1), Epoch(3), WireError::new(code, "no")) {
+                Failure::Fatal(e) => assert!(!code.is_retryable(), "{code:?}: {e}"),
+                _ => panic!("{code:?} was retried"),
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn busy_nodes_are_retried_with_doubling_backoff() {
+        let fx = fixture(1, ClusterConfig::default()).await;
+        let node = FakeNode::install(&fx.cluster, 1);
+        fx.cluster.inner.maps.offer(map(1, &[1]));
+        node.script.lock().extend([busy(), busy(), busy(), busy()]);
+        let start = tokio::time::Instant::now();
+        let (answered_by, resp) = call_primary_at(&fx.cluster, OID, read).await.unwrap();
+        assert_eq!(answered_by, NodeId(1));
+        assert!(matches!(resp, Response::Read { .. }));
+        assert_eq!(node.seen.lock().len(), 5);
+        // 5 + 10 + 20 + 40 ms of (virtual) waiting.
+        assert_eq!(start.elapsed(), std::time::Duration::from_millis(75));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retries_give_up_at_the_operation_timeout() {
+        let config = ClusterConfig {
+            op_timeout: std::time::Duration::from_secs(2),
+            ..ClusterConfig::default()
+        };
+        let fx = fixture(1, config).await;
+        let node = FakeNode::install(&fx.cluster, 1);
+        fx.cluster.inner.maps.offer(map(1, &[1]));
+        node.script.lock().extend((0..1000).map(|_| busy()));
+        let start = tokio::time::Instant::now();
+        match call_primary(&fx.cluster, OID, read).await {
+            Err(ClientError::RetriesExhausted { attempts, last }) => {
+                // Attempts at 0, 5, 15, 35, 75, 155, 315, 635, 1135 and 1635 ms (waits double
+                // from 5 ms up to 500 ms); one more wait would end past the 2 s timeout.
+                assert_eq!(attempts, 10, "{last}");
+                assert_eq!(attempts as usize, node.seen.lock().len());
+            }
+            other => panic!("expected RetriesExhausted, got {other:?}"),
+        }
+        assert!(start.elapsed() <= std::time::Duration::from_secs(2));
+    }
+
+    /// Publishes `next` in the store while `node` handles its next request (so the client
+    /// cannot have seen it before it asked).
+    fn publish_on_next_request(fx: &Fixture, node: &FakeNode, next: ClusterMap) {
+        let catalog = fx.catalog.clone();
+        *node.before_answer.lock() = Some(Box::pin(async move {
+            catalog.put_map(&next, None).await.unwrap();
+        }));
+    }
+
+    #[tokio::test]
+    async fn a_stale_epoch_is_resent_at_once_with_the_published_map() {
+        let fx = fixture(1, ClusterConfig::default()).await;
+        let node = FakeNode::install(&fx.cluster, 1);
+        fx.cluster.inner.maps.offer(map(1, &[1]));
+        // The node has epoch 2 (published meanwhile) and says the client is behind.
+        publish_on_next_request(&fx, &node, map(2, &[1]));
+        node.script
+            .lock()
+            .push_back(WireError::stale_epoch(Epoch(2), Epoch(1)));
+        call_primary(&fx.cluster, OID, read).await.unwrap();
+        assert_eq!(node.epochs(), [Epoch(1), Epoch(2)]);
+    }
+
+    #[tokio::test]
+    async fn not_primary_follows_the_map_to_the_new_primary() {
+        let fx = fixture(1, ClusterConfig::default()).await;
+        let (n1, n2) = (
+            FakeNode::install(&fx.cluster, 1),
+            FakeNode::install(&fx.cluster, 2),
+        );
+        fx.cluster.inner.maps.offer(map(1, &[1]));
+        publish_on_next_request(&fx, &n1, map(2, &[2]));
+        n1.script
+            .lock()
+            .push_back(WireError::new(ErrorCode::NotPrimary, "not me"));
+        let vol = fx
+            .cluster
+            .open_volume("v", VolumeOptions::default())
+            .await
+            .unwrap();
+        vol.write(0, Bytes::from(vec![2u8; 512]), true)
+            .await
+            .unwrap();
+        assert_eq!(n1.epochs(), [Epoch(1)]);
+        assert_eq!(n2.epochs(), [Epoch(2)]);
     }
 }

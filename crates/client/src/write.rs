@@ -2,7 +2,7 @@
 //! [`Volume::flush`].
 
 use crate::error::ClientError;
-use crate::retry::{call_node_with_retry, call_primary};
+use crate::retry::{call_node_with_retry, call_primary_at};
 use crate::split::split;
 use crate::volume::{Durability, Volume};
 use basalt_proto::{Request, Response};
@@ -21,7 +21,7 @@ impl Volume {
             let start = p.range_offset as usize;
             let slice = data.slice(start..start + p.len as usize);
             async move {
-                let resp = call_primary(&self.cluster, oid, |epoch| Request::Write {
+                let answer = call_primary_at(&self.cluster, oid, |epoch| Request::Write {
                     epoch,
                     oid,
                     offset: p.offset,
@@ -30,7 +30,7 @@ impl Volume {
                     data: slice.clone(),
                 })
                 .await?;
-                expect_written(resp)
+                self.written(answer, fua)
             }
         });
         join_pieces(pieces).await
@@ -43,7 +43,7 @@ impl Volume {
         let pieces = split(offset, len, self.object_size).map(|p| {
             let oid = ObjectId::new(self.pool, self.id, p.index);
             async move {
-                let resp = call_primary(&self.cluster, oid, |epoch| Request::WriteZeroes {
+                let answer = call_primary_at(&self.cluster, oid, |epoch| Request::WriteZeroes {
                     epoch,
                     oid,
                     offset: p.offset,
@@ -51,7 +51,7 @@ impl Volume {
                     fua,
                 })
                 .await?;
-                expect_written(resp)
+                self.written(answer, fua)
             }
         });
         join_pieces(pieces).await
@@ -63,34 +63,61 @@ impl Volume {
         let pieces = split(offset, len, self.object_size).map(|p| {
             let oid = ObjectId::new(self.pool, self.id, p.index);
             async move {
-                let resp = call_primary(&self.cluster, oid, |epoch| Request::Trim {
+                let answer = call_primary_at(&self.cluster, oid, |epoch| Request::Trim {
                     epoch,
                     oid,
                     offset: p.offset,
                     len: p.len,
                 })
                 .await?;
-                expect_written(resp)
+                self.written(answer, false)
             }
         });
         join_pieces(pieces).await
     }
 
-    /// Makes every write acknowledged before this call durable, on every node that holds a
-    /// primary of this volume's pool.
+    /// Makes every write acknowledged before this call durable: flushes every node that
+    /// acknowledged a non-durable write of this volume since the last flush (through any handle
+    /// of this cluster, even if the map has moved its placement groups away since), and every
+    /// node that is now a primary of the volume's pool. A node that cannot be flushed fails the
+    /// flush (its writes may be lost) and stays in the set for the next one.
     pub async fn flush(&self) -> Result<(), ClientError> {
-        let nodes = primary_nodes(&self.cluster.map(), self.pool);
+        let unflushed = &self.cluster.inner.unflushed;
+        let owed = unflushed.take(self.id);
+        let mut nodes = primary_nodes(&self.cluster.map(), self.pool);
+        nodes.extend(owed.iter().copied());
         let flushes = nodes.into_iter().map(|node| async move {
-            match call_node_with_retry(&self.cluster, node, |epoch| Request::Flush { epoch })
-                .await?
-            {
-                Response::Flushed => Ok(()),
-                other => Err(ClientError::Protocol(format!(
-                    "unexpected answer to Flush: {other:?}"
-                ))),
+            let answer =
+                call_node_with_retry(&self.cluster, node, |epoch| Request::Flush { epoch }).await;
+            match answer {
+                Ok(Response::Flushed) => Ok(()),
+                Ok(other) => Err((
+                    node,
+                    ClientError::Protocol(format!("unexpected answer to Flush: {other:?}")),
+                )),
+                Err(e) => Err((node, e)),
             }
         });
-        join_pieces(flushes).await
+        let mut first_error = None;
+        for result in futures::future::join_all(flushes).await {
+            if let Err((node, e)) = result {
+                if owed.contains(&node) {
+                    unflushed.restore(self.id, [node]);
+                }
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Checks a write's answer and, for one that is not durable yet, records the node that
+    /// acknowledged it for the next flush.
+    fn written(&self, (node, resp): (NodeId, Response), durable: bool) -> Result<(), ClientError> {
+        expect_written(resp)?;
+        if !durable {
+            self.cluster.inner.unflushed.record(self.id, node);
+        }
+        Ok(())
     }
 }
 
@@ -148,5 +175,110 @@ fn expect_written(resp: Response) -> Result<(), ClientError> {
         other => Err(ClientError::Protocol(format!(
             "unexpected answer to a write: {other:?}"
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::{FakeNode, fixture, map};
+    use crate::{ClusterConfig, Durability, VolumeOptions};
+    use basalt_proto::ErrorCode;
+    use bytes::Bytes;
+
+    fn options(durability: Durability) -> VolumeOptions {
+        VolumeOptions { durability }
+    }
+
+    #[tokio::test]
+    async fn a_flush_reaches_the_old_primary_after_the_map_moved() {
+        let fx = fixture(1, ClusterConfig::default()).await;
+        let (n1, n2) = (
+            FakeNode::install(&fx.cluster, 1),
+            FakeNode::install(&fx.cluster, 2),
+        );
+        fx.cluster.inner.maps.offer(map(1, &[1]));
+        let vol = fx
+            .cluster
+            .open_volume("v", options(Durability::Flush))
+            .await
+            .unwrap();
+        vol.write(0, Bytes::from(vec![1u8; 4096]), false)
+            .await
+            .unwrap();
+        // The PG moves to node 2 before the flush: node 1 holds an acknowledged, unflushed write.
+        fx.cluster.inner.maps.offer(map(2, &[2]));
+        vol.flush().await.unwrap();
+        assert_eq!(
+            n1.flushes(),
+            1,
+            "the node that acknowledged the write was not flushed"
+        );
+        assert_eq!(n2.flushes(), 1, "the current primary is flushed too");
+        // Nothing new on node 1 since: the next flush goes to the current primary only.
+        vol.flush().await.unwrap();
+        assert_eq!((n1.flushes(), n2.flushes()), (1, 2));
+        // A handle opened later still owes node 1 a flush for writes made through another one.
+        vol.trim(0, 4096).await.unwrap();
+        fx.cluster.inner.maps.offer(map(3, &[1]));
+        vol.write_zeroes(0, 4096, false).await.unwrap();
+        fx.cluster.inner.maps.offer(map(4, &[3]));
+        let n3 = FakeNode::install(&fx.cluster, 3);
+        let other = fx
+            .cluster
+            .open_volume("v", options(Durability::Flush))
+            .await
+            .unwrap();
+        other.flush().await.unwrap();
+        assert_eq!((n1.flushes(), n2.flushes(), n3.flushes()), (2, 3, 1));
+    }
+
+    #[tokio::test]
+    async fn a_node_that_could_not_be_flushed_is_flushed_next_time() {
+        let fx = fixture(1, ClusterConfig::default()).await;
+        let (n1, n2) = (
+            FakeNode::install(&fx.cluster, 1),
+            FakeNode::install(&fx.cluster, 2),
+        );
+        fx.cluster.inner.maps.offer(map(1, &[1]));
+        let vol = fx
+            .cluster
+            .open_volume("v", options(Durability::Flush))
+            .await
+            .unwrap();
+        vol.write(0, Bytes::from(vec![1u8; 4096]), false)
+            .await
+            .unwrap();
+        fx.cluster.inner.maps.offer(map(2, &[2]));
+        *n1.fail_flushes.lock() = Some(ErrorCode::DeviceFailed);
+        let e = vol.flush().await.unwrap_err();
+        assert!(e.to_string().contains("flush failed"), "{e}");
+        *n1.fail_flushes.lock() = None;
+        vol.flush().await.unwrap();
+        assert_eq!((n1.flushes(), n2.flushes()), (2, 2));
+        vol.flush().await.unwrap();
+        assert_eq!((n1.flushes(), n2.flushes()), (2, 3), "owed once only");
+    }
+
+    #[tokio::test]
+    async fn durable_writes_owe_no_flush() {
+        let fx = fixture(1, ClusterConfig::default()).await;
+        let (n1, n2) = (
+            FakeNode::install(&fx.cluster, 1),
+            FakeNode::install(&fx.cluster, 2),
+        );
+        fx.cluster.inner.maps.offer(map(1, &[1]));
+        let vol = fx
+            .cluster
+            .open_volume("v", options(Durability::Sync))
+            .await
+            .unwrap();
+        vol.write(0, Bytes::from(vec![1u8; 4096]), false)
+            .await
+            .unwrap();
+        let flush = vol.write_zeroes(0, 4096, true).await;
+        flush.unwrap();
+        fx.cluster.inner.maps.offer(map(2, &[2]));
+        vol.flush().await.unwrap();
+        assert_eq!((n1.flushes(), n2.flushes()), (0, 1));
     }
 }

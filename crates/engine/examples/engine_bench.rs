@@ -213,6 +213,7 @@ async fn main() -> Result<()> {
                 .map(basalt_types::size::parse_size)
                 .transpose()?,
             force: true,
+            ..FormatOptions::default()
         };
         basalt_engine::format(&args.path, &fmt).context("format")?;
     }

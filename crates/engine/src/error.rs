@@ -41,9 +41,32 @@ pub enum EngineError {
     /// The device has no Basalt superblock; run format first.
     #[error("{0} is not a Basalt store (no superblock); format it first")]
     NotFormatted(PathBuf),
-    /// The device already holds a Basalt store; pass force to overwrite it.
-    #[error("{0} already holds a Basalt store; use force to reformat (destroys its data)")]
+    /// The device already holds a Basalt store (maybe a damaged one); pass force to overwrite it.
+    #[error(
+        "{0} already holds a Basalt store (its superblock magic is there, maybe damaged); \
+         refusing to format it: force the format (basalt: --force-format) only if its data is \
+         not needed"
+    )]
     AlreadyFormatted(PathBuf),
+    /// The device holds something else (a file system, partition table, ...) or any non-zero
+    /// data in the areas format checks; pass force to overwrite it.
+    #[error(
+        "{path} is not blank: it holds {found}; Basalt formats only devices whose first and last \
+         MiB are zero. Check the path, or force the format (basalt: --force-format) to destroy \
+         what it holds"
+    )]
+    NotBlank { path: PathBuf, found: String },
+    /// Another process (or the kernel: a mount, swap, RAID, device mapper) holds the device or
+    /// directory.
+    #[error("{path} is in use by {holder}; two processes must never open the same store")]
+    InUse { path: PathBuf, holder: String },
+    /// A device file could not be preallocated on its host file system.
+    #[error("cannot preallocate {size} bytes for the device file {path}: {reason}")]
+    CannotPreallocate {
+        path: PathBuf,
+        size: u64,
+        reason: String,
+    },
     /// On-disk metadata is damaged in a way recovery cannot repair.
     #[error("corrupt store: {0}")]
     Corrupt(String),
@@ -101,6 +124,21 @@ impl EngineError {
             EngineError::Poisoned(s) => EngineError::Poisoned(s.clone()),
             EngineError::NotFormatted(p) => EngineError::NotFormatted(p.clone()),
             EngineError::AlreadyFormatted(p) => EngineError::AlreadyFormatted(p.clone()),
+            EngineError::NotBlank { path, found } => EngineError::NotBlank {
+                path: path.clone(),
+                found: found.clone(),
+            },
+            EngineError::InUse { path, holder } => EngineError::InUse {
+                path: path.clone(),
+                holder: holder.clone(),
+            },
+            EngineError::CannotPreallocate { path, size, reason } => {
+                EngineError::CannotPreallocate {
+                    path: path.clone(),
+                    size: *size,
+                    reason: reason.clone(),
+                }
+            }
             EngineError::Corrupt(s) => EngineError::Corrupt(s.clone()),
             EngineError::UnsupportedFormat { found, supported } => EngineError::UnsupportedFormat {
                 found: *found,

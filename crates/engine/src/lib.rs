@@ -35,10 +35,12 @@ mod format;
 mod hash;
 mod io;
 mod layout;
+mod lock;
 mod meta;
 mod pages;
 mod pgtable;
 mod record;
+pub mod signature;
 mod store;
 mod tombs;
 
@@ -49,6 +51,7 @@ pub use error::EngineError;
 pub use format::{format, format_sim, probe, probe_sim};
 pub use io::sim;
 pub use layout::{FORMAT_VERSION, PG_BLOB};
+pub use lock::{DirLock, lock_dir};
 pub use store::Store;
 
 use std::time::Duration;
@@ -75,8 +78,12 @@ pub struct FormatOptions {
     pub size: Option<u64>,
     /// Journal size in bytes; `None` = 1/32 of the device, between 16 MiB and 1 GiB.
     pub journal_size: Option<u64>,
-    /// Overwrite an existing Basalt store.
+    /// Format even a device that is not blank: one holding a Basalt store (maybe damaged), a
+    /// file system, partition table, ... or any non-zero byte in its first or last MiB.
     pub force: bool,
+    /// Accept a device file its file system cannot preallocate (it stays sparse: a full host
+    /// file system then fails writes, which poisons the store).
+    pub allow_sparse: bool,
 }
 
 impl Default for FormatOptions {
@@ -87,6 +94,7 @@ impl Default for FormatOptions {
             size: None,
             journal_size: None,
             force: false,
+            allow_sparse: false,
         }
     }
 }

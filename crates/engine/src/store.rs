@@ -59,9 +59,11 @@ impl Store {
     /// Opens a formatted file or block device: runs recovery (blocking), then starts the I/O
     /// thread.
     pub fn open(path: &Path, opts: &OpenOptions) -> Result<Store, EngineError> {
-        let dev = Dev::open(path, false, opts.direct_io).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => EngineError::NotFormatted(path.to_path_buf()),
-            _ => EngineError::Io(e),
+        let dev = Dev::open(path, false, opts.direct_io).map_err(|e| match e {
+            EngineError::Io(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                EngineError::NotFormatted(path.to_path_buf())
+            }
+            e => e,
         })?;
         Store::start(dev, path, opts)
     }
@@ -400,12 +402,19 @@ impl Store {
     }
 
     /// Finishes queued work, writes the journal back, flushes and stops the I/O thread.
-    /// Idempotent; afterwards every call returns [`EngineError::Closed`].
+    /// Idempotent; afterwards every call returns [`EngineError::Closed`]. When it returns, the
+    /// device is closed (and its lock released): it can be opened again at once.
     pub async fn close(&self) -> Result<(), EngineError> {
-        match self.call(|tx| Msg::Close { reply: Some(tx) }).await {
+        let result = match self.call(|tx| Msg::Close { reply: Some(tx) }).await {
             Ok(r) => r,
             Err(EngineError::Closed) => Ok(()),
             Err(e) => Err(e),
+        };
+        // The thread answers, then drops the device: wait for that (it is about to happen).
+        let thread = self.inner.thread.lock().take();
+        if let Some(t) = thread {
+            let _ = t.join();
         }
+        result
     }
 }

@@ -206,7 +206,7 @@ async fn one_iteration(seed: u64, cov: &mut Coverage) -> Result<(), String> {
         object_size: OBJ as u32,
         size: None,
         journal_size: Some(1 << 20),
-        force: false,
+        ..FormatOptions::default()
     };
     format_sim(&disk, &fmt).map_err(|e| e.to_string())?;
     if rng.random_bool(0.5) {
@@ -361,7 +361,7 @@ async fn failed_flush_poisons() {
         object_size: OBJ as u32,
         size: None,
         journal_size: Some(1 << 20),
-        force: false,
+        ..FormatOptions::default()
     };
     format_sim(&disk, &fmt).unwrap();
     let store = Store::open_sim(&disk, &OpenOptions::default()).unwrap();
@@ -437,7 +437,7 @@ async fn failed_write_poisons() {
         object_size: OBJ as u32,
         size: None,
         journal_size: Some(1 << 20),
-        force: false,
+        ..FormatOptions::default()
     };
     format_sim(&disk, &fmt).unwrap();
     let store = Store::open_sim(&disk, &OpenOptions::default()).unwrap();

@@ -70,6 +70,9 @@ pub enum MetaError {
     NoSuchPool(String),
     #[error("no device {0}; list devices to see the ids")]
     NoSuchDevice(String),
+    /// A PG's history changed since it was read: another primary activated it meanwhile.
+    #[error("the history of {0} changed meanwhile (another primary is peering it); peering again")]
+    HistoryChanged(String),
     #[error(
         "the cluster map changed under us (expected revision {expected:?}, found {found:?}); \
          reload it and recompute"

@@ -31,6 +31,8 @@ pub const MAP_CHUNKS: &str = "/basalt/map/chunks/";
 pub const LEGACY_MAP: &str = "/basalt/map";
 /// Prefix of the PG-ready reports (a primary completed a PG on its `up` set).
 pub const PG_READY: &str = "/basalt/pg-ready/";
+/// Prefix of the PG histories (intervals since each PG was last clean).
+pub const PG_HISTORY: &str = "/basalt/pg-history/";
 /// The leader record (attached to the leader's lease).
 pub const LEADER: &str = "/basalt/leader";
 
@@ -96,6 +98,11 @@ pub fn map_chunk(id: ChunkId) -> String {
 /// `/basalt/pg-ready/<pool, 10 digits>/<pg, 10 digits>`
 pub fn pg_ready(pg: PgId) -> String {
     format!("{PG_READY}{:010}/{:010}", pg.pool.0, pg.pg)
+}
+
+/// `/basalt/pg-history/<pool, 10 digits>/<pg, 10 digits>`
+pub fn pg_history(pg: PgId) -> String {
+    format!("{PG_HISTORY}{:010}/{:010}", pg.pool.0, pg.pg)
 }
 
 /// The chunk id in a key under [`MAP_CHUNKS`].

@@ -32,6 +32,7 @@ mod leader;
 mod lease;
 mod map;
 mod node;
+mod pg_history;
 mod pg_ready;
 mod pool;
 pub mod remote;
@@ -52,6 +53,7 @@ pub use map::{MAP_TXN_BYTES, StoredMap};
 pub use node::{
     DeviceRecord, DeviceRegistration, DeviceState, NodeRecord, OutReason, default_weight,
 };
+pub use pg_history::{PgHistory, PgInterval};
 pub use pg_ready::PgReadyRecord;
 pub use pool::{
     FailureDomain, MAX_OBJECT_SIZE, MAX_PG_COUNT, MAX_REPLICAS, PoolRecord, PoolSpec,

@@ -135,15 +135,26 @@ impl Catalog {
 
     /// Registers a live node under a new lease of `ttl` and keeps the lease alive in the
     /// background until the returned handle is dropped or revoked (then the record vanishes,
-    /// at the latest `ttl` later).
+    /// at the latest `ttl` later). The handle's [`KeepAlive::confirmed`] starts at the moment
+    /// the grant was requested. Registering again (after the lease was lost) replaces the
+    /// record and moves it to the new lease.
     pub async fn register_node(
         &self,
         record: &NodeRecord,
         ttl: Duration,
     ) -> Result<KeepAlive, MetaError> {
+        let sent = tokio::time::Instant::now();
         let lease = self.store().grant_lease(ttl).await?;
-        self.register_node_with_lease(record, lease).await?;
-        Ok(KeepAlive::spawn(self.store().clone(), lease, ttl))
+        if let Err(e) = self.register_node_with_lease(record, lease).await {
+            let _ = self.store().revoke_lease(lease).await;
+            return Err(e);
+        }
+        Ok(KeepAlive::spawn_granted(
+            self.store().clone(),
+            lease,
+            ttl,
+            sent,
+        ))
     }
 
     /// A live node.

@@ -30,6 +30,13 @@ pub struct NodeStatus {
     pub uptime_secs: u64,
     /// Whether this node serves its metadata store to other processes.
     pub serves_meta: bool,
+    /// Whether the node refuses data-path requests now because it cannot confirm its lease
+    /// (metadata store unreachable, or registering again).
+    #[serde(default)]
+    pub fenced: bool,
+    /// Times a client connection was paused because it had its in-flight budget in use.
+    #[serde(default)]
+    pub backpressure_pauses: u64,
     pub devices: Vec<DeviceStatus>,
 }
 
@@ -131,6 +138,11 @@ impl AdminHandler {
             epoch: node.maps.epoch(),
             uptime_secs: self.started.elapsed().as_secs(),
             serves_meta: self.meta.is_some(),
+            fenced: node.fence.check().is_err(),
+            backpressure_pauses: node
+                .server_stats
+                .pauses
+                .load(std::sync::atomic::Ordering::Relaxed),
             devices,
         }
     }

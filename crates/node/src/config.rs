@@ -16,6 +16,28 @@ pub struct DeviceConfig {
     pub class: String,
     /// Journal size for a new store; `None` = the engine's default.
     pub journal_size: Option<u64>,
+    /// Format the device even if it is not blank (it holds a file system, a partition table,
+    /// a damaged Basalt store or other data). A valid Basalt store is opened, never
+    /// reformatted.
+    pub force_format: bool,
+    /// Accept a device file its file system cannot preallocate (see
+    /// `basalt_engine::FormatOptions::allow_sparse`).
+    pub allow_sparse: bool,
+}
+
+impl DeviceConfig {
+    /// A device at `path` with the defaults: its existing size, class "ssd", the default
+    /// journal, formatted only if blank.
+    pub fn new(path: impl Into<PathBuf>) -> DeviceConfig {
+        DeviceConfig {
+            path: path.into(),
+            size: None,
+            class: "ssd".into(),
+            journal_size: None,
+            force_format: false,
+            allow_sparse: false,
+        }
+    }
 }
 
 /// How a node runs.
@@ -27,14 +49,16 @@ pub struct NodeConfig {
     pub data_dir: PathBuf,
     /// Address of the data-path listener; port 0 picks a free port.
     pub listen: SocketAddr,
-    /// Address clients should use, if not `listen` (e.g. behind NAT). An unspecified listen IP
-    /// (0.0.0.0) is advertised as 127.0.0.1 unless this is set.
+    /// Address clients should use, if not `listen` (e.g. behind NAT). Without it an
+    /// unspecified listen IP (0.0.0.0, [::]) is advertised as this host's primary address (the
+    /// source address of its default route); see `advertise.rs`.
     pub advertise: Option<String>,
     pub devices: Vec<DeviceConfig>,
     /// Object size of newly formatted devices; pools placed on them must use the same size.
     pub object_size: u32,
     pub io: IoMode,
-    /// Liveness lease of the node's registration and of its leadership.
+    /// Liveness lease of the node's registration and of its leadership. The node acknowledges
+    /// data-path requests only while its lease is confirmed (`lease.rs`).
     pub lease_ttl: Duration,
     /// Whether this node may become the leader that computes and publishes cluster maps.
     pub leader_eligible: bool,

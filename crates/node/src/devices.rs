@@ -1,9 +1,15 @@
-//! Opening the node's devices: format new ones (with a cluster-unique device id), open every store
-//! (recovery runs here), and register each in the catalog (keeping what an operator set).
+//! Opening the node's devices: format blank ones (with a cluster-unique device id), open every
+//! store (recovery runs here), and register each in the catalog (keeping what an operator set).
+//!
+//! Format policy: a device holding a valid Basalt store is opened (never reformatted); one that
+//! is blank is formatted; anything else (a file system, partition table, damaged store, any
+//! non-zero byte in its first or last MiB) is refused unless the device's `force_format` is set.
+//! Every device is used by this process alone (the engine locks it; another holder is named in
+//! the error).
 
 use crate::config::DeviceConfig;
 use crate::error::NodeError;
-use basalt_engine::{FormatOptions, IoMode, OpenOptions, Store};
+use basalt_engine::{EngineError, FormatOptions, IoMode, OpenOptions, Store};
 use basalt_meta::{Catalog, DeviceRegistration, IdKind};
 use basalt_types::{DeviceId, NodeId};
 use std::collections::HashMap;
@@ -64,7 +70,15 @@ async fn open_one(
         source,
     };
     let existing = if path.exists() {
-        basalt_engine::probe(&path).map_err(dev_err)?
+        match basalt_engine::probe(&path) {
+            Ok(found) => found,
+            // A damaged store: reformatted only on request (format refuses it otherwise).
+            Err(EngineError::Corrupt(why)) if cfg.force_format => {
+                tracing::warn!(path = %path.display(), "reformatting a damaged store: {why}");
+                None
+            }
+            Err(e) => return Err(dev_err(e)),
+        }
     } else {
         None
     };
@@ -90,7 +104,8 @@ async fn open_one(
                 object_size,
                 size: cfg.size,
                 journal_size: cfg.journal_size,
-                force: false,
+                force: cfg.force_format,
+                allow_sparse: cfg.allow_sparse,
             };
             let p = path.clone();
             tokio::task::spawn_blocking(move || basalt_engine::format(&p, &opts))
@@ -108,4 +123,173 @@ async fn open_one(
         .await
         .expect("open task panicked")
         .map_err(dev_err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use basalt_meta::EmbeddedStore;
+    use std::io::{Seek, SeekFrom, Write};
+    use std::path::Path;
+    use std::sync::Arc;
+
+    async fn catalog(dir: &Path) -> Catalog {
+        Catalog::new(Arc::new(
+            EmbeddedStore::open(&dir.join("meta.redb")).await.unwrap(),
+        ))
+    }
+
+    fn device(path: &Path) -> DeviceConfig {
+        DeviceConfig {
+            size: Some(64 << 20),
+            ..DeviceConfig::new(path)
+        }
+    }
+
+    async fn open(catalog: &Catalog, cfg: &DeviceConfig) -> Result<Store, NodeError> {
+        let mut stores = open_all(
+            catalog,
+            NodeId(1),
+            std::slice::from_ref(cfg),
+            128 << 10,
+            IoMode::Psync,
+        )
+        .await?;
+        Ok(stores.drain().next().expect("one store").1)
+    }
+
+    fn scribble(path: &Path, at: u64, bytes: &[u8]) {
+        let mut f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+        f.seek(SeekFrom::Start(at)).unwrap();
+        f.write_all(bytes).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_blank_device_is_formatted_once_and_then_only_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let cat = catalog(dir.path()).await;
+        let cfg = device(&dir.path().join("dev.img"));
+        let store = open(&cat, &cfg).await.unwrap();
+        let id = store.info().device_id;
+        let oid =
+            basalt_engine::ObjectId::new(basalt_engine::PoolId(1), basalt_engine::VolumeId(1), 0);
+        store
+            .write(
+                oid,
+                0,
+                bytes::Bytes::from(vec![3u8; 4096]),
+                Default::default(),
+            )
+            .await
+            .unwrap();
+        store.close().await.unwrap();
+        // Even with force_format, a valid store is opened, never reformatted.
+        let forced = DeviceConfig {
+            force_format: true,
+            ..cfg.clone()
+        };
+        let store = open(&cat, &forced).await.unwrap();
+        assert_eq!(store.info().device_id, id);
+        assert_eq!(
+            &store.read(oid, 0, 4096).await.unwrap()[..],
+            &[3u8; 4096][..]
+        );
+        assert_eq!(
+            cat.get_device(id).await.unwrap().unwrap().path,
+            cfg.path.display().to_string()
+        );
+        // While it is open, nobody else can use it, not even this process.
+        match open(&cat, &cfg).await {
+            Err(NodeError::Device {
+                source: EngineError::InUse { holder, .. },
+                ..
+            }) => {
+                assert!(
+                    holder.contains(&format!("pid {}", std::process::id())),
+                    "{holder}"
+                );
+            }
+            Err(e) => panic!("expected InUse, got {e}"),
+            Ok(_) => panic!("expected InUse, opened it twice"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_device_with_data_is_refused_unless_forced() {
+        let dir = tempfile::tempdir().unwrap();
+        let cat = catalog(dir.path()).await;
+        let path = dir.path().join("dev.img");
+        std::fs::File::create(&path)
+            .unwrap()
+            .set_len(64 << 20)
+            .unwrap();
+        // An ext2/3/4 superblock magic where file systems keep it.
+        scribble(&path, 1080, &[0x53, 0xEF]);
+        let err = open(&cat, &device(&path)).await.expect_err("refused");
+        assert!(
+            matches!(
+                err,
+                NodeError::Device {
+                    source: EngineError::NotBlank { .. },
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("ext2 file system"), "{err}");
+        let mut head = vec![0u8; 2048];
+        std::io::Read::read_exact(&mut std::fs::File::open(&path).unwrap(), &mut head).unwrap();
+        assert_eq!(
+            &head[1080..1082],
+            &[0x53, 0xEF],
+            "the refused device was changed"
+        );
+        let forced = DeviceConfig {
+            force_format: true,
+            ..device(&path)
+        };
+        open(&cat, &forced).await.expect("formatted when forced");
+    }
+
+    #[tokio::test]
+    async fn a_damaged_store_is_refused_unless_forced() {
+        let dir = tempfile::tempdir().unwrap();
+        let cat = catalog(dir.path()).await;
+        let cfg = device(&dir.path().join("dev.img"));
+        let first = open(&cat, &cfg).await.unwrap();
+        let id = first.info().device_id;
+        first.close().await.unwrap();
+        // One flipped byte inside the first superblock: repaired from the backup copy.
+        scribble(&cfg.path, 100, &[0xFF]);
+        let repaired = open(&cat, &cfg)
+            .await
+            .expect("opened from the backup superblock");
+        assert_eq!(repaired.info().device_id, id);
+        repaired.close().await.unwrap();
+        // Both copies damaged (their CRCs fail, the magic stays): refused, never formatted.
+        let size = std::fs::metadata(&cfg.path).unwrap().len();
+        scribble(&cfg.path, 100, &[0xFF]);
+        scribble(&cfg.path, size - 4096 + 100, &[0xFF]);
+        let err = open(&cat, &cfg).await.expect_err("refused");
+        assert!(
+            matches!(
+                err,
+                NodeError::Device {
+                    source: EngineError::Corrupt(_),
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        let forced = DeviceConfig {
+            force_format: true,
+            ..cfg.clone()
+        };
+        let store = open(&cat, &forced).await.expect("reformatted when forced");
+        assert_ne!(
+            store.info().device_id,
+            id,
+            "a new device id (ids are never reused)"
+        );
+    }
 }

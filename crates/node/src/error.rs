@@ -14,6 +14,8 @@ pub enum NodeError {
         #[source]
         source: EngineError,
     },
+    #[error("data directory: {0}")]
+    DataDir(#[source] EngineError),
     #[error("metadata: {0}")]
     Meta(#[from] basalt_meta::MetaError),
     #[error("cannot listen on {addr}: {source}")]

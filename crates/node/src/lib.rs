@@ -21,6 +21,7 @@
 //! Start here: [`Node::start`], then `service.rs`.
 
 pub mod admin;
+mod advertise;
 mod changes;
 pub mod config;
 mod delete;
@@ -30,15 +31,19 @@ mod flush;
 mod gather;
 mod identity;
 mod leader;
+mod lease;
 mod mapstate;
 mod node;
 mod read;
 mod server;
 mod service;
+#[cfg(test)]
+mod testing;
 mod write;
 
 pub use admin::{AdminRequest, DeviceStatus, NodeStatus};
+pub use basalt_engine::{DirLock, lock_dir};
 pub use config::{DEFAULT_DOWN_OUT_INTERVAL, DeviceConfig, NodeConfig};
 pub use error::NodeError;
 pub use node::Node;
-pub use server::MAX_IN_FLIGHT;
+pub use server::{MAX_IN_FLIGHT, MAX_IN_FLIGHT_BYTES};

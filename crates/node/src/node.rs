@@ -3,10 +3,13 @@
 use crate::admin::{AdminHandler, NodeStatus};
 use crate::config::NodeConfig;
 use crate::error::NodeError;
+use crate::lease::Fence;
 use crate::mapstate::MapState;
+use crate::server::Limits;
 use crate::service::{NodeService, NodeShared};
-use crate::{devices, identity, leader, server};
-use basalt_meta::{Catalog, KeepAlive, MetaStore, NodeRecord};
+use crate::{advertise, devices, identity, leader, lease, server};
+use basalt_engine::DirLock;
+use basalt_meta::{Catalog, MetaStore, NodeRecord};
 use basalt_placement::ClusterMap;
 use basalt_proto::Service;
 use basalt_types::{Epoch, NodeId};
@@ -24,14 +27,16 @@ pub struct Node {
     local_addr: SocketAddr,
     stop_tx: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
-    registration: Option<KeepAlive>,
     computations: Arc<AtomicU64>,
+    /// Held while the node runs: no other process may use its data directory.
+    _dir_lock: DirLock,
 }
 
 impl Node {
-    /// Starts a node: allocates or loads its id, opens (formatting if new) and registers its
-    /// devices, listens, registers itself under a lease, follows the cluster map and, if
-    /// eligible, campaigns to be the leader that publishes maps.
+    /// Starts a node: locks its data directory, allocates or loads its id, opens (formatting if
+    /// blank) and registers its devices, listens, registers itself under a lease (and again
+    /// whenever it loses it, `lease.rs`), follows the cluster map and, if eligible, campaigns
+    /// to be the leader that publishes maps.
     ///
     /// With `serve_meta`, the node also answers metadata requests for `meta` (single-process
     /// clusters, whose embedded store other processes cannot open).
@@ -40,6 +45,7 @@ impl Node {
         meta: Arc<dyn MetaStore>,
         serve_meta: bool,
     ) -> Result<Node, NodeError> {
+        let dir_lock = basalt_engine::lock_dir(&config.data_dir).map_err(NodeError::DataDir)?;
         let catalog = Catalog::new(meta.clone());
         let id = identity::load_or_allocate(&catalog, &config.data_dir).await?;
         let stores =
@@ -54,7 +60,7 @@ impl Node {
             addr: config.listen.to_string(),
             source,
         })?;
-        let addr = advertised(&config, local_addr);
+        let addr = advertise::address(config.advertise.as_deref(), local_addr)?;
         let shared = Arc::new(NodeShared {
             id,
             maps: MapState::new(stores),
@@ -65,6 +71,8 @@ impl Node {
                 started: Instant::now(),
             },
             stopping: Default::default(),
+            fence: Arc::new(Fence::new(id, config.lease_ttl)),
+            server_stats: Arc::default(),
         });
         if let Some((map, _)) = catalog.get_map::<ClusterMap>().await? {
             shared.maps.offer(map);
@@ -75,17 +83,29 @@ impl Node {
             shared.clone(),
             stop_rx.clone(),
         ))];
-        let service = NodeService {
+        let service = Arc::new(NodeService {
             shared: shared.clone(),
-        };
+        });
         tasks.push(tokio::spawn(server::serve(
             listener,
             service,
+            shared.fence.clone(),
+            Limits::default(),
+            shared.server_stats.clone(),
             stop_rx.clone(),
         )));
         let record = NodeRecord::new(id, config.name.clone(), addr.clone());
         let registration = catalog.register_node(&record, config.lease_ttl).await?;
         let computations = Arc::new(AtomicU64::new(0));
+        shared.fence.confirmed(*registration.confirmed().borrow());
+        tasks.push(tokio::spawn(lease::maintain(
+            catalog.clone(),
+            record,
+            config.lease_ttl,
+            shared.clone(),
+            registration,
+            stop_rx.clone(),
+        )));
         if config.leader_eligible {
             let cfg = leader::LeaderConfig {
                 name: format!("{id}@{addr}"),
@@ -102,8 +122,8 @@ impl Node {
             local_addr,
             stop_tx,
             tasks,
-            registration: Some(registration),
             computations,
+            _dir_lock: dir_lock,
         })
     }
 
@@ -174,15 +194,12 @@ impl Node {
     }
 
     /// Stops the node: refuses new data-path requests, stops listening and campaigning,
-    /// deregisters, and closes every store (which drains and syncs it).
+    /// deregisters (revokes its lease), and closes every store (which drains and syncs it).
     pub async fn shutdown(mut self) {
         self.shared.stopping.store(true, Ordering::Release);
         let _ = self.stop_tx.send(true);
         for task in self.tasks.drain(..) {
             let _ = task.await;
-        }
-        if let Some(reg) = self.registration.take() {
-            let _ = reg.revoke().await;
         }
         for store in self.shared.maps.stores().values() {
             if let Err(e) = store.close().await {
@@ -190,17 +207,6 @@ impl Node {
             }
         }
         tracing::info!(node = %self.shared.id, "node stopped");
-    }
-}
-
-fn advertised(config: &NodeConfig, bound: SocketAddr) -> String {
-    if let Some(a) = &config.advertise {
-        return a.clone();
-    }
-    if bound.ip().is_unspecified() {
-        format!("127.0.0.1:{}", bound.port())
-    } else {
-        bound.to_string()
     }
 }
 

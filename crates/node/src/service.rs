@@ -1,7 +1,9 @@
 //! [`NodeService`]: the node's answer to every request, whatever transport brought it.
 
 use crate::admin::AdminHandler;
+use crate::lease::Fence;
 use crate::mapstate::MapState;
+use crate::server::ServerStats;
 use crate::{delete, flush, read, write};
 use basalt_proto::{
     ErrorCode, PROTOCOL_VERSION, Request, Response, ResponseFuture, Service, WireError,
@@ -16,6 +18,10 @@ pub(crate) struct NodeShared {
     pub(crate) maps: MapState,
     pub(crate) admin: AdminHandler,
     pub(crate) stopping: AtomicBool,
+    /// Whether the node's lease still allows acknowledging data-path requests (`lease.rs`).
+    pub(crate) fence: Arc<Fence>,
+    /// Counters of the TCP server (`server.rs`).
+    pub(crate) server_stats: Arc<ServerStats>,
 }
 
 /// The node as a [`Service`]: the TCP server calls it for each decoded frame, and a client in the
@@ -33,13 +39,29 @@ impl Service for NodeService {
 }
 
 impl NodeShared {
+    /// Answers one request. A data-path request (one that carries an epoch) is refused while
+    /// the node is stopping or its lease is not confirmed, and its answer is checked against
+    /// the lease again when it is ready: a node never acknowledges after its lease may have
+    /// expired (`lease.rs`).
     pub(crate) async fn handle(&self, req: Request) -> Result<Response, WireError> {
-        if self.stopping.load(Ordering::Acquire) && req.epoch().is_some() {
-            return Err(WireError::new(
-                ErrorCode::ShuttingDown,
-                format!("{} is shutting down", self.id),
-            ));
+        let data_path = req.epoch().is_some();
+        if data_path {
+            if self.stopping.load(Ordering::Acquire) {
+                return Err(WireError::new(
+                    ErrorCode::ShuttingDown,
+                    format!("{} is shutting down", self.id),
+                ));
+            }
+            self.fence.check()?;
         }
+        let answer = self.dispatch(req).await;
+        if data_path && answer.is_ok() {
+            self.fence.check()?;
+        }
+        answer
+    }
+
+    async fn dispatch(&self, req: Request) -> Result<Response, WireError> {
         match req {
             Request::Hello {
                 min_version,
@@ -83,6 +105,10 @@ impl NodeShared {
             Request::Ping { data } => Ok(Response::Pong { data }),
             Request::Admin { body } => self.admin.handle(self, body).await,
             Request::Meta { body } => self.admin.meta(body).await,
+            Request::Rep(_) | Request::Peer { .. } => Err(WireError::new(
+                ErrorCode::Unsupported,
+                "this node does not replicate yet",
+            )),
         }
     }
 

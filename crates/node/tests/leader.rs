@@ -75,10 +75,9 @@ impl Cluster {
 
 fn device(data: &Path) -> DeviceConfig {
     DeviceConfig {
-        path: data.join("dev.img"),
         size: Some(256 << 20),
-        class: "ssd".into(),
         journal_size: Some(16 << 20),
+        ..DeviceConfig::new(data.join("dev.img"))
     }
 }
 

@@ -36,6 +36,13 @@ impl FrameDecoder {
         }
     }
 
+    /// The body + data length of the frame whose header was decoded but whose payload has not
+    /// fully arrived yet (a receiver can budget for it before reading it).
+    pub fn pending_payload(&self) -> Option<usize> {
+        self.pending
+            .map(|h| h.body_len as usize + h.data_len as usize)
+    }
+
     /// Returns the next whole frame in `buf`, removing its bytes, or `None` if more bytes are needed.
     pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Frame>, ProtoError> {
         let header = match self.pending {

@@ -24,6 +24,7 @@ pub mod frame;
 mod fuzzing;
 pub mod message;
 pub mod outqueue;
+pub mod replication;
 pub mod service;
 
 pub use basalt_types::Epoch;
@@ -33,6 +34,7 @@ pub use frame::{FrameHeader, HEADER_LEN, MAGIC, MAX_BODY_LEN, MAX_DATA_LEN, PROT
 pub use fuzzing::fuzz_decode_stream;
 pub use message::{Request, RequestKind, Response, encode_request, encode_response};
 pub use outqueue::OutQueue;
+pub use replication::{RepKind, RepOp};
 pub use service::{ResponseFuture, Service};
 
 /// CRC-32C (Castagnoli), the checksum used on the wire and on disk.

@@ -23,6 +23,7 @@
 use crate::decoder::Frame;
 use crate::error::{ErrorCode, ProtoError, WireError};
 use crate::frame::{FLAG_ERROR, FLAG_FUA, FLAG_RESPONSE, FrameHeader, PROTOCOL_VERSION};
+use crate::replication::{RepOp, join_peer, split_peer};
 use basalt_types::{Epoch, NodeId, ObjectId, PoolId, Version, VolumeId};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
@@ -36,6 +37,8 @@ const OP_DELETE_VOLUME: u8 = 7;
 const OP_PING: u8 = 8;
 const OP_ADMIN: u8 = 9;
 const OP_META: u8 = 10;
+const OP_REP: u8 = 11;
+const OP_PEER: u8 = 12;
 
 const OBJECT_LEN: usize = 20;
 const VERSION_LEN: usize = 16;
@@ -97,6 +100,14 @@ pub enum Request {
     /// A metadata-store call, JSON-encoded (`basalt_meta::remote`), answered by a node that
     /// serves its embedded metadata store to other processes.
     Meta { body: Bytes },
+    /// A sub-operation from a PG's primary to another member (see [`crate::replication`]).
+    Rep(RepOp),
+    /// A peering or recovery message between nodes: JSON, then an optional binary payload.
+    Peer {
+        epoch: Epoch,
+        json: Bytes,
+        payload: Bytes,
+    },
 }
 
 /// A node's successful answer. Errors travel as [`WireError`].
@@ -127,6 +138,12 @@ pub enum Response {
     Meta {
         body: Bytes,
     },
+    /// The member has the sub-operation durable.
+    RepDone,
+    Peer {
+        json: Bytes,
+        payload: Bytes,
+    },
 }
 
 impl Request {
@@ -142,6 +159,8 @@ impl Request {
             Request::Ping { .. } => OP_PING,
             Request::Admin { .. } => OP_ADMIN,
             Request::Meta { .. } => OP_META,
+            Request::Rep(_) => OP_REP,
+            Request::Peer { .. } => OP_PEER,
         }
     }
 
@@ -153,7 +172,9 @@ impl Request {
             | Request::WriteZeroes { epoch, .. }
             | Request::Trim { epoch, .. }
             | Request::Flush { epoch }
-            | Request::DeleteVolume { epoch, .. } => Some(*epoch),
+            | Request::DeleteVolume { epoch, .. }
+            | Request::Peer { epoch, .. } => Some(*epoch),
+            Request::Rep(op) => Some(op.epoch),
             Request::Hello { .. }
             | Request::Ping { .. }
             | Request::Admin { .. }
@@ -239,6 +260,16 @@ impl Request {
             }
             Request::Ping { data } => (0, data.clone()),
             Request::Admin { body } | Request::Meta { body } => (0, body.clone()),
+            Request::Rep(op) => (FLAG_FUA, op.write_body(b)),
+            Request::Peer {
+                epoch,
+                json,
+                payload,
+            } => {
+                b.put_u64_le(epoch.0);
+                b.put_u32_le(json.len() as u32);
+                (0, join_peer(json, payload))
+            }
         }
     }
 
@@ -336,6 +367,17 @@ impl Request {
                 expect_len(&b, 0, "Meta")?;
                 Request::Meta { body: data }
             }
+            OP_REP => Request::Rep(RepOp::decode(b, data)?),
+            OP_PEER => {
+                expect_len(&b, 12, "Peer")?;
+                let epoch = Epoch(b.get_u64_le());
+                let (json, payload) = split_peer(b.get_u32_le(), data)?;
+                Request::Peer {
+                    epoch,
+                    json,
+                    payload,
+                }
+            }
             other => return Err(ProtoError::UnknownOpcode(other)),
         };
         if !matches!(
@@ -344,6 +386,8 @@ impl Request {
                 | Request::Ping { .. }
                 | Request::Admin { .. }
                 | Request::Meta { .. }
+                | Request::Rep(_)
+                | Request::Peer { .. }
         ) && !frame.data.is_empty()
         {
             return Err(malformed("request", "unexpected data part"));
@@ -363,6 +407,8 @@ impl Response {
             Response::Pong { .. } => OP_PING,
             Response::Admin { .. } => OP_ADMIN,
             Response::Meta { .. } => OP_META,
+            Response::RepDone => OP_REP,
+            Response::Peer { .. } => OP_PEER,
         }
     }
 
@@ -391,6 +437,11 @@ impl Response {
             }
             Response::Pong { data } => data.clone(),
             Response::Admin { body } | Response::Meta { body } => body.clone(),
+            Response::RepDone => Bytes::new(),
+            Response::Peer { json, payload } => {
+                b.put_u32_le(json.len() as u32);
+                join_peer(json, payload)
+            }
         }
     }
 
@@ -447,6 +498,15 @@ impl Response {
             OP_META => Response::Meta {
                 body: frame.data.clone(),
             },
+            OP_REP => {
+                expect_len(&b, 0, "Rep response")?;
+                Response::RepDone
+            }
+            OP_PEER => {
+                expect_len(&b, 4, "Peer response")?;
+                let (json, payload) = split_peer(b.get_u32_le(), frame.data.clone())?;
+                Response::Peer { json, payload }
+            }
             other => return Err(ProtoError::UnknownOpcode(other)),
         };
         Ok(Ok(resp))

@@ -2,10 +2,10 @@
 //! at every possible point, and rejection of corrupted frames.
 
 use basalt_proto::{
-    ErrorCode, FrameDecoder, ProtoError, Request, RequestKind, Response, WireError, encode_request,
-    encode_response,
+    ErrorCode, FrameDecoder, ProtoError, RepKind, RepOp, Request, RequestKind, Response, WireError,
+    encode_request, encode_response,
 };
-use basalt_types::{Epoch, NodeId, ObjectId, PoolId, Version, VolumeId};
+use basalt_types::{DeviceId, Epoch, NodeId, ObjectId, PgId, PoolId, Version, VolumeId};
 use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;
 
@@ -83,7 +83,42 @@ fn arb_request() -> impl Strategy<Value = Request> {
         arb_data().prop_map(|data| Request::Ping { data }),
         arb_data().prop_map(|body| Request::Admin { body }),
         arb_data().prop_map(|body| Request::Meta { body }),
+        arb_rep(),
+        (any::<u64>(), arb_data(), arb_data()).prop_map(|(e, json, payload)| Request::Peer {
+            epoch: Epoch(e),
+            json,
+            payload
+        }),
     ]
+}
+
+/// A valid sub-operation: the object is in the PG's pool, and the length matches the kind.
+fn arb_rep() -> impl Strategy<Value = Request> {
+    (
+        (any::<u64>(), any::<u32>(), any::<u32>(), any::<u64>()),
+        arb_oid(),
+        (any::<u64>(), any::<u64>()),
+        0u8..3,
+        (any::<u32>(), 1u32..u32::MAX),
+        proptest::collection::vec(any::<u8>(), 1..5000),
+    )
+        .prop_map(|((e, d, pg, i), oid, (ve, vs), k, (offset, len), data)| {
+            let (kind, data) = match k {
+                0 => (RepKind::Write { offset }, Bytes::from(data)),
+                1 => (RepKind::Zeroes { offset, len }, Bytes::new()),
+                _ => (RepKind::Delete, Bytes::new()),
+            };
+            Request::Rep(RepOp {
+                epoch: Epoch(e),
+                device: DeviceId(d),
+                pg: PgId { pool: oid.pool, pg },
+                interval: Epoch(i),
+                oid,
+                version: Version::new(ve, vs),
+                kind,
+                data,
+            })
+        })
 }
 
 fn arb_response() -> impl Strategy<Value = Result<Response, WireError>> {
@@ -98,6 +133,8 @@ fn arb_response() -> impl Strategy<Value = Result<Response, WireError>> {
             version: Version::new(e, s)
         })),
         Just(Ok(Response::Flushed)),
+        Just(Ok(Response::RepDone)),
+        (arb_data(), arb_data()).prop_map(|(json, payload)| Ok(Response::Peer { json, payload })),
         any::<u64>().prop_map(|objects| Ok(Response::Deleted { objects })),
         arb_data().prop_map(|data| Ok(Response::Pong { data })),
         arb_data().prop_map(|body| Ok(Response::Admin { body })),
@@ -142,6 +179,21 @@ fn request_for(resp: &Result<Response, WireError>) -> Request {
         Ok(Response::Pong { .. }) => Request::Ping { data: Bytes::new() },
         Ok(Response::Admin { .. }) => Request::Admin { body: Bytes::new() },
         Ok(Response::Meta { .. }) => Request::Meta { body: Bytes::new() },
+        Ok(Response::RepDone) => Request::Rep(RepOp {
+            epoch: Epoch(1),
+            device: DeviceId(1),
+            pg: PgId::default(),
+            interval: Epoch(1),
+            oid: ObjectId::default(),
+            version: Version::new(1, 1),
+            kind: RepKind::Delete,
+            data: Bytes::new(),
+        }),
+        Ok(Response::Peer { .. }) => Request::Peer {
+            epoch: Epoch(1),
+            json: Bytes::new(),
+            payload: Bytes::new(),
+        },
     }
 }
 

@@ -2,6 +2,7 @@
 //! blocking NBD client, and external tools (fio, nbdinfo, qemu-img) run with time limits.
 #![allow(dead_code)]
 
+pub mod host;
 pub mod nbd;
 pub mod node;
 

@@ -98,7 +98,8 @@ pub(crate) fn read_superblocks(dev: &Dev, path: &Path) -> Result<Superblocks, En
         }
         (Ok(None), Ok(None)) => Err(EngineError::NotFormatted(path.to_path_buf())),
         (Err(e), _) | (_, Err(e)) => Err(EngineError::Corrupt(format!(
-            "{}: no valid superblock copy ({e}); the store cannot be opened",
+            "{} holds a damaged Basalt store: no valid superblock copy ({e}); it cannot be \
+             opened (and is never formatted without force)",
             path.display()
         ))),
     }

@@ -2,6 +2,8 @@
 //! format, probe and recovery (before the I/O thread starts).
 
 use super::sim::SimDisk;
+use crate::error::EngineError;
+use crate::lock;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
@@ -21,35 +23,70 @@ pub(crate) enum Dev {
 
 const BLKGETSIZE64: libc::c_ulong = 0x8008_1272;
 
+/// An open error: a busy block device (O_EXCL) names its holder.
+fn open_error(path: &Path, block: bool, e: io::Error) -> EngineError {
+    if block && e.raw_os_error() == Some(libc::EBUSY) {
+        lock::block_device_busy(path)
+    } else {
+        EngineError::Io(e)
+    }
+}
+
 impl Dev {
-    /// Opens `path` read-write, with O_DIRECT if the filesystem supports it.
-    pub fn open(path: &Path, create: bool, direct: bool) -> io::Result<Dev> {
+    /// Opens `path` read-write, with O_DIRECT if the filesystem supports it, for this process
+    /// alone: a block device with O_EXCL, and every device with an exclusive flock (see
+    /// [`crate::lock`]). Another holder is [`EngineError::InUse`].
+    pub fn open(path: &Path, create: bool, direct: bool) -> Result<Dev, EngineError> {
+        let block = lock::is_block_device(path);
+        let excl = if block { libc::O_EXCL } else { 0 };
         let open = |flags: i32| {
             OpenOptions::new()
                 .read(true)
                 .write(true)
-                .create(create)
+                // O_CREAT with O_EXCL would refuse the existing device node.
+                .create(create && !block)
                 .truncate(false)
-                .custom_flags(flags)
+                .custom_flags(flags | excl)
                 .open(path)
         };
-        let (file, direct) = if direct {
+        let opened = if direct {
             match open(libc::O_DIRECT) {
-                Ok(f) => (f, true),
+                Ok(f) => Ok((f, true)),
                 // tmpfs and some FUSE filesystems refuse O_DIRECT; buffered I/O plus fdatasync
                 // is still durable, only slower.
-                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => (open(0)?, false),
-                Err(e) => return Err(e),
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    tracing::warn!(
+                        path = %path.display(),
+                        "the file system refuses O_DIRECT: using buffered I/O with fdatasync"
+                    );
+                    open(0).map(|f| (f, false))
+                }
+                Err(e) => Err(e),
             }
         } else {
-            (open(0)?, false)
+            open(0).map(|f| (f, false))
         };
+        let (file, direct) = opened.map_err(|e| open_error(path, block, e))?;
+        lock::flock_exclusive(&file, path)?;
         let block = file.metadata()?.file_type().is_block_device();
         Ok(Dev::File {
             file: Arc::new(file),
             direct,
             block,
         })
+    }
+
+    /// Opens `path` read-only, exclusively like [`Dev::open`] (the lock ends with the file).
+    pub fn open_read_only(path: &Path) -> Result<File, EngineError> {
+        let block = lock::is_block_device(path);
+        let excl = if block { libc::O_EXCL } else { 0 };
+        let file = OpenOptions::new()
+            .read(true)
+            .custom_flags(excl)
+            .open(path)
+            .map_err(|e| open_error(path, block, e))?;
+        lock::flock_exclusive(&file, path)?;
+        Ok(file)
     }
 
     pub fn size(&self) -> io::Result<u64> {
@@ -89,6 +126,16 @@ impl Dev {
             Dev::File {
                 file, block: false, ..
             } if file.metadata()?.len() < size => file.set_len(size),
+            _ => Ok(()),
+        }
+    }
+
+    /// Cuts a regular file back to `size` bytes (undoing an [`Dev::extend`]).
+    pub fn truncate(&self, size: u64) -> io::Result<()> {
+        match self {
+            Dev::File {
+                file, block: false, ..
+            } => file.set_len(size),
             _ => Ok(()),
         }
     }

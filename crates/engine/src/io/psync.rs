@@ -1,8 +1,8 @@
-//! The fallback backend: pread / pwritev / fdatasync on a small pool of worker threads, so
-//! several requests are in flight even without io_uring.
+//! The fallback backend: preadv / pwritev / fdatasync on a small pool of worker threads, so
+//! several requests are in flight even without io_uring. A short transfer is completed by
+//! submitting the remainder ([`super::account`]).
 
-use super::{Backend, IoDone, IoReq, Waker, check_len};
-use crate::buf::IoBuf;
+use super::{Backend, IoDone, IoReq, Step, Waker, account};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 use std::fs::File;
@@ -21,6 +21,16 @@ pub(crate) struct PsyncBackend {
 
 impl PsyncBackend {
     pub fn new(file: Arc<File>, threads: usize) -> io::Result<PsyncBackend> {
+        PsyncBackend::with_limit(file, threads, usize::MAX)
+    }
+
+    /// `limit`: the most bytes one system call asks for (tests set it low to force short
+    /// transfers).
+    pub(super) fn with_limit(
+        file: Arc<File>,
+        threads: usize,
+        limit: usize,
+    ) -> io::Result<PsyncBackend> {
         let (tx, rx) = crossbeam_channel::unbounded::<(u64, IoReq)>();
         let done = Arc::new(Mutex::new(Vec::new()));
         let waker = Waker::condvar();
@@ -30,7 +40,7 @@ impl PsyncBackend {
                     (rx.clone(), done.clone(), waker.clone(), file.clone());
                 std::thread::Builder::new()
                     .name(format!("basalt-psync-{i}"))
-                    .spawn(move || worker(&file, &rx, &done, &waker))
+                    .spawn(move || worker(&file, &rx, &done, &waker, limit))
             })
             .collect::<io::Result<Vec<_>>>()?;
         Ok(PsyncBackend {
@@ -42,31 +52,49 @@ impl PsyncBackend {
     }
 }
 
-fn worker(file: &File, rx: &Receiver<(u64, IoReq)>, done: &Mutex<Vec<IoDone>>, waker: &Waker) {
+fn worker(
+    file: &File,
+    rx: &Receiver<(u64, IoReq)>,
+    done: &Mutex<Vec<IoDone>>,
+    waker: &Waker,
+    limit: usize,
+) {
     let fd = file.as_raw_fd();
     while let Ok((token, mut req)) = rx.recv() {
-        let res = match &mut req {
-            IoReq::Read { off, buf } => {
-                // SAFETY: buf is valid for buf.len() writable bytes.
-                let n = unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), *off as i64) };
-                check_len(
-                    if n < 0 {
-                        -(errno() as isize)
-                    } else {
-                        n as isize
-                    },
-                    buf.len(),
-                )
-            }
-            IoReq::Write { off, bufs } => pwritev_all(fd, *off, bufs),
+        let res = match req {
             // SAFETY: plain syscall on an open descriptor.
             IoReq::Flush => match unsafe { libc::fdatasync(fd) } {
                 0 => Ok(()),
                 _ => Err(io::Error::last_os_error()),
             },
+            _ => transfer_all(fd, &mut req, limit),
         };
         done.lock().push(IoDone { token, req, res });
         waker.wake();
+    }
+}
+
+/// Reads or writes all of `req`, submitting the remainder again after a short transfer.
+fn transfer_all(fd: i32, req: &mut IoReq, limit: usize) -> io::Result<()> {
+    let want = req.len();
+    let read = matches!(req, IoReq::Read { .. });
+    let mut done = 0;
+    loop {
+        let (off, iov) = req.remainder(done, limit);
+        // SAFETY: the iovecs point into `req`'s buffers, which outlive this call.
+        let n = unsafe {
+            if read {
+                libc::preadv(fd, iov.as_ptr(), iov.len() as i32, off as i64)
+            } else {
+                libc::pwritev(fd, iov.as_ptr(), iov.len() as i32, off as i64)
+            }
+        };
+        let result = if n < 0 { -(errno() as isize) } else { n };
+        match account(result, &mut done, want) {
+            Step::Done => return Ok(()),
+            Step::More => {}
+            Step::Failed(e) => return Err(e),
+        }
     }
 }
 
@@ -74,56 +102,6 @@ fn errno() -> i32 {
     io::Error::last_os_error()
         .raw_os_error()
         .unwrap_or(libc::EIO)
-}
-
-/// Writes all buffers back to back at `off`, retrying short writes.
-fn pwritev_all(fd: i32, mut off: u64, bufs: &[IoBuf]) -> io::Result<()> {
-    let mut iov: Vec<libc::iovec> = bufs
-        .iter()
-        .map(|b| libc::iovec {
-            iov_base: b.as_ptr() as *mut _,
-            iov_len: b.len(),
-        })
-        .collect();
-    let mut first = 0;
-    while first < iov.len() {
-        // SAFETY: the iovecs point into buffers borrowed for the duration of this call.
-        let n = unsafe {
-            libc::pwritev(
-                fd,
-                iov[first..].as_ptr(),
-                (iov.len() - first) as i32,
-                off as i64,
-            )
-        };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::WriteZero,
-                "pwritev wrote nothing",
-            ));
-        }
-        let mut n = n as usize;
-        off += n as u64;
-        while n > 0 && first < iov.len() {
-            if n >= iov[first].iov_len {
-                n -= iov[first].iov_len;
-                first += 1;
-            } else {
-                // SAFETY: advancing within the same buffer.
-                iov[first].iov_base = unsafe { iov[first].iov_base.cast::<u8>().add(n).cast() };
-                iov[first].iov_len -= n;
-                n = 0;
-            }
-        }
-    }
-    Ok(())
 }
 
 impl Backend for PsyncBackend {

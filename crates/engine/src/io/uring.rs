@@ -1,9 +1,10 @@
 //! The io_uring backend: one ring per device, O_DIRECT, many requests per `io_uring_enter`.
 //!
 //! Requests wait in a backlog when the ring is full. An eventfd read is always armed in the
-//! ring so that other threads can wake a blocked `poll` (see [`Waker`]).
+//! ring so that other threads can wake a blocked `poll` (see [`Waker`]). A short transfer
+//! goes back to the front of the backlog for its remainder ([`super::account`]).
 
-use super::{Backend, IoDone, IoReq, Waker, check_len};
+use super::{Backend, IoDone, IoReq, Step, Waker, account};
 use io_uring::{IoUring, opcode, types};
 use std::collections::VecDeque;
 use std::fs::File;
@@ -18,6 +19,8 @@ const WAKE_TOKEN: u64 = u64::MAX;
 struct InFlight {
     token: u64,
     req: IoReq,
+    /// Bytes transferred by earlier submissions of this request (short transfers).
+    done: usize,
     /// Keeps the iovec array alive while the kernel may read it.
     _iov: Vec<libc::iovec>,
 }
@@ -28,10 +31,13 @@ pub(crate) struct UringBackend {
     slab: Vec<Option<InFlight>>,
     free: Vec<usize>,
     inflight: usize,
-    backlog: VecDeque<(u64, IoReq)>,
+    /// Requests not yet in the ring: (token, request, bytes already transferred).
+    backlog: VecDeque<(u64, IoReq, usize)>,
     waker: Waker,
     wake_buf: Box<u64>,
     wake_armed: bool,
+    /// The most bytes one submission asks for (tests set it low to force short transfers).
+    limit: usize,
 }
 
 // SAFETY: the raw pointers inside in-flight iovecs point into buffers owned by the same
@@ -45,6 +51,10 @@ pub(crate) fn available() -> bool {
 
 impl UringBackend {
     pub fn new(file: Arc<File>) -> io::Result<UringBackend> {
+        UringBackend::with_limit(file, usize::MAX)
+    }
+
+    pub(super) fn with_limit(file: Arc<File>, limit: usize) -> io::Result<UringBackend> {
         let ring = IoUring::new(RING_ENTRIES)?;
         let waker = Waker::eventfd()?;
         Ok(UringBackend {
@@ -57,6 +67,7 @@ impl UringBackend {
             waker,
             wake_buf: Box::new(0),
             wake_armed: false,
+            limit,
         })
     }
 
@@ -74,32 +85,23 @@ impl UringBackend {
             }
         }
         while self.inflight < RING_ENTRIES as usize && !self.ring.submission().is_full() {
-            let Some((token, mut req)) = self.backlog.pop_front() else {
+            let Some((token, mut req, done)) = self.backlog.pop_front() else {
                 break;
             };
             let idx = self.free.pop().unwrap_or_else(|| {
                 self.slab.push(None);
                 self.slab.len() - 1
             });
-            let mut iov = Vec::new();
-            let entry = match &mut req {
-                IoReq::Read { off, buf } => {
-                    opcode::Read::new(fd, buf.as_mut_ptr(), buf.len() as u32)
-                        .offset(*off)
+            let (off, iov) = req.remainder(done, self.limit);
+            let entry = match &req {
+                IoReq::Read { .. } => {
+                    opcode::Read::new(fd, iov[0].iov_base.cast(), iov[0].iov_len as u32)
+                        .offset(off)
                         .build()
                 }
-                IoReq::Write { off, bufs } => {
-                    iov = bufs
-                        .iter()
-                        .map(|b| libc::iovec {
-                            iov_base: b.as_ptr() as *mut _,
-                            iov_len: b.len(),
-                        })
-                        .collect();
-                    opcode::Writev::new(fd, iov.as_ptr(), iov.len() as u32)
-                        .offset(*off)
-                        .build()
-                }
+                IoReq::Write { .. } => opcode::Writev::new(fd, iov.as_ptr(), iov.len() as u32)
+                    .offset(off)
+                    .build(),
                 IoReq::Flush => opcode::Fsync::new(fd)
                     .flags(types::FsyncFlags::DATASYNC)
                     .build(),
@@ -108,10 +110,11 @@ impl UringBackend {
             // SAFETY: every buffer and the iovec array are owned by the InFlight stored below
             // and stay at the same address until the completion is reaped.
             let pushed = unsafe { self.ring.submission().push(&entry) };
-            debug_assert!(pushed.is_ok(), "checked is_full above");
+            assert!(pushed.is_ok(), "checked is_full above");
             self.slab[idx] = Some(InFlight {
                 token,
                 req,
+                done,
                 _iov: iov,
             });
             self.inflight += 1;
@@ -143,7 +146,7 @@ impl Backend for UringBackend {
     }
 
     fn submit(&mut self, token: u64, req: IoReq) {
-        self.backlog.push_back((token, req));
+        self.backlog.push_back((token, req, 0));
     }
 
     fn poll(&mut self, out: &mut Vec<IoDone>, wait: Option<Option<Duration>>) {
@@ -163,12 +166,19 @@ impl Backend for UringBackend {
                     continue;
                 }
                 let idx = ud as usize;
-                let Some(inf) = self.slab[idx].take() else {
+                let Some(mut inf) = self.slab[idx].take() else {
                     continue;
                 };
                 self.free.push(idx);
                 self.inflight -= 1;
-                let res = check_len(result as isize, inf.req.len());
+                let res = match account(result as isize, &mut inf.done, inf.req.len()) {
+                    Step::More => {
+                        self.backlog.push_front((inf.token, inf.req, inf.done));
+                        continue;
+                    }
+                    Step::Done => Ok(()),
+                    Step::Failed(e) => Err(e),
+                };
                 out.push(IoDone {
                     token: inf.token,
                     req: inf.req,

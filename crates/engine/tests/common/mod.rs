@@ -38,7 +38,7 @@ impl Dev {
             object_size: OBJ,
             size: Some(size),
             journal_size: Some(journal),
-            force: false,
+            ..FormatOptions::default()
         };
         match backend {
             Backend::Sim => {

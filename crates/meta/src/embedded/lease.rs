@@ -1,4 +1,6 @@
-//! The embedded store's leases: in memory, expired by a timer task.
+//! The embedded store's leases: in memory, expired by a timer task. Deadlines are on tokio's
+//! monotonic clock (the real one in production; the paused one in tests with paused time, so
+//! leases expire in step with the timers of the code under test).
 //!
 //! A lease that expires or is revoked deletes its keys in one change (one revision), exactly
 //! as etcd does, so watchers see one Delete per key. Leases are not persisted: they end with
@@ -9,8 +11,9 @@ use crate::error::MetaError;
 use crate::store::{LeaseId, ttl_secs};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 struct LeaseEntry {
     ttl: Duration,
@@ -138,7 +141,7 @@ pub(crate) fn spawn_expiry(inner: Weak<Inner>, wake: Arc<Notify>) {
             match next {
                 Some(at) => {
                     tokio::select! {
-                        _ = tokio::time::sleep_until(at.into()) => {}
+                        _ = tokio::time::sleep_until(at) => {}
                         _ = wake.notified() => {}
                     }
                 }

@@ -1,0 +1,86 @@
+//! PG histories under [`keys::PG_HISTORY`]: for every PG, the intervals that went active since
+//! the PG was last clean (every member of its up set held all of its data), with the devices
+//! that were members of each. Peering reads it to know whose data it must see before serving:
+//! at least one member of every listed interval, or the PG waits (it may lack acknowledged
+//! writes otherwise).
+//!
+//! Written by the primary that activates an interval (appending it) and by the primary that
+//! finds the PG clean (truncating to the current interval), each by compare-and-swap on the
+//! record's revision, so two primaries racing through stale maps cannot both succeed.
+
+use crate::catalog::{Catalog, encode};
+use crate::error::MetaError;
+use crate::keys;
+use crate::store::{Compare, Revision, Txn, TxnOp};
+use basalt_types::{DeviceId, Epoch, PgId};
+use serde::{Deserialize, Serialize};
+
+/// One interval that went active: its epoch and the devices that served it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgInterval {
+    pub epoch: Epoch,
+    pub members: Vec<DeviceId>,
+}
+
+/// The history of one PG.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PgHistory {
+    /// Intervals since the PG was last clean, oldest first; the last is the current one.
+    pub intervals: Vec<PgInterval>,
+    /// The epoch of the interval in which the PG was last found clean (0: never).
+    pub clean: Epoch,
+}
+
+impl PgHistory {
+    /// The last interval that went active.
+    pub fn last(&self) -> Option<&PgInterval> {
+        self.intervals.last()
+    }
+
+    /// Every device named by an interval.
+    pub fn devices(&self) -> Vec<DeviceId> {
+        let mut all: Vec<DeviceId> = self
+            .intervals
+            .iter()
+            .flat_map(|i| i.members.iter().copied())
+            .collect();
+        all.sort_unstable();
+        all.dedup();
+        all
+    }
+}
+
+impl Catalog {
+    /// The history of `pg` and its revision (0 when there is none yet).
+    pub async fn get_pg_history(&self, pg: PgId) -> Result<(PgHistory, Revision), MetaError> {
+        Ok(self
+            .read::<PgHistory>(&keys::pg_history(pg))
+            .await?
+            .map_or((PgHistory::default(), 0), |(h, kv)| (h, kv.mod_revision)))
+    }
+
+    /// Replaces the history of `pg` if it is still the one read at `revision` (0: none).
+    /// Returns the new revision, or [`MetaError::Conflict`] when someone changed it meanwhile.
+    pub async fn put_pg_history(
+        &self,
+        pg: PgId,
+        history: &PgHistory,
+        revision: Revision,
+    ) -> Result<Revision, MetaError> {
+        let key = keys::pg_history(pg);
+        let txn = Txn::new()
+            .when([Compare::mod_revision_is(&key, revision)])
+            .and_then([TxnOp::put(&key, encode(history))]);
+        let result = self.store().txn(txn).await?;
+        if result.succeeded {
+            Ok(result.revision)
+        } else {
+            Err(MetaError::HistoryChanged(pg.to_string()))
+        }
+    }
+
+    /// Forgets the history of `pg` (its pool was deleted).
+    pub async fn remove_pg_history(&self, pg: PgId) -> Result<(), MetaError> {
+        self.store().delete(&keys::pg_history(pg)).await.map(|_| ())
+    }
+}

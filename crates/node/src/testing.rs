@@ -1,0 +1,147 @@
+//! Helpers for the node's unit tests: a node's shared state over simulated-disk stores, and the
+//! embedded metadata store with failures switched on and off.
+
+use crate::admin::AdminHandler;
+use crate::lease::Fence;
+use crate::mapstate::MapState;
+use crate::service::NodeShared;
+use async_trait::async_trait;
+use basalt_engine::sim::SimDisk;
+use basalt_engine::{DeviceId, FormatOptions, OpenOptions, Store};
+use basalt_meta::KeyValue;
+use basalt_meta::{
+    EmbeddedStore, LeaseId, Listing, MetaError, MetaStore, Revision, Txn, TxnResult, WatchReceiver,
+};
+use basalt_types::NodeId;
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// A store on a fresh simulated disk.
+pub(crate) fn sim_store(device: u32) -> Store {
+    let disk = SimDisk::new(64 << 20);
+    let opts = FormatOptions {
+        device_id: DeviceId(device),
+        ..FormatOptions::default()
+    };
+    basalt_engine::format_sim(&disk, &opts).unwrap();
+    Store::open_sim(&disk, &OpenOptions::default()).unwrap()
+}
+
+/// The shared state of node `id` with these stores and a fence for `ttl` (closed).
+pub(crate) fn shared(id: NodeId, ttl: Duration, stores: Vec<Store>) -> Arc<NodeShared> {
+    let stores: HashMap<_, _> = stores
+        .into_iter()
+        .map(|s| (s.info().device_id, s))
+        .collect();
+    Arc::new(NodeShared {
+        id,
+        maps: MapState::new(stores),
+        admin: AdminHandler {
+            meta: None,
+            name: "test".into(),
+            addr: "127.0.0.1:1".into(),
+            started: std::time::Instant::now(),
+        },
+        stopping: Default::default(),
+        fence: Arc::new(Fence::new(id, ttl)),
+        server_stats: Arc::default(),
+    })
+}
+
+/// The embedded store (real), which can be made unreachable: while `down`, every call fails
+/// with `Unavailable`, as etcd's do during an outage. Records when keep-alives were sent.
+#[derive(Debug)]
+pub(crate) struct Flaky {
+    inner: EmbeddedStore,
+    down: AtomicBool,
+    renewals: Mutex<Vec<Instant>>,
+}
+
+impl Flaky {
+    pub(crate) async fn open(path: &std::path::Path) -> Arc<Flaky> {
+        Arc::new(Flaky {
+            inner: EmbeddedStore::open(path).await.unwrap(),
+            down: AtomicBool::new(false),
+            renewals: Mutex::new(Vec::new()),
+        })
+    }
+
+    pub(crate) fn set_down(&self, down: bool) {
+        self.down.store(down, Ordering::SeqCst);
+    }
+
+    /// When the last successful keep-alive was sent.
+    pub(crate) fn last_renewal(&self) -> Option<Instant> {
+        self.renewals.lock().last().copied()
+    }
+
+    pub(crate) fn renewals(&self) -> usize {
+        self.renewals.lock().len()
+    }
+
+    fn check(&self) -> Result<(), MetaError> {
+        match self.down.load(Ordering::SeqCst) {
+            true => Err(MetaError::Unavailable {
+                endpoint: "flaky".into(),
+                detail: "switched off by the test".into(),
+            }),
+            false => Ok(()),
+        }
+    }
+}
+
+#[async_trait]
+impl MetaStore for Flaky {
+    async fn get(&self, key: &str) -> Result<Option<KeyValue>, MetaError> {
+        self.check()?;
+        self.inner.get(key).await
+    }
+    async fn list(&self, prefix: &str) -> Result<Listing, MetaError> {
+        self.check()?;
+        self.inner.list(prefix).await
+    }
+    async fn put(
+        &self,
+        key: &str,
+        value: Vec<u8>,
+        lease: Option<LeaseId>,
+    ) -> Result<Revision, MetaError> {
+        self.check()?;
+        self.inner.put(key, value, lease).await
+    }
+    async fn delete(&self, key: &str) -> Result<bool, MetaError> {
+        self.check()?;
+        self.inner.delete(key).await
+    }
+    async fn txn(&self, txn: Txn) -> Result<TxnResult, MetaError> {
+        self.check()?;
+        self.inner.txn(txn).await
+    }
+    async fn watch_prefix(&self, prefix: &str, from: Revision) -> Result<WatchReceiver, MetaError> {
+        self.check()?;
+        self.inner.watch_prefix(prefix, from).await
+    }
+    async fn revision(&self) -> Result<Revision, MetaError> {
+        self.check()?;
+        self.inner.revision().await
+    }
+    async fn grant_lease(&self, ttl: Duration) -> Result<LeaseId, MetaError> {
+        self.check()?;
+        self.inner.grant_lease(ttl).await
+    }
+    async fn keep_alive(&self, lease: LeaseId) -> Result<(), MetaError> {
+        self.check()?;
+        let sent = Instant::now();
+        self.inner.keep_alive(lease).await?;
+        self.renewals.lock().push(sent);
+        Ok(())
+    }
+    async fn revoke_lease(&self, lease: LeaseId) -> Result<(), MetaError> {
+        self.check()?;
+        self.inner.revoke_lease(lease).await
+    }
+}

@@ -1,0 +1,157 @@
+//! Messages between nodes: the sub-operation a PG's primary sends to the other members of its
+//! acting set (and to backfill targets), and the peering/recovery control messages.
+//!
+//! | opcode | request body | request data | response body | response data |
+//! |---|---|---|---|---|
+//! | 11 Rep | epoch u64, device u32, pool u32, pg u32, interval u64, object, version, kind u8, 0u8×3, offset u32, len u32 | write: the bytes | - | - |
+//! | 12 Peer | epoch u64, json_len u32 | JSON message ‖ payload | json_len u32 | JSON answer ‖ payload |
+//!
+//! `kind`: 1 write (`len` = data length), 2 write-zeroes, 3 delete. A Rep is always durable on
+//! the member before it is answered. `interval` is the PG interval the primary activated; a
+//! member applies only sub-operations of the interval it was activated in.
+//! Peer messages are JSON (defined by the node: peering is rare and its shapes change more often
+//! than the data path's), with an optional binary payload (object images) after the JSON.
+
+use crate::error::ProtoError;
+use basalt_types::{DeviceId, Epoch, ObjectId, PgId, PoolId, Version, VolumeId};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+/// What a sub-operation does to the object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RepKind {
+    /// Write the request's data at `offset`.
+    Write {
+        offset: u32,
+    },
+    Zeroes {
+        offset: u32,
+        len: u32,
+    },
+    Delete,
+}
+
+/// One write-class operation, forwarded by a PG's primary to another member at the version the
+/// primary assigned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RepOp {
+    /// The sender's map epoch.
+    pub epoch: Epoch,
+    /// The member (a device of the receiving node) that must apply it.
+    pub device: DeviceId,
+    pub pg: PgId,
+    /// The PG interval in which the primary assigned `version`.
+    pub interval: Epoch,
+    pub oid: ObjectId,
+    pub version: Version,
+    pub kind: RepKind,
+    pub data: Bytes,
+}
+
+pub(crate) const REP_BODY_LEN: usize = 8 + 4 + 4 + 4 + 8 + 20 + 16 + 4 + 4 + 4;
+
+const KIND_WRITE: u8 = 1;
+const KIND_ZEROES: u8 = 2;
+const KIND_DELETE: u8 = 3;
+
+impl RepOp {
+    pub(crate) fn write_body(&self, b: &mut BytesMut) -> Bytes {
+        b.put_u64_le(self.epoch.0);
+        b.put_u32_le(self.device.0);
+        b.put_u32_le(self.pg.pool.0);
+        b.put_u32_le(self.pg.pg);
+        b.put_u64_le(self.interval.0);
+        b.put_u32_le(self.oid.pool.0);
+        b.put_u64_le(self.oid.volume.0);
+        b.put_u64_le(self.oid.index);
+        b.put_u64_le(self.version.epoch);
+        b.put_u64_le(self.version.seq);
+        let (kind, offset, len) = match self.kind {
+            RepKind::Write { offset } => (KIND_WRITE, offset, self.data.len() as u32),
+            RepKind::Zeroes { offset, len } => (KIND_ZEROES, offset, len),
+            RepKind::Delete => (KIND_DELETE, 0, 0),
+        };
+        b.put_u8(kind);
+        b.put_bytes(0, 3);
+        b.put_u32_le(offset);
+        b.put_u32_le(len);
+        self.data.clone()
+    }
+
+    pub(crate) fn decode(mut b: Bytes, data: Bytes) -> Result<RepOp, ProtoError> {
+        if b.len() != REP_BODY_LEN {
+            return Err(ProtoError::BadBodyLength {
+                opcode: "Rep",
+                len: b.len(),
+                expected: REP_BODY_LEN,
+            });
+        }
+        let epoch = Epoch(b.get_u64_le());
+        let device = DeviceId(b.get_u32_le());
+        let pg = PgId {
+            pool: PoolId(b.get_u32_le()),
+            pg: b.get_u32_le(),
+        };
+        let interval = Epoch(b.get_u64_le());
+        let oid = ObjectId::new(
+            PoolId(b.get_u32_le()),
+            VolumeId(b.get_u64_le()),
+            b.get_u64_le(),
+        );
+        let version = Version::new(b.get_u64_le(), b.get_u64_le());
+        let kind = b.get_u8();
+        b.advance(3);
+        let (offset, len) = (b.get_u32_le(), b.get_u32_le());
+        let bad = |detail: &str| ProtoError::Malformed {
+            what: "Rep",
+            detail: detail.to_string(),
+        };
+        if oid.pool != pg.pool {
+            return Err(bad("object and PG are in different pools"));
+        }
+        let kind = match kind {
+            KIND_WRITE if len as usize == data.len() && len > 0 => RepKind::Write { offset },
+            KIND_ZEROES if data.is_empty() && len > 0 => RepKind::Zeroes { offset, len },
+            KIND_DELETE if data.is_empty() && offset == 0 && len == 0 => RepKind::Delete,
+            KIND_WRITE | KIND_ZEROES | KIND_DELETE => {
+                return Err(bad("length does not match the kind and data"));
+            }
+            _ => return Err(bad("unknown kind")),
+        };
+        Ok(RepOp {
+            epoch,
+            device,
+            pg,
+            interval,
+            oid,
+            version,
+            kind,
+            data,
+        })
+    }
+}
+
+/// Splits a Peer data part into its JSON and its payload.
+pub(crate) fn split_peer(json_len: u32, data: Bytes) -> Result<(Bytes, Bytes), ProtoError> {
+    let n = json_len as usize;
+    if n > data.len() {
+        return Err(ProtoError::Malformed {
+            what: "Peer",
+            detail: format!("JSON of {n} bytes in a data part of {}", data.len()),
+        });
+    }
+    let mut json = data;
+    let payload = json.split_off(n);
+    Ok((json, payload))
+}
+
+/// Joins JSON and payload into one data part (copies them: peer messages are not on the hot
+/// path).
+pub(crate) fn join_peer(json: &Bytes, payload: &Bytes) -> Bytes {
+    if payload.is_empty() {
+        return json.clone();
+    }
+    let mut out = BytesMut::with_capacity(json.len() + payload.len());
+    out.put_slice(json);
+    out.put_slice(payload);
+    out.freeze()
+}
