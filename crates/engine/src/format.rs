@@ -30,12 +30,16 @@ pub fn format(path: &Path, opts: &FormatOptions) -> Result<StoreInfo, EngineErro
             )));
         }
     }
-    format_dev(&dev, path, opts)
+    let mut uuid = [0u8; 16];
+    rand::rng().fill_bytes(&mut uuid);
+    format_dev(&dev, path, opts, uuid, None)
 }
 
-/// Formats a simulated disk (tests).
+/// Formats a simulated disk (tests). The uuid comes from the disk's seed and the creation
+/// time is 0, so the same seed gives the same bytes.
 pub fn format_sim(disk: &SimDisk, opts: &FormatOptions) -> Result<StoreInfo, EngineError> {
-    format_dev(&Dev::Sim(disk.clone()), Path::new("<sim>"), opts)
+    let dev = Dev::Sim(disk.clone());
+    format_dev(&dev, Path::new("<sim>"), opts, disk.uuid(), Some(0))
 }
 
 /// Reads the superblock of `path` without recovery: `None` if it is not a Basalt store.
@@ -69,7 +73,13 @@ fn info(sb: &Superblock, backend: &'static str, direct: bool) -> StoreInfo {
     }
 }
 
-fn format_dev(dev: &Dev, path: &Path, opts: &FormatOptions) -> Result<StoreInfo, EngineError> {
+fn format_dev(
+    dev: &Dev,
+    path: &Path,
+    opts: &FormatOptions,
+    mut uuid: [u8; 16],
+    created_secs: Option<u64>,
+) -> Result<StoreInfo, EngineError> {
     let size = dev.size()?;
     match recover_superblock(dev, path) {
         Ok(_) | Err(EngineError::Corrupt(_)) if !opts.force => {
@@ -77,17 +87,18 @@ fn format_dev(dev: &Dev, path: &Path, opts: &FormatOptions) -> Result<StoreInfo,
         }
         _ => {}
     }
-    let mut uuid = [0u8; 16];
-    rand::rng().fill_bytes(&mut uuid);
     uuid[6] = (uuid[6] & 0x0f) | 0x40; // RFC 4122 version 4
     uuid[8] = (uuid[8] & 0x3f) | 0x80;
-    let sb = Superblock::plan(
+    let mut sb = Superblock::plan(
         uuid,
         opts.device_id,
         opts.object_size,
         size,
         opts.journal_size,
     )?;
+    if let Some(t) = created_secs {
+        sb.created_secs = t;
+    }
     // 1. No valid superblock from here until the end.
     dev.write_at(0, &AlignedBuf::zeroed(BLOCK as usize))?;
     // 2. Journal and slot table. On a regular file, really write them (zeros), so the hot

@@ -15,7 +15,7 @@ fn small_dev(b: Backend) -> Dev {
 
 async fn basic_read_write(b: Backend) {
     let dev = small_dev(b);
-    let store = dev.open();
+    let store = dev.open().await;
     assert_eq!(
         store.info().io_backend,
         match b {
@@ -56,7 +56,7 @@ async fn basic_read_write(b: Backend) {
         store.read(o, 0, 1).await,
         Err(EngineError::Closed)
     ));
-    let store = dev.open();
+    let store = dev.open().await;
     assert_eq!(store.read(o, 0, OBJ).await.unwrap(), full);
     assert_eq!(
         store.object_info(o).await.unwrap().unwrap().version,
@@ -67,7 +67,7 @@ async fn basic_read_write(b: Backend) {
 /// Random unaligned writes against a byte model, with reads in between and a reopen.
 async fn unaligned(b: Backend) {
     let dev = small_dev(b);
-    let mut store = dev.open();
+    let mut store = dev.open().await;
     let mut model: HashMap<u64, Vec<u8>> = HashMap::new();
     let mut x: u64 = 12345;
     let mut rnd = |n: u64| {
@@ -98,7 +98,7 @@ async fn unaligned(b: Backend) {
         if i % 50 == 49 {
             store.flush().await.unwrap();
             drop(store);
-            store = dev.open();
+            store = dev.open().await;
         }
         let roff = rnd(OBJ as u64) as u32;
         let rlen = (rnd(4 * 4096) as u32 + 1).min(OBJ - roff);
@@ -116,7 +116,7 @@ async fn unaligned(b: Backend) {
 
 async fn zeroes_and_trim(b: Backend) {
     let dev = small_dev(b);
-    let store = dev.open();
+    let store = dev.open().await;
     let o = oid(3, 1);
     let data = pattern(3, OBJ as usize);
     store
@@ -155,7 +155,7 @@ async fn zeroes_and_trim(b: Backend) {
     assert!(store.object_info(o).await.unwrap().is_none());
     store.flush().await.unwrap();
     drop(store);
-    let store = dev.open();
+    let store = dev.open().await;
     assert!(store.object_info(o).await.unwrap().is_none());
     assert_eq!(store.stats().used_bytes, 0);
     // Zeroing a missing object is a no-op.
@@ -171,7 +171,7 @@ async fn zeroes_and_trim(b: Backend) {
 
 async fn delete_and_delete_volume(b: Backend) {
     let dev = small_dev(b);
-    let store = dev.open();
+    let store = dev.open().await;
     for i in 0..10 {
         store
             .write(
@@ -217,7 +217,7 @@ async fn delete_and_delete_volume(b: Backend) {
     assert_eq!(left.len(), 10);
     assert!(left.iter().all(|o| o.oid.volume == VolumeId(5)));
     drop(store);
-    let store = dev.open();
+    let store = dev.open().await;
     assert_eq!(store.list_objects().await.unwrap().len(), 10);
     assert_eq!(store.stats().objects, 10);
     // A deleted object starts again from version 1.
@@ -237,7 +237,7 @@ async fn delete_and_delete_volume(b: Backend) {
 
 async fn versions(b: Backend) {
     let dev = small_dev(b);
-    let store = dev.open();
+    let store = dev.open().await;
     let o = oid(6, 0);
     let w = |v: u64| WriteOptions::durable().with_version(Version(v));
     assert_eq!(
@@ -266,7 +266,7 @@ async fn versions(b: Backend) {
         Version(11)
     );
     drop(store);
-    let store = dev.open();
+    let store = dev.open().await;
     assert_eq!(
         store.object_info(o).await.unwrap().unwrap().version,
         Version(11)
@@ -282,7 +282,7 @@ async fn versions(b: Backend) {
 
 async fn out_of_range(b: Backend) {
     let dev = small_dev(b);
-    let store = dev.open();
+    let store = dev.open().await;
     let o = oid(7, 0);
     assert!(matches!(
         store.read(o, OBJ - 10, 11).await,
@@ -327,7 +327,7 @@ async fn out_of_range(b: Backend) {
 
 async fn full_device(b: Backend) {
     let dev = Dev::new(b, 16 * MIB, 4 * MIB);
-    let store = dev.open();
+    let store = dev.open().await;
     let cap = store.info().capacity_bytes / u64::from(OBJ);
     assert!(cap > 10, "capacity {cap} slots");
     for i in 0..cap {
@@ -408,7 +408,7 @@ async fn full_device(b: Backend) {
         .await
         .unwrap();
     drop(store);
-    let store = dev.open();
+    let store = dev.open().await;
     assert_eq!(store.read(oid(8, cap), 0, 3).await.unwrap(), &b"new"[..]);
     assert_eq!(
         store.read(oid(8, 0), 4096, 4096).await.unwrap(),
@@ -418,7 +418,7 @@ async fn full_device(b: Backend) {
 
 async fn reopen_persistence(b: Backend) {
     let dev = small_dev(b);
-    let store = dev.open();
+    let store = dev.open().await;
     for i in 0..20u64 {
         let durable = i % 2 == 0;
         store
@@ -436,7 +436,7 @@ async fn reopen_persistence(b: Backend) {
     }
     store.flush().await.unwrap();
     drop(store);
-    let store = dev.open();
+    let store = dev.open().await;
     for i in 0..20u64 {
         let off = (i as u32 % 7) * 1000;
         assert_eq!(
@@ -449,7 +449,7 @@ async fn reopen_persistence(b: Backend) {
 
 async fn concurrency(b: Backend) {
     let dev = small_dev(b);
-    let store = dev.open();
+    let store = dev.open().await;
     let mut tasks = Vec::new();
     for t in 0..16u64 {
         let s = store.clone();
@@ -487,7 +487,7 @@ async fn concurrency(b: Backend) {
     }
     store.flush().await.unwrap();
     drop(store);
-    let store = dev.open();
+    let store = dev.open().await;
     for t in 0..16u64 {
         assert_eq!(
             store
@@ -519,7 +519,7 @@ async fn concurrency(b: Backend) {
 
 async fn checksum_corruption(b: Backend) {
     let dev = small_dev(b);
-    let store = dev.open();
+    let store = dev.open().await;
     let bad = pattern(4242, OBJ as usize);
     store
         .write(
@@ -545,7 +545,7 @@ async fn checksum_corruption(b: Backend) {
     let hits = find_aligned(&dev.raw(), &bad[..4096]);
     assert_eq!(hits.len(), 1, "pattern found at {hits:?}");
     dev.corrupt(hits[0] + 3 * 4096 + 17);
-    let store = dev.open();
+    let store = dev.open().await;
     match store.read(oid(11, 0), 3 * 4096 + 100, 10).await {
         Err(EngineError::Checksum { oid: o, offset }) => {
             assert_eq!((o, offset), (oid(11, 0), 3 * 4096))
@@ -598,7 +598,7 @@ async fn group_commit(b: Backend) {
     if let Some(sim) = &dev.sim {
         sim.set_flush_latency(std::time::Duration::from_micros(200));
     }
-    let store = dev.open();
+    let store = dev.open().await;
     let before = store.stats();
     let mut tasks = Vec::new();
     for t in 0..32u64 {
@@ -634,7 +634,8 @@ macro_rules! suite {
     ($($name:ident),* $(,)?) => {
         mod uring { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(super::Backend::Uring).await } )* }
         mod psync { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(super::Backend::Psync).await } )* }
-        mod sim { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(super::Backend::Sim).await } )* }
+        // The store as a task on a current-thread runtime with paused time: deterministic.
+        mod sim { $( #[tokio::test(start_paused = true)] async fn $name() { super::$name(super::Backend::Sim).await } )* }
     };
 }
 

@@ -11,6 +11,7 @@ use super::state::{Allocator, Obj, State};
 use super::writeback::WriteBack;
 use super::{Config, Engine, Msg, Shared, Slab};
 use crate::buf::{AlignedBuf, SharedBuf};
+use crate::clock::Clock;
 use crate::crc::crc32c;
 use crate::error::EngineError;
 use crate::hash::FxHashMap;
@@ -46,9 +47,13 @@ pub(crate) fn read_superblock(dev: &Dev, path: &Path) -> Result<Superblock, Engi
     Superblock::decode(&buf)?.ok_or_else(|| EngineError::NotFormatted(path.to_path_buf()))
 }
 
-fn choose_backend(dev: &Dev, opts: &OpenOptions) -> Result<Box<dyn Backend>, EngineError> {
+fn choose_backend(
+    dev: &Dev,
+    opts: &OpenOptions,
+    clock: Clock,
+) -> Result<Box<dyn Backend>, EngineError> {
     let file = match dev {
-        Dev::Sim(disk) => return Ok(Box::new(SimBackend::new(disk.clone()))),
+        Dev::Sim(disk) => return Ok(Box::new(SimBackend::new(disk.clone(), clock)?)),
         Dev::File { file, .. } => file.clone(),
     };
     let mode = match opts.io {
@@ -72,12 +77,14 @@ fn choose_backend(dev: &Dev, opts: &OpenOptions) -> Result<Box<dyn Backend>, Eng
 }
 
 impl Engine {
-    /// Opens the device: superblock, backend, recovery. Blocking.
+    /// Opens the device: superblock, backend, recovery. Blocking. Every time read of the
+    /// engine goes to `clock`.
     pub fn open(
         dev: Dev,
         path: &Path,
         opts: &OpenOptions,
         rx: Receiver<Msg>,
+        clock: Clock,
     ) -> Result<Engine, EngineError> {
         let sb = read_superblock(&dev, path)?;
         let size = dev.size()?;
@@ -87,7 +94,7 @@ impl Engine {
                 sb.device_size
             )));
         }
-        let be = choose_backend(&dev, opts)?;
+        let be = choose_backend(&dev, opts, clock)?;
         let direct = matches!(dev, Dev::File { direct: true, .. });
         let info = StoreInfo {
             device_id: sb.device_id,
@@ -129,7 +136,8 @@ impl Engine {
             poisoned: None,
             closing: false,
             close_replies: Vec::new(),
-            last_write: std::time::Instant::now(),
+            last_write: clock.now(),
+            clock,
         };
         engine.recover(&dev)?;
         engine.publish_gauges();
