@@ -215,6 +215,18 @@ fn known_bug_same_record_full_data_done() {
     known_bug(2208, known);
 }
 
+/// Known engine bug: `verify_tail` excuses blocks rewritten by records it then cuts, and
+/// keeps a record whose whole-object data is not on disk. Fails until fixed.
+#[test]
+#[ignore = "known engine bug: fails until fixed (docs/design/simulation.md)"]
+fn known_bug_excused_cut() {
+    let known = sim::known::KnownBugs {
+        excused_cut: true,
+        ..Default::default()
+    };
+    known_bug(13614518450268799261, known);
+}
+
 /// Known engine bug: a bit flip in a slot of a recent whole-object write or in the journal
 /// makes recovery lose acknowledged writes without an error. Fails until fixed.
 #[test]
@@ -224,7 +236,7 @@ fn known_bug_media_loss() {
         media_loss: true,
         ..Default::default()
     };
-    for seed in [2, 99, 354] {
+    for seed in [2, 119, 467] {
         known_bug(seed, known);
     }
 }
@@ -238,7 +250,7 @@ fn known_bug_meta_rollback() {
         meta_rollback: true,
         ..Default::default()
     };
-    for seed in [91, 178] {
+    for seed in [220, 234] {
         known_bug(seed, known);
     }
 }

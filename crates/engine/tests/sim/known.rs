@@ -16,13 +16,16 @@ pub struct KnownBugs {
     ///   (`journal.rs::full_data_done`, matched by record only) drops the in-memory copy of the
     ///   second before its data is on disk, so reads and read-modify-writes fail with checksum
     ///   errors.
-    /// - `verify_tail` also excuses blocks rewritten by later records that it then cuts itself,
-    ///   keeping a record whose whole-object data is not on disk (checksum errors after
-    ///   recovery).
     ///
     /// Steered around by making a whole-object write a barrier for later operations on its
-    /// object.
+    /// object until it is acknowledged.
     pub same_record: bool,
+    /// "excused-cut": `verify_tail` excuses blocks of a whole-object write that later records
+    /// rewrote, also when it then cuts those records itself (their own whole-object data is not
+    /// on disk). It keeps the first record although its data is not on disk either: after the
+    /// crash the object reads as checksum errors. Steered around by keeping the barrier of a
+    /// whole-object write until it is durable (a flush follows a non-durable one).
+    pub excused_cut: bool,
     /// "media-loss": a bit flip on a crash image whose journal holds records (in the slot of a
     /// recent whole-object write, or in a record) makes recovery cut the journal there; a flip
     /// in the newest journal header makes it start from the older one and replay stale records.
@@ -43,6 +46,7 @@ impl KnownBugs {
         let on = |name: &str| v.split(',').any(|x| x.trim() == name || x.trim() == "all");
         KnownBugs {
             same_record: on("same-record"),
+            excused_cut: on("excused-cut"),
             media_loss: on("media-loss"),
             meta_rollback: on("meta-rollback"),
         }

@@ -416,8 +416,9 @@ pub async fn client(
 ) {
     let mut rng =
         StdRng::seed_from_u64(cfg.seed ^ (id as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-    // Unless the known bug is wanted, a whole-object write is a barrier for later operations
-    // on its object, so that they never share its journal record (`KnownBugs::same_record`).
+    // Unless the known bugs are wanted, a whole-object write is a barrier for later operations
+    // on its object, so that they never share its journal record (`KnownBugs::same_record`)
+    // nor rewrite its blocks before it is durable (`KnownBugs::excused_cut`).
     let barrier = !cfg.known.same_record;
     for _ in 0..cfg.rounds {
         let think = rng.random_range(0..=cfg.think.as_micros() as u64);
@@ -580,15 +581,24 @@ fn start(
             Box::pin(async move { p.await.map(|()| None) })
         }
     };
-    if full {
+    // A whole-object write stays a barrier for its object until it is acknowledged, and
+    // (unless `KnownBugs::excused_cut` is wanted) until it is durable: a flush follows it.
+    let barrier = full && !cfg.known.same_record;
+    let flush_after = barrier && !durable && !cfg.known.excused_cut;
+    if barrier {
         rec.borrow_mut().full_in_flight[obj] += 1;
     }
-    let rec = rec.clone();
+    let (rec, store) = (rec.clone(), store.clone());
     Box::pin(async move {
         let res = fut.await;
-        let mut r = rec.borrow_mut();
-        r.finish_op(id, res);
-        if full {
+        rec.borrow_mut().finish_op(id, res);
+        if flush_after {
+            let issued = rec.borrow_mut().tick();
+            let res = store.submit_flush().await;
+            rec.borrow_mut().finish_flush(issued, res);
+        }
+        if barrier {
+            let mut r = rec.borrow_mut();
             r.full_in_flight[obj] -= 1;
             r.full_done.notify_waiters();
         }
