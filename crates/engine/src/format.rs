@@ -44,7 +44,7 @@ fn format_file(dev: &Dev, path: &Path, opts: &FormatOptions) -> Result<StoreInfo
         if dev.is_regular_file() {
             preallocate(dev, path, original, opts.allow_sparse)?;
         }
-        return format_dev(dev, opts);
+        return format_dev(dev, opts, random_uuid(), None);
     };
     if !dev.is_regular_file() {
         if original < size {
@@ -53,7 +53,7 @@ fn format_file(dev: &Dev, path: &Path, opts: &FormatOptions) -> Result<StoreInfo
                 path.display()
             )));
         }
-        return format_dev(dev, opts);
+        return format_dev(dev, opts, random_uuid(), None);
     }
     dev.extend(size)?;
     if let Err(e) = preallocate(dev, path, size.max(original), opts.allow_sparse) {
@@ -61,7 +61,7 @@ fn format_file(dev: &Dev, path: &Path, opts: &FormatOptions) -> Result<StoreInfo
         let _ = dev.truncate(original);
         return Err(e);
     }
-    format_dev(dev, opts)
+    format_dev(dev, opts, random_uuid(), None)
 }
 
 /// Refuses a device that is not blank, unless `force`: a Basalt store (maybe damaged) is
@@ -96,11 +96,12 @@ fn check_blank(dev: &Dev, path: &Path, size: u64, force: bool) -> Result<(), Eng
     })
 }
 
-/// Formats a simulated disk (tests).
+/// Formats a simulated disk (tests). The uuid comes from the disk's seed and the creation
+/// time is 0, so the same seed gives the same bytes.
 pub fn format_sim(disk: &SimDisk, opts: &FormatOptions) -> Result<StoreInfo, EngineError> {
     let (dev, path) = (Dev::Sim(disk.clone()), Path::new("<sim>"));
     check_blank(&dev, path, disk.size(), opts.force)?;
-    format_dev(&dev, opts)
+    format_dev(&dev, opts, disk.uuid(), Some(0))
 }
 
 /// Reads the superblock of `path` (either copy) without recovery: `None` if it is not a
@@ -144,21 +145,33 @@ fn info(sb: &Superblock, backend: &'static str, direct: bool) -> StoreInfo {
     }
 }
 
-/// Writes a new store onto a device that `check_blank` accepted (and that `preallocate`
-/// reserved, for a file).
-fn format_dev(dev: &Dev, opts: &FormatOptions) -> Result<StoreInfo, EngineError> {
-    let size = dev.size()?;
+fn random_uuid() -> [u8; 16] {
     let mut uuid = [0u8; 16];
     rand::rng().fill_bytes(&mut uuid);
+    uuid
+}
+
+/// Writes a new store onto a device that `check_blank` accepted (and that `preallocate`
+/// reserved, for a file). `created_secs`: the creation time to record (`None`: now).
+fn format_dev(
+    dev: &Dev,
+    opts: &FormatOptions,
+    mut uuid: [u8; 16],
+    created_secs: Option<u64>,
+) -> Result<StoreInfo, EngineError> {
+    let size = dev.size()?;
     uuid[6] = (uuid[6] & 0x0f) | 0x40; // RFC 4122 version 4
     uuid[8] = (uuid[8] & 0x3f) | 0x80;
-    let sb = Superblock::plan(
+    let mut sb = Superblock::plan(
         uuid,
         opts.device_id,
         opts.object_size,
         size,
         opts.journal_size,
     )?;
+    if let Some(t) = created_secs {
+        sb.created_secs = t;
+    }
     // 1. No valid superblock from here until the end (neither copy, nor an old backup at the
     //    current end of the device).
     dev.write_at(0, &AlignedBuf::zeroed(BLOCK as usize))?;

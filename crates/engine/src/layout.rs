@@ -131,7 +131,6 @@ impl Superblock {
         let journal_offset = BLOCK;
         let meta_offset = journal_offset + journal_size;
         let entry = entry_size(object_size);
-        let slot_align = u64::from(object_size).min(1 << 20);
         // The last block holds the backup superblock.
         let usable_end = device_size.saturating_sub(BLOCK);
         // Each slot costs its data, its share of two slot-table page copies and of two
@@ -142,21 +141,9 @@ impl Superblock {
             + 2 * u64::from(probe_slots.page_size) / u64::from(probe_slots.per_page)
             + 2 * u64::from(probe_tombs.page_size) / u64::from(probe_tombs.per_page)
             + 1;
-        let geometry = |slots: u64| {
-            let st = TableGeom::plan(meta_offset, entry, slots);
-            let tt = TableGeom::plan(st.end(), TOMB_RECORD, tomb_capacity(slots));
-            let pt = TableGeom::plan(tt.end(), PG_RECORD, PG_CAPACITY);
-            let data_offset = pt.end().next_multiple_of(slot_align);
-            (
-                st,
-                tt,
-                pt,
-                data_offset,
-                data_offset + slots * u64::from(object_size),
-            )
-        };
+        let geometry = |slots: u64| Tables::plan(meta_offset, object_size, slots);
         let mut slots = usable_end.saturating_sub(meta_offset) / per_slot;
-        while slots > 0 && geometry(slots).4 > usable_end {
+        while slots > 0 && geometry(slots).data_end > usable_end {
             slots -= 1;
         }
         if slots == 0 {
@@ -164,7 +151,13 @@ impl Superblock {
                 "device of {device_size} bytes is too small for a {journal_size}-byte journal and one {object_size}-byte object"
             )));
         }
-        let (st, tt, pt, data_offset, _) = geometry(slots);
+        let Tables {
+            slots: st,
+            tombs: tt,
+            pgs: pt,
+            data_offset,
+            ..
+        } = geometry(slots);
         Ok(Superblock {
             uuid,
             device_id,
@@ -336,6 +329,40 @@ fn get_table(r: &Le<'_>, at: usize, record: usize) -> TableGeom {
     }
 }
 
+/// Where the tables and the slots of a store lie, after the journal.
+struct Tables {
+    slots: TableGeom,
+    tombs: TableGeom,
+    pgs: TableGeom,
+    data_offset: u64,
+    data_end: u64,
+}
+
+impl Tables {
+    fn plan(meta_offset: u64, object_size: u32, slots: u64) -> Tables {
+        let st = TableGeom::plan(meta_offset, entry_size(object_size), slots);
+        let tt = TableGeom::plan(st.end(), TOMB_RECORD, tomb_capacity(slots));
+        let pgs = TableGeom::plan(tt.end(), PG_RECORD, PG_CAPACITY);
+        let slot_align = u64::from(object_size).min(1 << 20);
+        let data_offset = pgs.end().next_multiple_of(slot_align);
+        Tables {
+            slots: st,
+            tombs: tt,
+            pgs,
+            data_offset,
+            data_end: data_offset + slots * u64::from(object_size),
+        }
+    }
+}
+
+/// The smallest device on which [`crate::format`] makes a store of exactly `slots` slots of
+/// `object_size` bytes with a `journal_size`-byte journal (tests that fill a store).
+pub fn device_size_for(object_size: u32, journal_size: u64, slots: u64) -> u64 {
+    let journal_offset = BLOCK;
+    let meta_offset = journal_offset + journal_size.next_multiple_of(BLOCK);
+    Tables::plan(meta_offset, object_size, slots).data_end + BLOCK
+}
+
 /// Tombstone records a store of `slots` slots has room for: one per slot, at least 1024.
 pub(crate) fn tomb_capacity(slots: u64) -> u64 {
     slots.max(1024)
@@ -396,6 +423,18 @@ mod tests {
                 let enc = sb.encode(backup);
                 assert_eq!(Superblock::decode(&enc).unwrap(), Some(sb.clone()));
             }
+        }
+    }
+
+    #[test]
+    fn device_size_for_gives_exactly_that_many_slots() {
+        for (obj, journal, slots) in [(8192u32, 1u64 << 20, 18u64), (128 << 10, 4 << 20, 300)] {
+            let size = device_size_for(obj, journal, slots);
+            let sb = Superblock::plan([1; 16], DeviceId(1), obj, size, Some(journal)).unwrap();
+            assert_eq!(sb.slot_count, slots);
+            assert!(sb.validate().is_ok());
+            let smaller = Superblock::plan([1; 16], DeviceId(1), obj, size - BLOCK, Some(journal));
+            assert_eq!(smaller.unwrap().slot_count, slots - 1);
         }
     }
 

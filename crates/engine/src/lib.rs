@@ -1,9 +1,11 @@
 //! The per-device store: objects addressed by [`ObjectId`] with per-object versions, CRC-32C on
 //! every 4 KiB block, crash-atomic writes of any size up to the object size, and durable acks
-//! with group commit. One store owns one file or block device and one I/O thread.
+//! with group commit. One store owns one file or block device and one I/O thread (or, on a
+//! simulated disk, one task on the current tokio runtime: [`Store::spawn_sim`], the
+//! deterministic simulation of docs/design/simulation.md).
 //!
 //! # Flow of a write
-//! 1. [`Store::write`] sends the request to the store's I/O thread and awaits the reply.
+//! 1. [`Store::write`] sends the request to the store's I/O loop and awaits the reply.
 //! 2. The thread applies it to the in-memory index in arrival order per object
 //!    (`engine/write.rs`): a whole-object write goes to a fresh slot (redirect-on-write); a
 //!    smaller one becomes 4 KiB blocks (read-modify-write of partial blocks) kept in the cache.
@@ -21,10 +23,11 @@
 //!
 //! Start here: [`Store`] (`store.rs`), then `engine/mod.rs` (the I/O thread's loop), and the
 //! on-disk format in `docs/design/on-disk-format.md`. Device I/O backends are in [`io`]
-//! (io_uring, psync, and the simulated disk used by crash tests).
+//! (io_uring, psync, and the simulated disk of the deterministic simulation).
 
 mod alloc;
 mod buf;
+mod clock;
 mod codec;
 mod crc;
 #[cfg(test)]
@@ -50,9 +53,9 @@ pub use crc::crc32c;
 pub use error::EngineError;
 pub use format::{format, format_sim, probe, probe_sim};
 pub use io::sim;
-pub use layout::{FORMAT_VERSION, PG_BLOB};
+pub use layout::{FORMAT_VERSION, PG_BLOB, device_size_for};
 pub use lock::{DirLock, lock_dir};
-pub use store::Store;
+pub use store::{Pending, Store};
 
 use std::time::Duration;
 

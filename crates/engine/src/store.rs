@@ -1,7 +1,14 @@
-//! The public handle: a cheap, cloneable front for the store's I/O thread. Every method sends
-//! one message to the thread and awaits its reply; nothing here touches the device.
+//! The public handle: a cheap, cloneable front for the store's I/O loop. Every method sends
+//! one message to the loop and awaits its reply; nothing here touches the device.
+//!
+//! The loop runs on its own OS thread ([`Store::open`]), or as a task on the current tokio
+//! runtime over a simulated disk ([`Store::spawn_sim`]: the deterministic simulation).
+//! `submit_*` methods enqueue an operation at call time and return a [`Pending`] reply, so a
+//! caller fixes the order in which operations arrive without depending on when a future is
+//! first polled; the `async` methods are thin wrappers over them.
 
-use crate::engine::{Msg, Reply, Shared, WKind, WriteOp};
+use crate::clock::Clock;
+use crate::engine::{Msg, ReadReply, Reply, Shared, WKind, WriteOp};
 use crate::error::EngineError;
 use crate::io::Waker;
 use crate::io::file::Dev;
@@ -14,17 +21,26 @@ use basalt_types::{ObjectId, PgId, PoolId, Version, VolumeId};
 use bytes::Bytes;
 use crossbeam_channel::Sender;
 use parking_lot::Mutex;
+use std::future::Future;
 use std::path::Path;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
 use std::thread::JoinHandle;
 use tokio::sync::oneshot;
 
-/// An open store. Clones share one I/O thread; the thread stops when the last clone is
-/// dropped (after finishing queued work) or on [`Store::close`].
+/// An open store. Clones share one I/O loop; the loop stops when the last clone is dropped
+/// (after finishing queued work) or on [`Store::close`].
 #[derive(Clone)]
 pub struct Store {
     inner: Arc<Inner>,
+}
+
+/// Where the I/O loop runs.
+enum Runner {
+    Thread(Mutex<Option<JoinHandle<()>>>),
+    Task(tokio::task::AbortHandle),
 }
 
 struct Inner {
@@ -32,16 +48,19 @@ struct Inner {
     waker: Waker,
     info: StoreInfo,
     shared: Arc<Shared>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    runner: Runner,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        // Ask the thread to finish queued work and stop, then wait for it.
+        // Ask the loop to finish queued work and stop; wait for a thread (a task finishes on
+        // its runtime).
         if self.tx.send(Msg::Close { reply: None }).is_ok() {
             self.waker.wake();
         }
-        if let Some(t) = self.thread.lock().take() {
+        if let Runner::Thread(t) = &self.runner
+            && let Some(t) = t.lock().take()
+        {
             let _ = t.join();
         }
     }
@@ -52,6 +71,50 @@ impl std::fmt::Debug for Store {
         f.debug_struct("Store")
             .field("info", &self.inner.info)
             .finish()
+    }
+}
+
+/// The reply to an operation already handed to the store (see [`Store::submit_write`]).
+/// Dropping it does not cancel the operation.
+#[must_use = "the operation is submitted; await the reply to learn its outcome"]
+pub struct Pending<T> {
+    state: PendingState<T>,
+}
+
+enum PendingState<T> {
+    Ready(Option<Result<T, EngineError>>),
+    Waiting(oneshot::Receiver<Result<T, EngineError>>),
+}
+
+impl<T> Pending<T> {
+    fn ready(r: Result<T, EngineError>) -> Pending<T> {
+        Pending {
+            state: PendingState::Ready(Some(r)),
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for Pending<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Pending")
+    }
+}
+
+// Nothing is pinned structurally: the receiver is Unpin and the ready value is moved out.
+impl<T> Unpin for Pending<T> {}
+
+impl<T> Future for Pending<T> {
+    type Output = Result<T, EngineError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match &mut self.get_mut().state {
+            PendingState::Ready(r) => {
+                Poll::Ready(r.take().expect("Pending polled after completion"))
+            }
+            PendingState::Waiting(rx) => Pin::new(rx)
+                .poll(cx)
+                .map(|r| r.unwrap_or(Err(EngineError::Closed))),
+        }
     }
 }
 
@@ -68,14 +131,38 @@ impl Store {
         Store::start(dev, path, opts)
     }
 
-    /// Opens a store on a simulated disk (tests).
+    /// Opens a store on a simulated disk with its own I/O thread and the OS clock (tests).
     pub fn open_sim(disk: &SimDisk, opts: &OpenOptions) -> Result<Store, EngineError> {
         Store::start(Dev::Sim(disk.clone()), Path::new("<sim>"), opts)
     }
 
+    /// Opens a store on a simulated disk with its I/O loop as a task on the current tokio
+    /// runtime (no thread); every time read is the runtime's clock. On a current-thread
+    /// runtime with paused time this is the deterministic simulation: the disk's latencies and
+    /// the write-back timer run in virtual time, and the same inputs give the same run.
+    /// Recovery runs (blocking) before this returns. Fails if another store has the disk open
+    /// ([`SimDisk::released`] waits for that one to stop). Must be called within a runtime.
+    pub fn spawn_sim(disk: &SimDisk, opts: &OpenOptions) -> Result<Store, EngineError> {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let dev = Dev::Sim(disk.clone());
+        let engine =
+            crate::engine::Engine::open(dev, Path::new("<sim>"), opts, rx, Clock::Runtime)?;
+        let (info, shared, waker) = (engine.info(), engine.shared(), engine.waker());
+        let task = tokio::spawn(engine.drive());
+        Ok(Store {
+            inner: Arc::new(Inner {
+                tx,
+                waker,
+                info,
+                shared,
+                runner: Runner::Task(task.abort_handle()),
+            }),
+        })
+    }
+
     fn start(dev: Dev, path: &Path, opts: &OpenOptions) -> Result<Store, EngineError> {
         let (tx, rx) = crossbeam_channel::unbounded();
-        let engine = crate::engine::Engine::open(dev, path, opts, rx)?;
+        let engine = crate::engine::Engine::open(dev, path, opts, rx, Clock::Os)?;
         let info = engine.info();
         let shared = engine.shared();
         let waker = engine.waker();
@@ -88,9 +175,18 @@ impl Store {
                 waker,
                 info,
                 shared,
-                thread: Mutex::new(Some(thread)),
+                runner: Runner::Thread(Mutex::new(Some(thread))),
             }),
         })
+    }
+
+    /// Simulation: stops a store made by [`Store::spawn_sim`] at once, as a power cut would
+    /// (take the disk's crash image first). Nothing queued is finished; every caller still
+    /// waiting gets [`EngineError::Closed`]. A store on an I/O thread is not affected.
+    pub fn crash(&self) {
+        if let Runner::Task(t) = &self.inner.runner {
+            t.abort();
+        }
     }
 
     pub fn info(&self) -> &StoreInfo {
@@ -147,10 +243,116 @@ impl Store {
         Ok(())
     }
 
+    /// Sends a message whose reply is a `Result`, at call time.
+    fn submit_msg<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<T, EngineError>>) -> Msg,
+    ) -> Pending<T> {
+        let (tx, rx) = oneshot::channel();
+        match self.send(make(tx)) {
+            Ok(()) => Pending {
+                state: PendingState::Waiting(rx),
+            },
+            Err(e) => Pending::ready(Err(e)),
+        }
+    }
+
+    fn submit_write_op(
+        &self,
+        oid: ObjectId,
+        offset: u32,
+        kind: WKind,
+        opts: WriteOptions,
+    ) -> Pending<Version> {
+        self.submit_msg(|tx| Msg::Write(WriteOp::new(oid, offset, kind, opts, Reply::Version(tx))))
+    }
+
+    /// [`Store::read_versioned`], enqueued now.
+    pub fn submit_read_versioned(
+        &self,
+        oid: ObjectId,
+        offset: u32,
+        len: u32,
+    ) -> Pending<(Bytes, Version)> {
+        if let Err(e) = self.check_range(offset, u64::from(len)) {
+            return Pending::ready(Err(e));
+        }
+        if len == 0 {
+            return Pending::ready(Err(EngineError::invalid("empty read")));
+        }
+        self.submit_msg(|tx| Msg::Read {
+            oid,
+            offset,
+            len,
+            reply: ReadReply::Versioned(tx),
+        })
+    }
+
+    /// [`Store::read`], enqueued now.
+    pub fn submit_read(&self, oid: ObjectId, offset: u32, len: u32) -> Pending<Bytes> {
+        if let Err(e) = self.check_range(offset, u64::from(len)) {
+            return Pending::ready(Err(e));
+        }
+        if len == 0 {
+            return Pending::ready(Ok(Bytes::new()));
+        }
+        self.submit_msg(|tx| Msg::Read {
+            oid,
+            offset,
+            len,
+            reply: ReadReply::Bytes(tx),
+        })
+    }
+
+    /// [`Store::write`], enqueued now: operations on one object apply in the order of these
+    /// calls.
+    pub fn submit_write(
+        &self,
+        oid: ObjectId,
+        offset: u32,
+        data: Bytes,
+        opts: WriteOptions,
+    ) -> Pending<Version> {
+        if let Err(e) = self.check_range(offset, data.len() as u64) {
+            return Pending::ready(Err(e));
+        }
+        if data.is_empty() {
+            return Pending::ready(Err(EngineError::invalid("empty write")));
+        }
+        self.submit_write_op(oid, offset, WKind::Data(data), opts)
+    }
+
+    /// [`Store::write_zeroes`] (and [`Store::trim`]), enqueued now.
+    pub fn submit_write_zeroes(
+        &self,
+        oid: ObjectId,
+        offset: u32,
+        len: u32,
+        opts: WriteOptions,
+    ) -> Pending<Version> {
+        if let Err(e) = self.check_range(offset, u64::from(len)) {
+            return Pending::ready(Err(e));
+        }
+        if len == 0 {
+            return Pending::ready(Err(EngineError::invalid("empty write-zeroes")));
+        }
+        self.submit_write_op(oid, offset, WKind::Zero(len), opts)
+    }
+
+    /// [`Store::delete`], enqueued now.
+    pub fn submit_delete(&self, oid: ObjectId, opts: WriteOptions) -> Pending<Version> {
+        self.submit_write_op(oid, 0, WKind::Delete, opts)
+    }
+
+    /// [`Store::flush`], enqueued now: covers every write acknowledged before this call.
+    pub fn submit_flush(&self) -> Pending<()> {
+        self.submit_msg(|reply| Msg::Flush { reply })
+    }
+
     /// Reads `len` bytes at `offset` of `oid`. Never-written, trimmed and deleted ranges read
     /// as zeros. Waits while the object has held (uncommitted) writes.
     pub async fn read(&self, oid: ObjectId, offset: u32, len: u32) -> Result<Bytes, EngineError> {
-        Ok(self.read_versioned(oid, offset, len).await?.0)
+        self.submit_read(oid, offset, len).await
     }
 
     /// [`Store::read`], with the object's version the bytes were read at.
@@ -160,37 +362,21 @@ impl Store {
         offset: u32,
         len: u32,
     ) -> Result<(Bytes, Version), EngineError> {
-        self.check_range(offset, u64::from(len))?;
         if len == 0 {
+            self.check_range(offset, 0)?;
             let v = self
                 .object_info(oid)
                 .await?
                 .map_or(Version::NONE, |o| o.version);
             return Ok((Bytes::new(), v));
         }
-        self.call(|reply| Msg::Read {
-            oid,
-            offset,
-            len,
-            reply,
-        })
-        .await?
+        self.submit_read_versioned(oid, offset, len).await
     }
 
     /// The whole object with its version and allocation, read atomically (recovery).
     pub async fn read_object(&self, oid: ObjectId) -> Result<ObjectImage, EngineError> {
-        self.call(|reply| Msg::ReadObject { oid, reply }).await?
-    }
-
-    async fn write_op(
-        &self,
-        oid: ObjectId,
-        offset: u32,
-        kind: WKind,
-        opts: WriteOptions,
-    ) -> Result<Version, EngineError> {
-        self.call(|tx| Msg::Write(WriteOp::new(oid, offset, kind, opts, Reply::Version(tx))))
-            .await?
+        self.submit_msg(|reply| Msg::ReadObject { oid, reply })
+            .await
     }
 
     /// Writes `data` at `offset` of `oid` (any alignment; at most the object size). All or
@@ -202,11 +388,7 @@ impl Store {
         data: Bytes,
         opts: WriteOptions,
     ) -> Result<Version, EngineError> {
-        self.check_range(offset, data.len() as u64)?;
-        if data.is_empty() {
-            return Err(EngineError::invalid("empty write"));
-        }
-        self.write_op(oid, offset, WKind::Data(data), opts).await
+        self.submit_write(oid, offset, data, opts).await
     }
 
     /// Makes `len` bytes at `offset` read as zeros. Whole 4 KiB blocks are unallocated
@@ -221,11 +403,7 @@ impl Store {
         len: u32,
         opts: WriteOptions,
     ) -> Result<Version, EngineError> {
-        self.check_range(offset, u64::from(len))?;
-        if len == 0 {
-            return Err(EngineError::invalid("empty write-zeroes"));
-        }
-        self.write_op(oid, offset, WKind::Zero(len), opts).await
+        self.submit_write_zeroes(oid, offset, len, opts).await
     }
 
     /// Discards a range: same semantics as [`Store::write_zeroes`].
@@ -243,7 +421,7 @@ impl Store {
     /// the delete can tell it from "never written"). No-op (returning `Version::NONE`) if the
     /// store knows nothing of it.
     pub async fn delete(&self, oid: ObjectId, opts: WriteOptions) -> Result<Version, EngineError> {
-        self.write_op(oid, 0, WKind::Delete, opts).await
+        self.submit_delete(oid, opts).await
     }
 
     /// Forgets an object entirely, tombstone included (a PG or volume that goes away).
@@ -251,7 +429,7 @@ impl Store {
         let kind = WKind::Purge {
             only_tombstone_upto: None,
         };
-        self.write_op(oid, 0, kind, opts).await.map(|_| ())
+        self.submit_write_op(oid, 0, kind, opts).await.map(|_| ())
     }
 
     /// Replaces an object with `image` whatever its current version (recovery, and rolling
@@ -262,7 +440,7 @@ impl Store {
         image: ObjectImage,
         opts: WriteOptions,
     ) -> Result<(), EngineError> {
-        self.write_op(oid, 0, WKind::Install(image), opts)
+        self.submit_write_op(oid, 0, WKind::Install(image), opts)
             .await
             .map(|_| ())
     }
@@ -315,7 +493,7 @@ impl Store {
 
     /// Makes every previously acknowledged write durable.
     pub async fn flush(&self) -> Result<(), EngineError> {
-        self.call(|reply| Msg::Flush { reply }).await?
+        self.submit_flush().await
     }
 
     /// Version, PG, state and allocation of one object; `None` if the store knows nothing of it.
@@ -401,7 +579,7 @@ impl Store {
         Ok(all)
     }
 
-    /// Finishes queued work, writes the journal back, flushes and stops the I/O thread.
+    /// Finishes queued work, writes the journal back, flushes and stops the I/O loop.
     /// Idempotent; afterwards every call returns [`EngineError::Closed`]. When it returns, the
     /// device is closed (and its lock released): it can be opened again at once.
     pub async fn close(&self) -> Result<(), EngineError> {
@@ -411,9 +589,11 @@ impl Store {
             Err(e) => Err(e),
         };
         // The thread answers, then drops the device: wait for that (it is about to happen).
-        let thread = self.inner.thread.lock().take();
-        if let Some(t) = thread {
-            let _ = t.join();
+        if let Runner::Thread(t) = &self.inner.runner {
+            let thread = t.lock().take();
+            if let Some(t) = thread {
+                let _ = t.join();
+            }
         }
         result
     }

@@ -20,7 +20,7 @@ fn small_dev(b: Backend) -> Dev {
 
 async fn basic_read_write(b: Backend) {
     let dev = small_dev(b);
-    let store = dev.open();
+    let store = dev.open().await;
     assert_eq!(
         store.info().io_backend,
         match b {
@@ -61,7 +61,7 @@ async fn basic_read_write(b: Backend) {
         store.read(o, 0, 1).await,
         Err(EngineError::Closed)
     ));
-    let store = dev.open();
+    let store = dev.open().await;
     assert_eq!(store.read(o, 0, OBJ).await.unwrap(), full);
     assert_eq!(store.object_info(o).await.unwrap().unwrap().version, ver(2));
 }
@@ -69,7 +69,7 @@ async fn basic_read_write(b: Backend) {
 /// Random unaligned writes against a byte model, with reads in between and a reopen.
 async fn unaligned(b: Backend) {
     let dev = small_dev(b);
-    let mut store = dev.open();
+    let mut store = dev.open().await;
     let mut model: HashMap<u64, Vec<u8>> = HashMap::new();
     let mut x: u64 = 12345;
     let mut rnd = |n: u64| {
@@ -100,7 +100,7 @@ async fn unaligned(b: Backend) {
         if i % 50 == 49 {
             store.flush().await.unwrap();
             drop(store);
-            store = dev.open();
+            store = dev.open().await;
         }
         let roff = rnd(OBJ as u64) as u32;
         let rlen = (rnd(4 * 4096) as u32 + 1).min(OBJ - roff);
@@ -118,7 +118,7 @@ async fn unaligned(b: Backend) {
 
 async fn zeroes_and_trim(b: Backend) {
     let dev = small_dev(b);
-    let store = dev.open();
+    let store = dev.open().await;
     let o = oid(3, 1);
     let data = pattern(3, OBJ as usize);
     store
@@ -161,7 +161,7 @@ async fn zeroes_and_trim(b: Backend) {
     assert_eq!(tomb(store.object_info(o).await.unwrap()), (true, ver(4), 0));
     store.flush().await.unwrap();
     drop(store);
-    let store = dev.open();
+    let store = dev.open().await;
     assert_eq!(tomb(store.object_info(o).await.unwrap()), (true, ver(4), 0));
     assert_eq!(store.stats().used_bytes, 0);
     assert_eq!((store.stats().objects, store.stats().tombstones), (0, 1));
@@ -178,7 +178,7 @@ async fn zeroes_and_trim(b: Backend) {
 
 async fn delete_and_delete_volume(b: Backend) {
     let dev = small_dev(b);
-    let store = dev.open();
+    let store = dev.open().await;
     for i in 0..10 {
         store
             .write(
@@ -232,7 +232,7 @@ async fn delete_and_delete_volume(b: Backend) {
     assert_eq!(left.len(), 10);
     assert!(left.iter().all(|o| o.oid.volume == VolumeId(5)));
     drop(store);
-    let store = dev.open();
+    let store = dev.open().await;
     assert_eq!(store.list_objects().await.unwrap().len(), 10);
     assert_eq!(store.stats().objects, 10);
     // Objects of a deleted volume are forgotten (no tombstones): they start again from 1.
@@ -252,7 +252,7 @@ async fn delete_and_delete_volume(b: Backend) {
 
 async fn versions(b: Backend) {
     let dev = small_dev(b);
-    let store = dev.open();
+    let store = dev.open().await;
     let o = oid(6, 0);
     let w = |n: u64| WriteOptions::durable().with_version(ver(n));
     assert_eq!(
@@ -281,7 +281,7 @@ async fn versions(b: Backend) {
         ver(11)
     );
     drop(store);
-    let store = dev.open();
+    let store = dev.open().await;
     assert_eq!(
         store.object_info(o).await.unwrap().unwrap().version,
         ver(11)
@@ -297,7 +297,7 @@ async fn versions(b: Backend) {
 
 async fn out_of_range(b: Backend) {
     let dev = small_dev(b);
-    let store = dev.open();
+    let store = dev.open().await;
     let o = oid(7, 0);
     assert!(matches!(
         store.read(o, OBJ - 10, 11).await,
@@ -342,7 +342,7 @@ async fn out_of_range(b: Backend) {
 
 async fn full_device(b: Backend) {
     let dev = Dev::new(b, 16 * MIB, 4 * MIB);
-    let store = dev.open();
+    let store = dev.open().await;
     let cap = store.info().capacity_bytes / u64::from(OBJ);
     assert!(cap > 10, "capacity {cap} slots");
     for i in 0..cap {
@@ -423,7 +423,7 @@ async fn full_device(b: Backend) {
         .await
         .unwrap();
     drop(store);
-    let store = dev.open();
+    let store = dev.open().await;
     assert_eq!(store.read(oid(8, cap), 0, 3).await.unwrap(), &b"new"[..]);
     assert_eq!(
         store.read(oid(8, 0), 4096, 4096).await.unwrap(),
@@ -433,7 +433,7 @@ async fn full_device(b: Backend) {
 
 async fn reopen_persistence(b: Backend) {
     let dev = small_dev(b);
-    let store = dev.open();
+    let store = dev.open().await;
     for i in 0..20u64 {
         let durable = i % 2 == 0;
         store
@@ -451,7 +451,7 @@ async fn reopen_persistence(b: Backend) {
     }
     store.flush().await.unwrap();
     drop(store);
-    let store = dev.open();
+    let store = dev.open().await;
     for i in 0..20u64 {
         let off = (i as u32 % 7) * 1000;
         assert_eq!(
@@ -464,7 +464,7 @@ async fn reopen_persistence(b: Backend) {
 
 async fn concurrency(b: Backend) {
     let dev = small_dev(b);
-    let store = dev.open();
+    let store = dev.open().await;
     let mut tasks = Vec::new();
     for t in 0..16u64 {
         let s = store.clone();
@@ -502,7 +502,7 @@ async fn concurrency(b: Backend) {
     }
     store.flush().await.unwrap();
     drop(store);
-    let store = dev.open();
+    let store = dev.open().await;
     for t in 0..16u64 {
         assert_eq!(
             store
@@ -534,7 +534,7 @@ async fn concurrency(b: Backend) {
 
 async fn checksum_corruption(b: Backend) {
     let dev = small_dev(b);
-    let store = dev.open();
+    let store = dev.open().await;
     let bad = pattern(4242, OBJ as usize);
     store
         .write(
@@ -560,7 +560,7 @@ async fn checksum_corruption(b: Backend) {
     let hits = find_aligned(&dev.raw(), &bad[..4096]);
     assert_eq!(hits.len(), 1, "pattern found at {hits:?}");
     dev.corrupt(hits[0] + 3 * 4096 + 17);
-    let store = dev.open();
+    let store = dev.open().await;
     match store.read(oid(11, 0), 3 * 4096 + 100, 10).await {
         Err(EngineError::Checksum { oid: o, offset }) => {
             assert_eq!((o, offset), (oid(11, 0), 3 * 4096))
@@ -613,7 +613,7 @@ async fn group_commit(b: Backend) {
     if let Some(sim) = &dev.sim {
         sim.set_flush_latency(std::time::Duration::from_micros(200));
     }
-    let store = dev.open();
+    let store = dev.open().await;
     let before = store.stats();
     let mut tasks = Vec::new();
     for t in 0..32u64 {
@@ -649,7 +649,8 @@ macro_rules! suite {
     ($($name:ident),* $(,)?) => {
         mod uring { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(super::Backend::Uring).await } )* }
         mod psync { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(super::Backend::Psync).await } )* }
-        mod sim { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(super::Backend::Sim).await } )* }
+        // The store as a task on a current-thread runtime with paused time: deterministic.
+        mod sim { $( #[tokio::test(start_paused = true)] async fn $name() { super::$name(super::Backend::Sim).await } )* }
     };
 }
 

@@ -92,7 +92,7 @@ fn page_copy(raw: &[u8], generation: u64) -> Option<u64> {
 /// has generation 1 in one copy and 2 in the other.
 async fn two_generations() -> Dev {
     let dev = Dev::new(Backend::Sim, 64 << 20, 4 << 20);
-    let store = dev.open();
+    let store = dev.open().await;
     store
         .write(
             oid(1, 0),
@@ -103,7 +103,7 @@ async fn two_generations() -> Dev {
         .await
         .unwrap();
     store.close().await.unwrap();
-    let store = dev.open();
+    let store = dev.open().await;
     store
         .write(
             oid(1, 0),

@@ -38,7 +38,7 @@ async fn put(store: &Store, o: basalt_engine::ObjectId, data: &[u8], opts: Write
 
 async fn epoch_versions_and_tombstones(b: Backend) {
     let dev = dev(b);
-    let store = dev.open();
+    let store = dev.open().await;
     let o = oid(1, 1);
     put(&store, o, b"a", at(3, 7, 2)).await;
     // A later interval is newer whatever its sequence number; an older one is refused.
@@ -76,7 +76,7 @@ async fn epoch_versions_and_tombstones(b: Backend) {
     // reopen.
     store.trim(o, 0, OBJ, at(5, 1, 2)).await.unwrap();
     drop(store);
-    let store = dev.open();
+    let store = dev.open().await;
     let info = store.object_info(o).await.unwrap().unwrap();
     assert!(info.deleted && info.version == Version::new(5, 1));
     assert_eq!(store.stats().tombstones, 1);
@@ -86,7 +86,7 @@ async fn epoch_versions_and_tombstones(b: Backend) {
 
 async fn ordered_listing_per_pg(b: Backend) {
     let dev = dev(b);
-    let store = dev.open();
+    let store = dev.open().await;
     // Objects of two PGs, written out of order.
     for (i, p) in [(9u64, 0u32), (3, 1), (7, 0), (1, 0), (5, 1), (2, 0)] {
         put(&store, oid(1, i), b"x", at(1, i, p)).await;
@@ -117,7 +117,7 @@ async fn ordered_listing_per_pg(b: Backend) {
 
 async fn log_since_and_trim(b: Backend) {
     let dev = dev(b);
-    let store = dev.open();
+    let store = dev.open().await;
     for i in 1..=5u64 {
         put(&store, oid(2, i), b"x", at(2, i, 0)).await;
     }
@@ -158,7 +158,7 @@ async fn log_since_and_trim(b: Backend) {
     ));
     store.flush().await.unwrap();
     drop(store);
-    let store = dev.open();
+    let store = dev.open().await;
     assert!(matches!(
         store.list_since(pg(0), Version::new(2, 5), 100).await,
         Err(EngineError::LogTrimmed { .. })
@@ -177,7 +177,7 @@ async fn log_since_and_trim(b: Backend) {
 
 async fn images_round_trip_and_roll_back(b: Backend) {
     let (da, db) = (dev(b), dev(b));
-    let (a, bstore) = (da.open(), db.open());
+    let (a, bstore) = (da.open().await, db.open().await);
     let o = oid(3, 1);
     // A sparse object: blocks 0 and 5 hold data.
     a.write(o, 0, Bytes::from(pattern(1, 4096)), at(6, 1, 4))
@@ -218,7 +218,7 @@ async fn images_round_trip_and_roll_back(b: Backend) {
         .await
         .unwrap();
     drop(bstore);
-    let bstore = db.open();
+    let bstore = db.open().await;
     assert_eq!(bstore.read_object(o).await.unwrap(), img);
     // Tombstones and absence install too.
     let gone = ObjectImage {
@@ -244,7 +244,7 @@ async fn images_round_trip_and_roll_back(b: Backend) {
 
 async fn held_writes_are_invisible_until_committed(b: Backend) {
     let dev = dev(b);
-    let store = dev.open();
+    let store = dev.open().await;
     let (o, other) = (oid(4, 1), oid(4, 2));
     put(&store, o, b"old", at(1, 1, 0)).await;
     put(&store, other, b"free", at(1, 2, 0)).await;
@@ -309,14 +309,14 @@ async fn wait_held(store: &Store, n: u64) {
 
 async fn pg_records_persist(b: Backend) {
     let dev = dev(b);
-    let store = dev.open();
+    let store = dev.open().await;
     let mut blob = [0u8; PG_BLOB];
     blob[0] = 42;
     blob[PG_BLOB - 1] = 7;
     store.set_pg(pg(9), Some(blob), true).await.unwrap();
     put(&store, oid(5, 1), b"x", at(1, 1, 9)).await;
     drop(store);
-    let store = dev.open();
+    let store = dev.open().await;
     let p = store
         .pgs()
         .await
@@ -332,7 +332,7 @@ async fn pg_records_persist(b: Backend) {
         .await
         .unwrap();
     drop(store);
-    let store = dev.open();
+    let store = dev.open().await;
     assert!(store.pgs().await.unwrap().iter().all(|p| p.pg != pg(9)));
 }
 

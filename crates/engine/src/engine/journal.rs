@@ -92,7 +92,8 @@ pub(crate) struct Journal {
 }
 
 impl Journal {
-    pub fn new(ring: u64, max_record: u64) -> Journal {
+    /// `boot`: this run's id, stamped in every record header.
+    pub fn new(ring: u64, max_record: u64, boot: u64) -> Journal {
         Journal {
             ring,
             head: 0,
@@ -111,7 +112,7 @@ impl Journal {
             durable_waiting: 0,
             header_gen: 0,
             max_record,
-            boot: rand::random(),
+            boot,
         }
     }
 

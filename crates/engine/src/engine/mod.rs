@@ -1,7 +1,7 @@
 //! The store's I/O thread: owns the device backend, the index, the journal and write-back.
 //! No locks: every piece of state below is touched only by this thread.
 //!
-//! The loop (`run`): take messages from the handle, apply them (`write.rs`, `read.rs`),
+//! The loop (`run.rs`): take messages from the handle, apply them (`write.rs`, `read.rs`),
 //! decide what to seal, flush or write back (`journal.rs`, `writeback.rs`), hand requests to
 //! the backend, handle completions, and sleep when nothing is left to do.
 
@@ -10,11 +10,13 @@ mod query;
 mod read;
 mod recover;
 pub(crate) use recover::read_superblocks;
+mod run;
 mod state;
 mod write;
 mod writeback;
 
 use crate::buf::AlignedBuf;
+use crate::clock::Clock;
 use crate::error::EngineError;
 use crate::hash::FxHashMap;
 use crate::io::{Backend, IoDone, IoReq, Waker};
@@ -51,8 +53,21 @@ pub(crate) struct Shared {
     pub journal_used: AtomicU64,
 }
 
-/// What a read returns: the bytes and the version of the object they were read at.
-pub(crate) type ReadReply = oneshot::Sender<Result<(Bytes, Version), EngineError>>;
+/// Where a read's answer goes: the bytes, with or without the object's version they were read
+/// at.
+pub(crate) enum ReadReply {
+    Versioned(oneshot::Sender<Result<(Bytes, Version), EngineError>>),
+    Bytes(oneshot::Sender<Result<Bytes, EngineError>>),
+}
+
+impl ReadReply {
+    pub fn send(self, r: Result<(Bytes, Version), EngineError>) {
+        match self {
+            ReadReply::Versioned(tx) => drop(tx.send(r)),
+            ReadReply::Bytes(tx) => drop(tx.send(r.map(|(b, _)| b))),
+        }
+    }
+}
 
 /// A message from a handle to the I/O thread.
 pub(crate) enum Msg {
@@ -300,6 +315,8 @@ pub(crate) struct Engine {
     pub closing: bool,
     pub close_replies: Vec<oneshot::Sender<Result<(), EngineError>>>,
     pub last_write: Instant,
+    /// Where every time read of the engine goes (the OS clock, or virtual time in simulation).
+    pub clock: Clock,
 }
 
 impl Engine {
@@ -322,73 +339,6 @@ impl Engine {
         }
         let token = self.ios.insert(ctx) as u64;
         self.be.submit(token, req);
-    }
-
-    /// The thread's main loop. Returns when the store is closed and drained.
-    pub fn run(mut self) {
-        let mut done: Vec<IoDone> = Vec::new();
-        let mut busy = true;
-        loop {
-            let got = self.drain_messages();
-            let more = self.pump();
-            if self.finished() {
-                break;
-            }
-            let wait = if got == 0 && !busy && !more {
-                self.waker.set_sleeping();
-                if self.rx.is_empty() {
-                    Some(self.timer())
-                } else {
-                    None
-                }
-            } else {
-                None
-            };
-            self.be.poll(&mut done, wait);
-            self.waker.clear_sleeping();
-            busy = !done.is_empty() || got > 0;
-            for d in done.drain(..) {
-                self.complete(d);
-            }
-        }
-        for tx in self.close_replies.drain(..) {
-            let res = match &self.poisoned {
-                Some(p) => Err(EngineError::Poisoned(p.clone())),
-                None => Ok(()),
-            };
-            let _ = tx.send(res);
-        }
-    }
-
-    /// How long to sleep: until the idle write-back is due, or until woken.
-    fn timer(&self) -> Option<Duration> {
-        if self.poisoned.is_none() && !self.jr.recs.is_empty() && !self.wb.active() {
-            let since = self.last_write.elapsed();
-            return Some(
-                self.cfg
-                    .writeback_idle
-                    .saturating_sub(since)
-                    .max(Duration::from_micros(100)),
-            );
-        }
-        None
-    }
-
-    fn drain_messages(&mut self) -> usize {
-        let mut n = 0;
-        while n < 1024 {
-            let msg = match self.rx.try_recv() {
-                Ok(m) => m,
-                Err(crossbeam_channel::TryRecvError::Empty) => break,
-                Err(crossbeam_channel::TryRecvError::Disconnected) => {
-                    self.closing = true;
-                    break;
-                }
-            };
-            n += 1;
-            self.handle(msg);
-        }
-        n
     }
 
     fn handle(&mut self, msg: Msg) {
@@ -511,17 +461,6 @@ impl Engine {
         self.shared
             .journal_used
             .store(self.jr.used(), Ordering::Relaxed);
-    }
-
-    /// True when closing and nothing is left in flight.
-    fn finished(&self) -> bool {
-        if !self.closing || self.ios.len() > 0 || !self.blocked.is_empty() || self.reads.len() > 0 {
-            return false;
-        }
-        if self.poisoned.is_some() {
-            return true;
-        }
-        self.jr.open.is_none() && self.jr.recs.is_empty() && !self.wb.active()
     }
 
     fn complete(&mut self, d: IoDone) {

@@ -42,7 +42,7 @@ pub(crate) enum Out {
 impl Out {
     fn fail(self, e: EngineError) {
         match self {
-            Out::Range(tx) => drop(tx.send(Err(e))),
+            Out::Range(tx) => tx.send(Err(e)),
             Out::Image(tx) => drop(tx.send(Err(e))),
         }
     }
@@ -306,9 +306,7 @@ fn ctx(oid: ObjectId, offset: u32, len: u32, out: Out) -> ReadCtx {
 /// Answers a read with its bytes.
 fn finish(mut ctx: ReadCtx, bytes: Bytes) {
     match ctx.out.take().expect("reply") {
-        Out::Range(tx) => {
-            let _ = tx.send(Ok((bytes, ctx.version)));
-        }
+        Out::Range(tx) => tx.send(Ok((bytes, ctx.version))),
         Out::Image(tx) => {
             let _ = tx.send(Ok(ObjectImage {
                 version: ctx.version,

@@ -15,6 +15,7 @@ use super::writeback::WriteBack;
 use super::{Config, Engine, Msg, Shared, Slab};
 use crate::alloc::{FreeBits, SlotAlloc};
 use crate::buf::{AlignedBuf, SharedBuf};
+use crate::clock::Clock;
 use crate::crc::crc32c;
 use crate::error::EngineError;
 use crate::hash::FxHashMap;
@@ -115,9 +116,13 @@ fn backup_at(dev: &Dev, sb: &Superblock) -> Result<bool, EngineError> {
     Ok(matches!(Superblock::decode(&buf), Ok(Some(b)) if b == *sb))
 }
 
-fn choose_backend(dev: &Dev, opts: &OpenOptions) -> Result<Box<dyn Backend>, EngineError> {
+fn choose_backend(
+    dev: &Dev,
+    opts: &OpenOptions,
+    clock: Clock,
+) -> Result<Box<dyn Backend>, EngineError> {
     let file = match dev {
-        Dev::Sim(disk) => return Ok(Box::new(SimBackend::new(disk.clone()))),
+        Dev::Sim(disk) => return Ok(Box::new(SimBackend::new(disk.clone(), clock)?)),
         Dev::File { file, .. } => file.clone(),
     };
     let mode = match opts.io {
@@ -141,12 +146,14 @@ fn choose_backend(dev: &Dev, opts: &OpenOptions) -> Result<Box<dyn Backend>, Eng
 }
 
 impl Engine {
-    /// Opens the device: superblock, backend, recovery. Blocking.
+    /// Opens the device: superblock, backend, recovery. Blocking. Every time read of the
+    /// engine goes to `clock`.
     pub fn open(
         dev: Dev,
         path: &Path,
         opts: &OpenOptions,
         rx: Receiver<Msg>,
+        clock: Clock,
     ) -> Result<Engine, EngineError> {
         let sbs = read_superblocks(&dev, path)?;
         let sb = sbs.sb.clone();
@@ -157,7 +164,7 @@ impl Engine {
                 sb.device_size
             )));
         }
-        let be = choose_backend(&dev, opts)?;
+        let be = choose_backend(&dev, opts, clock)?;
         let direct = matches!(dev, Dev::File { direct: true, .. });
         let info = StoreInfo {
             device_id: sb.device_id,
@@ -175,7 +182,7 @@ impl Engine {
             .min(8 << 20)
             .max(max_single_record(sb.object_size));
         let mut engine = Engine {
-            jr: Journal::new(sb.ring_size(), max_record),
+            jr: Journal::new(sb.ring_size(), max_record, dev.random_u64()),
             st: State {
                 objs: FxHashMap::default(),
                 pgs: BTreeMap::new(),
@@ -205,7 +212,8 @@ impl Engine {
             poisoned: None,
             closing: false,
             close_replies: Vec::new(),
-            last_write: std::time::Instant::now(),
+            last_write: clock.now(),
+            clock,
         };
         engine.recover(&dev)?;
         repair_superblocks(&dev, &sbs)?;

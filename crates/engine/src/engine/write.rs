@@ -41,7 +41,7 @@ enum Old {
 
 impl Engine {
     pub fn handle_write(&mut self, op: WriteOp) {
-        self.last_write = std::time::Instant::now();
+        self.last_write = self.clock.now();
         if self.closing {
             op.reply.err(EngineError::Closed);
             return;

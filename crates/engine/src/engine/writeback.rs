@@ -112,7 +112,8 @@ impl Engine {
             || self.writeback_urgent()
             || self.jr.used() * 4 >= self.jr.ring
             || self.jr.recs.len() >= MAX_LIVE_RECORDS
-            || (self.foreground_idle() && self.last_write.elapsed() >= self.cfg.writeback_idle)
+            || (self.foreground_idle()
+                && self.clock.since(self.last_write) >= self.cfg.writeback_idle)
     }
 
     /// Foreground work waits for write-back: a full journal or no free slot.

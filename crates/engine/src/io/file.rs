@@ -89,6 +89,15 @@ impl Dev {
         Ok(file)
     }
 
+    /// A random number for identities (the journal's boot id): drawn from the simulated disk's
+    /// seed in the simulation, so a seed replays exactly.
+    pub fn random_u64(&self) -> u64 {
+        match self {
+            Dev::File { .. } => rand::random(),
+            Dev::Sim(d) => d.random_u64(),
+        }
+    }
+
     pub fn size(&self) -> io::Result<u64> {
         match self {
             Dev::File {

@@ -2,7 +2,8 @@
 //!
 //! - [`uring`]: io_uring with O_DIRECT, batched submission, an eventfd for wake-ups.
 //! - [`psync`]: pread/pwritev/fdatasync on a small worker pool (when io_uring is unavailable).
-//! - [`sim`]: an in-memory disk with a volatile write cache, for crash and fault tests.
+//! - [`sim`]: an in-memory disk with a volatile write cache and seeded latencies, for the
+//!   deterministic simulation, crash and fault tests.
 //!
 //! Buffers are owned by the request and handed back in the completion, so nothing borrowed
 //! crosses the kernel boundary.
@@ -18,7 +19,7 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// One device request.
 #[derive(Debug)]
@@ -146,6 +147,11 @@ pub(crate) trait Backend: Send {
     /// blocks when nothing is finished until a completion, a [`Waker::wake`] or the timeout
     /// (`None` = no timeout).
     fn poll(&mut self, out: &mut Vec<IoDone>, wait: Option<Option<Duration>>);
+    /// When the next request will complete, if the backend knows (the simulated disk): a
+    /// loop that never blocks in `poll` sleeps until then.
+    fn next_event(&self) -> Option<Instant> {
+        None
+    }
     /// The handle other threads use to interrupt a blocking `poll`.
     fn waker(&self) -> Waker;
 }
@@ -162,7 +168,12 @@ struct WakeInner {
 
 enum WakeKind {
     EventFd(OwnedFd),
-    Cond { flag: Mutex<bool>, cv: Condvar },
+    Cond {
+        flag: Mutex<bool>,
+        cv: Condvar,
+    },
+    /// The engine runs as a task (simulation) and awaits the notification.
+    Notify(tokio::sync::Notify),
 }
 
 impl Waker {
@@ -182,6 +193,11 @@ impl Waker {
             flag: Mutex::new(false),
             cv: Condvar::new(),
         })
+    }
+
+    /// A waker for an engine running as a tokio task.
+    pub fn notify() -> Waker {
+        Waker::with(WakeKind::Notify(tokio::sync::Notify::new()))
     }
 
     fn with(kind: WakeKind) -> Waker {
@@ -219,13 +235,22 @@ impl Waker {
                 *flag.lock() = true;
                 cv.notify_one();
             }
+            // Stores a permit if the task is not waiting yet, so no wake-up is lost.
+            WakeKind::Notify(n) => n.notify_one(),
         }
     }
 
     pub fn eventfd_raw(&self) -> Option<i32> {
         match &self.0.kind {
             WakeKind::EventFd(fd) => Some(fd.as_raw_fd()),
-            WakeKind::Cond { .. } => None,
+            _ => None,
+        }
+    }
+
+    /// Waits until kicked (a waker made by [`Waker::notify`]; other kinds return at once).
+    pub async fn notified(&self) {
+        if let WakeKind::Notify(n) = &self.0.kind {
+            n.notified().await;
         }
     }
 

@@ -1,4 +1,6 @@
-//! Shared test harness: the same store over io_uring, psync or the simulated disk.
+//! Shared test harness: the same store over io_uring, psync or the simulated disk. On the
+//! simulated disk the store runs as a task (`Store::spawn_sim`): tests for it run on a
+//! current-thread runtime with paused time, so they are deterministic.
 #![allow(dead_code)]
 
 use basalt_engine::sim::SimDisk;
@@ -76,9 +78,14 @@ impl Dev {
         }
     }
 
-    pub fn open(&self) -> Store {
+    /// Opens the store. On the simulated disk it first waits until a store dropped before has
+    /// finished its queued work and let go of the disk.
+    pub async fn open(&self) -> Store {
         match &self.sim {
-            Some(sim) => Store::open_sim(sim, &self.open_opts()).unwrap(),
+            Some(sim) => {
+                sim.released().await;
+                Store::spawn_sim(sim, &self.open_opts()).unwrap()
+            }
             None => Store::open(&self.path, &self.open_opts()).unwrap(),
         }
     }

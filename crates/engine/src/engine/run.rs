@@ -1,0 +1,166 @@
+//! The engine's loop, two ways:
+//!
+//! - [`Engine::run`]: the store's I/O thread in production. Takes messages from the handles,
+//!   makes progress, hands requests to the backend and sleeps in the backend's poll when
+//!   nothing is left to do (until a completion, a message or the write-back timer).
+//! - [`Engine::drive`]: the same loop as a task on a tokio runtime (the simulation): one
+//!   non-blocking [`Engine::step`] at a time, and when idle it awaits a message (a tokio
+//!   `Notify`), the backend's next completion time or the write-back timer, on the runtime's
+//!   clock. On a current-thread runtime with paused time the store is then deterministic.
+
+use super::Engine;
+use crate::error::EngineError;
+use crate::io::IoDone;
+use std::time::Duration;
+
+/// What one step of the loop found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// The store is closed and drained: stop.
+    Finished,
+    /// Work was done; step again soon.
+    Busy,
+    /// Nothing to do until a message, a completion or the write-back timer.
+    Idle,
+}
+
+impl Engine {
+    /// The I/O thread's loop. Returns when the store is closed and drained.
+    pub fn run(mut self) {
+        let mut done: Vec<IoDone> = Vec::new();
+        let mut busy = true;
+        loop {
+            let got = self.drain_messages();
+            let more = self.pump();
+            if self.finished() {
+                break;
+            }
+            let wait = if got == 0 && !busy && !more {
+                self.waker.set_sleeping();
+                if self.rx.is_empty() {
+                    Some(self.timer())
+                } else {
+                    None
+                }
+            } else {
+                None
+            };
+            self.be.poll(&mut done, wait);
+            self.waker.clear_sleeping();
+            busy = !done.is_empty() || got > 0;
+            for d in done.drain(..) {
+                self.complete(d);
+            }
+        }
+        self.answer_close();
+    }
+
+    /// One iteration of the loop that never blocks: messages, progress, completions.
+    pub fn step(&mut self, done: &mut Vec<IoDone>) -> Step {
+        let got = self.drain_messages();
+        let more = self.pump();
+        if self.finished() {
+            return Step::Finished;
+        }
+        self.be.poll(done, None);
+        let busy = got > 0 || more || !done.is_empty();
+        for d in done.drain(..) {
+            self.complete(d);
+        }
+        if busy { Step::Busy } else { Step::Idle }
+    }
+
+    /// The loop as a task: steps while there is work (yielding to other tasks in between),
+    /// and when idle waits for a message, the backend's next completion or the write-back
+    /// timer. Returns when the store is closed and drained.
+    pub async fn drive(mut self) {
+        let mut done: Vec<IoDone> = Vec::new();
+        loop {
+            match self.step(&mut done) {
+                Step::Finished => break,
+                Step::Busy => tokio::task::yield_now().await,
+                Step::Idle => self.idle().await,
+            }
+        }
+        self.answer_close();
+    }
+
+    async fn idle(&mut self) {
+        let waker = self.waker.clone();
+        waker.set_sleeping();
+        if !self.rx.is_empty() {
+            waker.clear_sleeping();
+            return;
+        }
+        let now = self.clock.now();
+        let deadline = [self.timer().map(|d| now + d), self.be.next_event()]
+            .into_iter()
+            .flatten()
+            .min();
+        match deadline {
+            Some(t) => {
+                let sleep = tokio::time::sleep_until(tokio::time::Instant::from_std(t));
+                tokio::select! {
+                    biased;
+                    _ = waker.notified() => {}
+                    _ = sleep => {}
+                }
+            }
+            None => waker.notified().await,
+        }
+        waker.clear_sleeping();
+    }
+
+    /// How long to sleep: until the idle write-back is due, or until woken.
+    pub(super) fn timer(&self) -> Option<Duration> {
+        if self.poisoned.is_none() && !self.jr.recs.is_empty() && !self.wb.active() {
+            let since = self.clock.since(self.last_write);
+            return Some(
+                self.cfg
+                    .writeback_idle
+                    .saturating_sub(since)
+                    .max(Duration::from_micros(100)),
+            );
+        }
+        None
+    }
+
+    fn drain_messages(&mut self) -> usize {
+        let mut n = 0;
+        while n < 1024 {
+            let msg = match self.rx.try_recv() {
+                Ok(m) => m,
+                Err(crossbeam_channel::TryRecvError::Empty) => break,
+                Err(crossbeam_channel::TryRecvError::Disconnected) => {
+                    self.closing = true;
+                    break;
+                }
+            };
+            n += 1;
+            self.handle(msg);
+        }
+        n
+    }
+
+    /// True when closing and nothing is left in flight.
+    fn finished(&self) -> bool {
+        if !self.closing || self.ios.len() > 0 || !self.blocked.is_empty() || self.reads.len() > 0 {
+            return false;
+        }
+        if self.poisoned.is_some() {
+            return true;
+        }
+        self.jr.open.is_none() && self.jr.recs.is_empty() && !self.wb.active()
+    }
+
+    /// Answers every `close` once the loop has stopped.
+    fn answer_close(&mut self) {
+        for tx in self.close_replies.drain(..) {
+            let res = match &self.poisoned {
+                Some(p) => Err(EngineError::Poisoned(p.clone())),
+                None => Ok(()),
+            };
+            let _ = tx.send(res);
+        }
+    }
+}
