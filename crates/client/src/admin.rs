@@ -1,15 +1,15 @@
 //! Volume administration: create, list, inspect, resize, delete. Metadata changes go through the
-//! catalog; data changes (deleting a volume's objects, cutting them after a shrink) go to every
-//! node that holds data of the volume's pool.
+//! catalog; data changes (deleting a volume's objects, cutting them after a shrink) go to the
+//! primaries of the pool's PGs.
 
 use crate::cluster::Cluster;
 use crate::error::ClientError;
 use crate::meta::{PoolRecord, VolumeRecord};
 use crate::retry::call_node_with_retry;
-use crate::write::holder_nodes;
 use basalt_proto::{Request, Response};
 use basalt_types::VolumeId;
 use basalt_types::size::format_size;
+use std::collections::BTreeSet;
 
 impl Cluster {
     /// Creates a volume of `size` bytes in `pool` (by name).
@@ -112,34 +112,65 @@ impl Cluster {
         Ok(())
     }
 
-    /// Deletes the objects of a volume with index >= `from_index` on every node holding data of
-    /// its pool (every acting member's node). A node that is down makes this wait and then
-    /// fail: the data it holds must not come back when it returns.
+    /// Deletes the objects of a volume with index >= `from_index`: every node that is the
+    /// primary of some PG of the pool deletes the objects its PGs hold, as replicated writes.
+    /// A PG with no up member makes this wait and then fail (its data must not come back when
+    /// its devices return). If the map changes during a pass (a primary moved), the pass runs
+    /// again: deleting is idempotent.
     async fn delete_objects(
         &self,
         record: &VolumeRecord,
         from_index: u64,
     ) -> Result<u64, ClientError> {
-        let nodes = holder_nodes(&self.map(), record.pool);
         let (pool, volume): (_, VolumeId) = (record.pool, record.id);
-        let mut total = 0;
-        for node in nodes {
-            let resp = call_node_with_retry(self, node, |epoch| Request::DeleteVolume {
-                epoch,
-                pool,
-                volume,
-                from_index,
-            })
-            .await?;
-            match resp {
-                Response::Deleted { objects } => total += objects,
-                other => {
-                    return Err(ClientError::Protocol(format!(
-                        "unexpected answer to DeleteVolume: {other:?}"
-                    )));
+        loop {
+            let map = self.map();
+            let nodes = primary_nodes(&map, pool)?;
+            let mut total = 0;
+            for node in nodes {
+                let resp = call_node_with_retry(self, node, |epoch| Request::DeleteVolume {
+                    epoch,
+                    pool,
+                    volume,
+                    from_index,
+                })
+                .await?;
+                match resp {
+                    Response::Deleted { objects } => total += objects,
+                    other => {
+                        return Err(ClientError::Protocol(format!(
+                            "unexpected answer to DeleteVolume: {other:?}"
+                        )));
+                    }
                 }
             }
+            if self.map().epoch == map.epoch {
+                return Ok(total);
+            }
         }
-        Ok(total)
     }
+}
+
+/// The nodes holding the primary of some PG of `pool`; `Unavailable` when a PG has no up member.
+fn primary_nodes(
+    map: &basalt_placement::ClusterMap,
+    pool: basalt_types::PoolId,
+) -> Result<BTreeSet<basalt_types::NodeId>, ClientError> {
+    let Some(p) = map.pools.get(&pool) else {
+        return Ok(BTreeSet::new());
+    };
+    let mut nodes = BTreeSet::new();
+    for (i, entry) in p.pgs.iter().enumerate() {
+        let node = map
+            .pg_primary(entry)
+            .and_then(|d| map.device_node(d))
+            .ok_or_else(|| {
+                ClientError::Unavailable(format!(
+                    "pg.{}.{i} has no up device holding its data; its objects cannot be deleted now",
+                    pool.0
+                ))
+            })?;
+        nodes.insert(node);
+    }
+    Ok(nodes)
 }

@@ -137,22 +137,6 @@ pub(crate) fn primary_nodes(
         .collect()
 }
 
-/// Every node holding a device of the acting set of some placement group of `pool`, up or
-/// down: where the pool's data is.
-pub(crate) fn holder_nodes(
-    map: &basalt_placement::ClusterMap,
-    pool: basalt_types::PoolId,
-) -> BTreeSet<NodeId> {
-    let Some(p) = map.pools.get(&pool) else {
-        return BTreeSet::new();
-    };
-    p.pgs
-        .iter()
-        .flat_map(|pg| pg.acting.iter().copied())
-        .filter_map(|d| map.device_node(d))
-        .collect()
-}
-
 /// Runs the pieces concurrently in this task; a single piece (the common case) is awaited
 /// directly, without the bookkeeping of a join.
 async fn join_pieces<F>(mut pieces: impl Iterator<Item = F>) -> Result<(), ClientError>

@@ -1,12 +1,13 @@
 //! PG histories under [`keys::PG_HISTORY`]: for every PG, the intervals that went active since
-//! the PG was last clean (every member of its up set held all of its data), with the devices
-//! that were members of each. Peering reads it to know whose data it must see before serving:
-//! at least one member of every listed interval, or the PG waits (it may lack acknowledged
-//! writes otherwise).
+//! the PG was last recovered (every member of its acting set served and held all of its data),
+//! with the devices that were members of each. Peering reads it to know whose data it must see
+//! before serving: at least one member of every listed interval, or the PG waits (it may lack
+//! acknowledged writes otherwise).
 //!
 //! Written by the primary that activates an interval (appending it) and by the primary that
-//! finds the PG clean (truncating to the current interval), each by compare-and-swap on the
-//! record's revision, so two primaries racing through stale maps cannot both succeed.
+//! finds the PG recovered (truncating to the current interval) or clean (recording it), each by
+//! compare-and-swap on the record's revision, so two primaries racing through stale maps cannot
+//! both succeed.
 
 use crate::catalog::{Catalog, encode};
 use crate::error::MetaError;
@@ -25,7 +26,7 @@ pub struct PgInterval {
 /// The history of one PG.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PgHistory {
-    /// Intervals since the PG was last clean, oldest first; the last is the current one.
+    /// Intervals since the PG was last recovered, oldest first; the last is the current one.
     pub intervals: Vec<PgInterval>,
     /// The epoch of the interval in which the PG was last found clean (0: never).
     pub clean: Epoch,

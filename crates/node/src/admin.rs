@@ -2,6 +2,7 @@
 //! owns an embedded metadata store (`basalt up`) — a proxy to that store, so that CLI commands and
 //! gateways in other processes can use it.
 
+use crate::pg::PgSummary;
 use crate::service::NodeShared;
 use basalt_meta::MetaStore;
 use basalt_proto::{ErrorCode, Response, WireError};
@@ -38,6 +39,9 @@ pub struct NodeStatus {
     #[serde(default)]
     pub backpressure_pauses: u64,
     pub devices: Vec<DeviceStatus>,
+    /// The PGs whose primary is a device of this node: state, missing objects, recovery.
+    #[serde(default)]
+    pub pgs: Vec<PgSummary>,
 }
 
 /// One device in [`NodeStatus`].
@@ -144,6 +148,7 @@ impl AdminHandler {
                 .pauses
                 .load(std::sync::atomic::Ordering::Relaxed),
             devices,
+            pgs: node.pgs.summaries(),
         }
     }
 }

@@ -1,8 +1,11 @@
 //! Node configuration.
 
+use crate::pg::Tuning;
 use basalt_engine::IoMode;
+use basalt_link::{Connector, TcpConnector};
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// One device (a file or a block device) the node stores data on.
@@ -41,7 +44,7 @@ impl DeviceConfig {
 }
 
 /// How a node runs.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct NodeConfig {
     /// Name shown in status and logs; defaults to the host name.
     pub name: String,
@@ -66,6 +69,12 @@ pub struct NodeConfig {
     /// (its PGs' `up` sets then move; their data stays where it is until recovery reports it
     /// complete elsewhere).
     pub down_out_interval: Duration,
+    /// How the node reaches other nodes (TCP; the simulator plugs in its own network).
+    pub connector: Arc<dyn Connector>,
+    /// How long one peering or recovery message to another node may take.
+    pub peer_timeout: Duration,
+    /// Recovery and backfill pacing.
+    pub tuning: Tuning,
 }
 
 /// The default down-out interval: 10 minutes, like Ceph's `mon_osd_down_out_interval`.
@@ -84,6 +93,9 @@ impl NodeConfig {
             lease_ttl: Duration::from_secs(10),
             leader_eligible: true,
             down_out_interval: DEFAULT_DOWN_OUT_INTERVAL,
+            connector: Arc::new(TcpConnector),
+            peer_timeout: Duration::from_secs(5),
+            tuning: Tuning::default(),
         }
     }
 }

@@ -1,10 +1,10 @@
-//! Deleting a volume's objects (volume delete, and the tail after a shrink) on every local store.
+//! Deleting a volume's objects (volume delete, and the tail after a shrink): every PG whose
+//! primary is a device of this node deletes the volume's objects it holds, as replicated
+//! writes, so every member keeps the same tombstones at the same versions.
 
-use crate::error::engine_to_wire;
 use crate::service::NodeShared;
-use basalt_engine::Store;
 use basalt_proto::{Response, WireError};
-use basalt_types::{Epoch, PoolId, VolumeId};
+use basalt_types::{Epoch, PgId, PoolId, VolumeId};
 
 pub(crate) async fn delete_volume(
     node: &NodeShared,
@@ -13,22 +13,22 @@ pub(crate) async fn delete_volume(
     volume: VolumeId,
     from_index: u64,
 ) -> Result<Response, WireError> {
-    node.maps.admit(epoch).await?;
+    let map = node.maps.admit(epoch).await?;
     let mut objects = 0;
-    for store in node.maps.stores().values() {
-        objects += delete_from(store, pool, volume, from_index)
-            .await
-            .map_err(engine_to_wire)?;
+    let Some(p) = map.pools.get(&pool) else {
+        return Ok(Response::Deleted { objects });
+    };
+    for (i, entry) in p.pgs.iter().enumerate() {
+        let id = PgId { pool, pg: i as u32 };
+        let Some(dev) = map.pg_primary(entry) else {
+            continue;
+        };
+        if node.maps.stores().contains_key(&dev) {
+            let pg = node.pgs.get(dev, id).expect("a local device");
+            objects += pg
+                .delete_volume(&node.pgs.ctx, epoch, volume, from_index)
+                .await?;
+        }
     }
     Ok(Response::Deleted { objects })
-}
-
-async fn delete_from(
-    store: &Store,
-    pool: PoolId,
-    volume: VolumeId,
-    from_index: u64,
-) -> Result<u64, basalt_engine::EngineError> {
-    // Pages through the volume's objects (never the whole store) and flushes once at the end.
-    store.delete_volume_from(pool, volume, from_index).await
 }

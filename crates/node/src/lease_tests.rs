@@ -49,7 +49,7 @@ async fn a_cut_off_node_stops_acknowledging_before_its_lease_expires_and_registe
     let store = Flaky::open(&dir.path().join("meta.redb")).await;
     let catalog = Catalog::new(store.clone());
     let id = NodeId(1);
-    let node = shared(id, TTL, Vec::new());
+    let node = shared(id, TTL, Vec::new(), catalog.clone());
     let record = NodeRecord::new(id, "n1", "127.0.0.1:1");
     let keep = catalog.register_node(&record, TTL).await.unwrap();
     let first_lease = keep.lease();

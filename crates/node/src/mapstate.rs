@@ -4,7 +4,7 @@
 use basalt_engine::Store;
 use basalt_placement::ClusterMap;
 use basalt_proto::{ErrorCode, WireError};
-use basalt_types::{DeviceId, Epoch, ObjectId};
+use basalt_types::{DeviceId, Epoch, ObjectId, PgId};
 use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -87,54 +87,15 @@ impl MapState {
         }
     }
 
-    /// The checks every data-path request goes through, in order: the epoch is admitted, then the
-    /// object's primary must be a local store (for a write: with no replicas to forward to).
-    pub(crate) async fn route(
-        &self,
-        epoch: Epoch,
-        oid: &ObjectId,
-        write: bool,
-    ) -> Result<&Store, WireError> {
-        let map = self.admit(epoch).await?;
-        if write {
-            self.primary_store_for_write(&map, oid)
-        } else {
-            self.primary_store(&map, oid)
-        }
-    }
-
-    /// Like [`MapState::primary_store`], for a write. A PG whose acting set has more than one
-    /// device needs replication, which this version does not do: such writes are refused rather
-    /// than acknowledged with fewer copies than the pool promises (or than the acting set's
-    /// down members would need to catch up on).
-    pub(crate) fn primary_store_for_write(
-        &self,
-        map: &ClusterMap,
-        oid: &ObjectId,
-    ) -> Result<&Store, WireError> {
-        if let Some((pg, entry)) = map.locate(oid)
-            && entry.acting.len() > 1
-        {
-            return Err(WireError::new(
-                ErrorCode::Unsupported,
-                format!(
-                    "{pg} has {} copies; replicated writes are not supported by this version",
-                    entry.acting.len()
-                ),
-            ));
-        }
-        self.primary_store(map, oid)
-    }
-
-    /// The local store holding the primary of `oid`'s PG: the first up member of its acting
+    /// The local device holding the primary of `oid`'s PG: the first up member of its acting
     /// set. `NotPrimary` when that device is elsewhere; `Busy` (the client retries) when no
     /// acting member is up: the PG is unavailable and is never served from a device that may
     /// not hold its data.
-    pub(crate) fn primary_store(
+    pub(crate) fn primary_of(
         &self,
         map: &ClusterMap,
         oid: &ObjectId,
-    ) -> Result<&Store, WireError> {
+    ) -> Result<(PgId, DeviceId), WireError> {
         let (pg, entry) = map.locate(oid).ok_or_else(|| {
             WireError::new(
                 ErrorCode::InvalidArgument,
@@ -153,14 +114,15 @@ impl MapState {
                 ),
             )
         })?;
-        self.stores.get(&primary).ok_or_else(|| {
+        if !self.stores.contains_key(&primary) {
             let mut e = WireError::new(
                 ErrorCode::NotPrimary,
                 format!("{pg} has primary {primary}, which is not on this node"),
             );
             e.epoch = map.epoch;
-            e
-        })
+            return Err(e);
+        }
+        Ok((pg, primary))
     }
 }
 
@@ -254,20 +216,14 @@ mod tests {
     }
 
     #[test]
-    fn only_the_primary_serves_and_replicated_writes_are_refused() {
+    fn only_the_primary_serves() {
         let s = state();
         let m = map(1, vec![DeviceId(2), DeviceId(1)], &[]);
-        let e = s.primary_store(&m, &OID).err().unwrap();
+        let e = s.primary_of(&m, &OID).err().unwrap();
         assert_eq!(e.code, ErrorCode::NotPrimary);
         let m = map(1, vec![DeviceId(1), DeviceId(2)], &[]);
-        assert!(
-            s.primary_store(&m, &OID).is_ok(),
-            "reads are served by the primary"
-        );
-        let e = s.primary_store_for_write(&m, &OID).err().unwrap();
-        assert_eq!(e.code, ErrorCode::Unsupported);
-        let m = map(1, vec![DeviceId(1)], &[]);
-        assert!(s.primary_store_for_write(&m, &OID).is_ok());
+        let (pg, dev) = s.primary_of(&m, &OID).unwrap();
+        assert_eq!((pg.pg, dev), (0, DeviceId(1)));
     }
 
     #[test]
@@ -275,16 +231,16 @@ mod tests {
         let s = state();
         // Device 2 (elsewhere) is down: device 1, next in the acting set, is the primary.
         let m = map(1, vec![DeviceId(2), DeviceId(1)], &[2]);
-        assert!(s.primary_store(&m, &OID).is_ok());
+        assert!(s.primary_of(&m, &OID).is_ok());
         // Device 1's own PG while device 1 is marked down: unavailable, not served.
         let m = map(1, vec![DeviceId(1)], &[1]);
-        let e = s.primary_store(&m, &OID).err().unwrap();
+        let e = s.primary_of(&m, &OID).err().unwrap();
         assert_eq!(e.code, ErrorCode::Busy);
         assert!(e.message.contains("unavailable"), "{}", e.message);
         // `up` moved to device 1 but the data is still on (down) device 2: not served here.
         let mut m = map(1, vec![DeviceId(2)], &[2]);
         m.pools.get_mut(&PoolId(1)).unwrap().pgs[0].up = vec![DeviceId(1)];
-        let e = s.primary_store(&m, &OID).err().unwrap();
+        let e = s.primary_of(&m, &OID).err().unwrap();
         assert_eq!(e.code, ErrorCode::Busy);
     }
 }

@@ -5,6 +5,8 @@ use crate::config::NodeConfig;
 use crate::error::NodeError;
 use crate::lease::Fence;
 use crate::mapstate::MapState;
+use crate::peers::Peers;
+use crate::pg::{Ctx, Pgs};
 use crate::server::Limits;
 use crate::service::{NodeService, NodeShared};
 use crate::{advertise, devices, identity, leader, lease, server};
@@ -61,9 +63,27 @@ impl Node {
             source,
         })?;
         let addr = advertise::address(config.advertise.as_deref(), local_addr)?;
+        let maps = Arc::new(MapState::new(stores.clone()));
+        let peers = Arc::new(Peers::new(
+            id,
+            config.connector.clone(),
+            config.peer_timeout,
+        ));
+        let ctx = Arc::new(Ctx {
+            maps: maps.clone(),
+            catalog: catalog.clone(),
+            peers: peers.clone(),
+            tuning: config.tuning.clone(),
+        });
+        let pgs = Pgs::new(ctx, stores);
+        pgs.load().await.map_err(|source| NodeError::Device {
+            path: "(loading PG records)".into(),
+            source,
+        })?;
         let shared = Arc::new(NodeShared {
             id,
-            maps: MapState::new(stores),
+            maps,
+            pgs: pgs.clone(),
             admin: AdminHandler {
                 meta: serve_meta.then_some(meta),
                 name: config.name.clone(),
@@ -78,14 +98,19 @@ impl Node {
             shared.maps.offer(map);
         }
         let (stop_tx, stop_rx) = watch::channel(false);
-        let mut tasks = vec![tokio::spawn(follow_maps(
-            catalog.clone(),
-            shared.clone(),
-            stop_rx.clone(),
-        ))];
         let service = Arc::new(NodeService {
             shared: shared.clone(),
         });
+        let local: Arc<dyn Service> = service.clone();
+        peers.set_local(Arc::downgrade(&local));
+        let mut tasks = vec![
+            tokio::spawn(follow_maps(
+                catalog.clone(),
+                shared.clone(),
+                stop_rx.clone(),
+            )),
+            tokio::spawn(drive_pgs(shared.clone(), stop_rx.clone())),
+        ];
         tasks.push(tokio::spawn(server::serve(
             listener,
             service,
@@ -207,6 +232,24 @@ impl Node {
             }
         }
         tracing::info!(node = %self.shared.id, "node stopped");
+    }
+}
+
+/// Lets the PGs react to every installed map (peering where an interval changed), in order.
+async fn drive_pgs(shared: Arc<NodeShared>, mut stop: watch::Receiver<bool>) {
+    let mut rx = shared.maps.subscribe();
+    let mut done = Epoch(0);
+    loop {
+        let map = shared.maps.map();
+        if map.epoch > done {
+            done = map.epoch;
+            shared.pgs.on_map(map).await;
+            continue;
+        }
+        tokio::select! {
+            r = rx.changed() => if r.is_err() { return },
+            _ = stop.wait_for(|s| *s) => return,
+        }
     }
 }
 

@@ -1,7 +1,7 @@
-//! The read handler: fence by epoch, find the primary store, read and verify (the store checks
-//! every 4 KiB block's CRC-32C before returning it).
+//! The read handler: fence by epoch, find the PG this node is the primary of, read (the store
+//! verifies every 4 KiB block's CRC-32C; a read of an object with a write not yet on every
+//! member waits for it).
 
-use crate::error::engine_to_wire;
 use crate::service::NodeShared;
 use basalt_proto::{Response, WireError};
 use basalt_types::{Epoch, ObjectId};
@@ -13,12 +13,7 @@ pub(crate) async fn read(
     offset: u32,
     len: u32,
 ) -> Result<Response, WireError> {
-    let data = node
-        .maps
-        .route(epoch, &oid, false)
-        .await?
-        .read(oid, offset, len)
-        .await
-        .map_err(engine_to_wire)?;
+    let pg = node.primary_pg(epoch, &oid).await?;
+    let data = pg.read(oid, offset, len).await?;
     Ok(Response::Read { data })
 }

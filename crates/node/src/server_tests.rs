@@ -200,7 +200,17 @@ fn read_req(len: u32) -> Request {
 
 /// The real node service over a simulated disk, its lease confirmed.
 async fn node_server() -> Server {
-    let node = shared(NodeId(9), Duration::from_secs(3600), vec![sim_store(1)]);
+    let dir = tempfile::tempdir().unwrap();
+    let meta = basalt_meta::EmbeddedStore::open(dir.path().join("meta.redb"))
+        .await
+        .unwrap();
+    let catalog = basalt_meta::Catalog::new(Arc::new(meta));
+    let node = shared(
+        NodeId(9),
+        Duration::from_secs(3600),
+        vec![sim_store(1)],
+        catalog,
+    );
     let server = start(
         Arc::new(NodeService {
             shared: node.clone(),

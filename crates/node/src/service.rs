@@ -3,19 +3,23 @@
 use crate::admin::AdminHandler;
 use crate::lease::Fence;
 use crate::mapstate::MapState;
+use crate::pg::messages::PeerMsg;
+use crate::pg::{Pg, Pgs};
 use crate::server::ServerStats;
 use crate::{delete, flush, read, write};
 use basalt_proto::{
     ErrorCode, PROTOCOL_VERSION, Request, Response, ResponseFuture, Service, WireError,
 };
-use basalt_types::NodeId;
+use basalt_types::{Epoch, NodeId, ObjectId};
+use bytes::Bytes;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// State shared by every request handler of one node.
 pub(crate) struct NodeShared {
     pub(crate) id: NodeId,
-    pub(crate) maps: MapState,
+    pub(crate) maps: Arc<MapState>,
+    pub(crate) pgs: Arc<Pgs>,
     pub(crate) admin: AdminHandler,
     pub(crate) stopping: AtomicBool,
     /// Whether the node's lease still allows acknowledging data-path requests (`lease.rs`).
@@ -34,7 +38,24 @@ pub struct NodeService {
 impl Service for NodeService {
     fn call(&self, req: Request) -> ResponseFuture {
         let shared = self.shared.clone();
-        Box::pin(async move { shared.handle(req).await })
+        match req {
+            // Handed to the store now, before the connection decodes its next frame: a PG's
+            // sub-operations apply in the order the primary sent them.
+            Request::Rep(op) => match shared.admit_data_path() {
+                Ok(()) => {
+                    let pending = shared.pgs.rep(op);
+                    Box::pin(async move {
+                        let answer = pending.await;
+                        if answer.is_ok() {
+                            shared.fence.check()?;
+                        }
+                        answer
+                    })
+                }
+                Err(e) => Box::pin(async move { Err(e) }),
+            },
+            req => Box::pin(async move { shared.handle(req).await }),
+        }
     }
 }
 
@@ -46,13 +67,7 @@ impl NodeShared {
     pub(crate) async fn handle(&self, req: Request) -> Result<Response, WireError> {
         let data_path = req.epoch().is_some();
         if data_path {
-            if self.stopping.load(Ordering::Acquire) {
-                return Err(WireError::new(
-                    ErrorCode::ShuttingDown,
-                    format!("{} is shutting down", self.id),
-                ));
-            }
-            self.fence.check()?;
+            self.admit_data_path()?;
         }
         let answer = self.dispatch(req).await;
         if data_path && answer.is_ok() {
@@ -105,11 +120,48 @@ impl NodeShared {
             Request::Ping { data } => Ok(Response::Pong { data }),
             Request::Admin { body } => self.admin.handle(self, body).await,
             Request::Meta { body } => self.admin.meta(body).await,
-            Request::Rep(_) | Request::Peer { .. } => Err(WireError::new(
-                ErrorCode::Unsupported,
-                "this node does not replicate yet",
-            )),
+            Request::Rep(op) => self.pgs.rep(op).await,
+            Request::Peer { json, payload, .. } => self.peer(json, payload).await,
         }
+    }
+
+    /// Refuses data-path requests while the node is stopping or its lease is not confirmed.
+    fn admit_data_path(&self) -> Result<(), WireError> {
+        if self.stopping.load(Ordering::Acquire) {
+            return Err(WireError::new(
+                ErrorCode::ShuttingDown,
+                format!("{} is shutting down", self.id),
+            ));
+        }
+        self.fence.check()
+    }
+
+    /// The PG whose primary is a device of this node, for a client request on `oid` sent with
+    /// map `epoch` (older epochs are refused, newer ones wait for this node's map).
+    pub(crate) async fn primary_pg(
+        &self,
+        epoch: Epoch,
+        oid: &ObjectId,
+    ) -> Result<Arc<Pg>, WireError> {
+        let map = self.maps.admit(epoch).await?;
+        let (pg, dev) = self.maps.primary_of(&map, oid)?;
+        Ok(self
+            .pgs
+            .get(dev, pg)
+            .expect("the primary is a local device"))
+    }
+
+    /// A peering or recovery message (JSON, then an optional payload).
+    async fn peer(&self, json: Bytes, payload: Bytes) -> Result<Response, WireError> {
+        let msg: PeerMsg = serde_json::from_slice(&json).map_err(|e| {
+            WireError::new(ErrorCode::InvalidArgument, format!("bad peer message: {e}"))
+        })?;
+        let (answer, payload) = self.pgs.peer(msg, payload).await?;
+        let json = serde_json::to_vec(&answer).expect("answers serialise");
+        Ok(Response::Peer {
+            json: json.into(),
+            payload,
+        })
     }
 
     fn hello(&self, min: u8, max: u8) -> Result<Response, WireError> {

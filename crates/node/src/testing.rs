@@ -4,10 +4,14 @@
 use crate::admin::AdminHandler;
 use crate::lease::Fence;
 use crate::mapstate::MapState;
+use crate::peers::Peers;
+use crate::pg::{Ctx, Pgs, Tuning};
 use crate::service::NodeShared;
 use async_trait::async_trait;
 use basalt_engine::sim::SimDisk;
 use basalt_engine::{DeviceId, FormatOptions, OpenOptions, Store};
+use basalt_link::TcpConnector;
+use basalt_meta::Catalog;
 use basalt_meta::KeyValue;
 use basalt_meta::{
     EmbeddedStore, LeaseId, Listing, MetaError, MetaStore, Revision, Txn, TxnResult, WatchReceiver,
@@ -31,15 +35,33 @@ pub(crate) fn sim_store(device: u32) -> Store {
     Store::open_sim(&disk, &OpenOptions::default()).unwrap()
 }
 
-/// The shared state of node `id` with these stores and a fence for `ttl` (closed).
-pub(crate) fn shared(id: NodeId, ttl: Duration, stores: Vec<Store>) -> Arc<NodeShared> {
+/// The shared state of node `id` with these stores, a fence for `ttl` (closed) and PGs that use
+/// `catalog`.
+pub(crate) fn shared(
+    id: NodeId,
+    ttl: Duration,
+    stores: Vec<Store>,
+    catalog: Catalog,
+) -> Arc<NodeShared> {
     let stores: HashMap<_, _> = stores
         .into_iter()
         .map(|s| (s.info().device_id, s))
         .collect();
+    let maps = Arc::new(MapState::new(stores.clone()));
+    let ctx = Arc::new(Ctx {
+        maps: maps.clone(),
+        catalog,
+        peers: Arc::new(Peers::new(
+            id,
+            Arc::new(TcpConnector),
+            Duration::from_secs(5),
+        )),
+        tuning: Tuning::default(),
+    });
     Arc::new(NodeShared {
         id,
-        maps: MapState::new(stores),
+        maps,
+        pgs: Pgs::new(ctx, stores),
         admin: AdminHandler {
             meta: None,
             name: "test".into(),

@@ -1,44 +1,24 @@
-//! The write handlers: fence by epoch, find the primary store, apply. With `fua` the store
-//! acknowledges only after the data is durable (group-committed with concurrent writes).
-//!
-//! Replication (primary forwarding to the other members of the acting set) joins here.
+//! The write handlers: fence by epoch, find the PG this node is the primary of, and let it
+//! order, version and replicate the write (`pg/primary.rs`). With `fua`, or when the PG has other
+//! members, the write is acknowledged only once it is durable on every one of them.
 
-use crate::error::engine_to_wire;
+use crate::pg::WriteKind;
 use crate::service::NodeShared;
-use basalt_engine::WriteOptions;
 use basalt_proto::{Response, WireError};
 use basalt_types::{Epoch, ObjectId, Version};
 use bytes::Bytes;
-
-/// The store options of a client write: durable with FUA, the version if the sender set one,
-/// and the object's PG (an object's PG never changes: a pool's PG count is fixed).
-fn options(node: &NodeShared, oid: &ObjectId, fua: bool, version: Version) -> WriteOptions {
-    let pg = node.maps.map().locate(oid).map_or(0, |(pg, _)| pg.pg);
-    WriteOptions {
-        durable: fua,
-        version: (version != Version::NONE).then_some(version),
-        pg,
-        pending: false,
-    }
-}
 
 pub(crate) async fn write(
     node: &NodeShared,
     epoch: Epoch,
     oid: ObjectId,
     offset: u32,
-    version: Version,
+    _version: Version,
     fua: bool,
     data: Bytes,
 ) -> Result<Response, WireError> {
-    let version = node
-        .maps
-        .route(epoch, &oid, true)
-        .await?
-        .write(oid, offset, data, options(node, &oid, fua, version))
-        .await
-        .map_err(engine_to_wire)?;
-    Ok(Response::Written { version })
+    let kind = WriteKind::Data { offset, data };
+    apply(node, epoch, oid, kind, fua).await
 }
 
 pub(crate) async fn write_zeroes(
@@ -49,14 +29,8 @@ pub(crate) async fn write_zeroes(
     len: u32,
     fua: bool,
 ) -> Result<Response, WireError> {
-    let version = node
-        .maps
-        .route(epoch, &oid, true)
-        .await?
-        .write_zeroes(oid, offset, len, options(node, &oid, fua, Version::NONE))
-        .await
-        .map_err(engine_to_wire)?;
-    Ok(Response::Written { version })
+    let kind = WriteKind::Zeroes { offset, len };
+    apply(node, epoch, oid, kind, fua).await
 }
 
 pub(crate) async fn trim(
@@ -66,12 +40,18 @@ pub(crate) async fn trim(
     offset: u32,
     len: u32,
 ) -> Result<Response, WireError> {
-    let version = node
-        .maps
-        .route(epoch, &oid, true)
-        .await?
-        .trim(oid, offset, len, options(node, &oid, false, Version::NONE))
-        .await
-        .map_err(engine_to_wire)?;
+    let kind = WriteKind::Zeroes { offset, len };
+    apply(node, epoch, oid, kind, false).await
+}
+
+async fn apply(
+    node: &NodeShared,
+    epoch: Epoch,
+    oid: ObjectId,
+    kind: WriteKind,
+    fua: bool,
+) -> Result<Response, WireError> {
+    let pg = node.primary_pg(epoch, &oid).await?;
+    let version = pg.write(&node.pgs.ctx, epoch, oid, kind, fua).await?;
     Ok(Response::Written { version })
 }

@@ -3,17 +3,18 @@
 //!
 //! | opcode | request body | request data | response body | response data |
 //! |---|---|---|---|---|
-//! | 11 Rep | epoch u64, device u32, pool u32, pg u32, interval u64, object, version, kind u8, 0u8×3, offset u32, len u32 | write: the bytes | - | - |
+//! | 11 Rep | epoch u64, device u32, pool u32, pg u32, interval u64, round u64, object, version, kind u8, 0u8×3, offset u32, len u32 | write: the bytes | - | - |
 //! | 12 Peer | epoch u64, json_len u32 | JSON message ‖ payload | json_len u32 | JSON answer ‖ payload |
 //!
 //! `kind`: 1 write (`len` = data length), 2 write-zeroes, 3 delete. A Rep is always durable on
-//! the member before it is answered. `interval` is the PG interval the primary activated; a
-//! member applies only sub-operations of the interval it was activated in.
+//! the member before it is answered. `interval` and `round` are the primary's term (the PG
+//! interval and its peering round); a member applies only sub-operations of the term it was
+//! activated in, and none once it promised a newer term.
 //! Peer messages are JSON (defined by the node: peering is rare and its shapes change more often
 //! than the data path's), with an optional binary payload (object images) after the JSON.
 
 use crate::error::ProtoError;
-use basalt_types::{DeviceId, Epoch, ObjectId, PgId, PoolId, Version, VolumeId};
+use basalt_types::{DeviceId, Epoch, ObjectId, PgId, PoolId, Term, Version, VolumeId};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 /// What a sub-operation does to the object.
@@ -39,15 +40,15 @@ pub struct RepOp {
     /// The member (a device of the receiving node) that must apply it.
     pub device: DeviceId,
     pub pg: PgId,
-    /// The PG interval in which the primary assigned `version`.
-    pub interval: Epoch,
+    /// The primary's term (its interval and peering round) in which it assigned `version`.
+    pub term: Term,
     pub oid: ObjectId,
     pub version: Version,
     pub kind: RepKind,
     pub data: Bytes,
 }
 
-pub(crate) const REP_BODY_LEN: usize = 8 + 4 + 4 + 4 + 8 + 20 + 16 + 4 + 4 + 4;
+pub(crate) const REP_BODY_LEN: usize = 8 + 4 + 4 + 4 + 8 + 8 + 20 + 16 + 4 + 4 + 4;
 
 const KIND_WRITE: u8 = 1;
 const KIND_ZEROES: u8 = 2;
@@ -59,7 +60,8 @@ impl RepOp {
         b.put_u32_le(self.device.0);
         b.put_u32_le(self.pg.pool.0);
         b.put_u32_le(self.pg.pg);
-        b.put_u64_le(self.interval.0);
+        b.put_u64_le(self.term.interval.0);
+        b.put_u64_le(self.term.round);
         b.put_u32_le(self.oid.pool.0);
         b.put_u64_le(self.oid.volume.0);
         b.put_u64_le(self.oid.index);
@@ -91,7 +93,7 @@ impl RepOp {
             pool: PoolId(b.get_u32_le()),
             pg: b.get_u32_le(),
         };
-        let interval = Epoch(b.get_u64_le());
+        let term = Term::new(Epoch(b.get_u64_le()), b.get_u64_le());
         let oid = ObjectId::new(
             PoolId(b.get_u32_le()),
             VolumeId(b.get_u64_le()),
@@ -121,7 +123,7 @@ impl RepOp {
             epoch,
             device,
             pg,
-            interval,
+            term,
             oid,
             version,
             kind,

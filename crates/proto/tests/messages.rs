@@ -5,7 +5,7 @@ use basalt_proto::{
     ErrorCode, FrameDecoder, ProtoError, RepKind, RepOp, Request, RequestKind, Response, WireError,
     encode_request, encode_response,
 };
-use basalt_types::{DeviceId, Epoch, NodeId, ObjectId, PgId, PoolId, Version, VolumeId};
+use basalt_types::{DeviceId, Epoch, NodeId, ObjectId, PgId, PoolId, Term, Version, VolumeId};
 use bytes::{Bytes, BytesMut};
 use proptest::prelude::*;
 
@@ -112,7 +112,7 @@ fn arb_rep() -> impl Strategy<Value = Request> {
                 epoch: Epoch(e),
                 device: DeviceId(d),
                 pg: PgId { pool: oid.pool, pg },
-                interval: Epoch(i),
+                term: Term::new(Epoch(i), i ^ u64::from(d)),
                 oid,
                 version: Version::new(ve, vs),
                 kind,
@@ -183,7 +183,7 @@ fn request_for(resp: &Result<Response, WireError>) -> Request {
             epoch: Epoch(1),
             device: DeviceId(1),
             pg: PgId::default(),
-            interval: Epoch(1),
+            term: Term::new(Epoch(1), 0),
             oid: ObjectId::default(),
             version: Version::new(1, 1),
             kind: RepKind::Delete,

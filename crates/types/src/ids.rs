@@ -88,6 +88,52 @@ impl fmt::Display for Version {
     }
 }
 
+/// A PG primary's term: the interval it serves and its peering round within that interval (a
+/// primary peers again, in a new round, when a member fails a sub-operation). Members promise
+/// terms and apply sub-operations of exactly the term they were activated in, so a primary of an
+/// older term (or an older round of the same interval) gets no more acknowledgements. Ordered by
+/// interval, then round.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub struct Term {
+    pub interval: Epoch,
+    pub round: u64,
+}
+
+impl Term {
+    /// Bits of a version's sequence number that count writes within one round; the round takes
+    /// the bits above. So every round's versions are newer than every earlier round's, and a
+    /// version is never handed out twice, even for a write an earlier round rolled back.
+    pub const ROUND_SHIFT: u32 = 40;
+    /// The largest round (above it the sequence number would not fit).
+    pub const MAX_ROUND: u64 = (1 << (64 - Term::ROUND_SHIFT)) - 1;
+    /// Writes one round can version.
+    pub const WRITES_PER_ROUND: u64 = (1 << Term::ROUND_SHIFT) - 1;
+
+    pub const fn new(interval: Epoch, round: u64) -> Term {
+        Term { interval, round }
+    }
+
+    /// The version of the `n`-th write (from 1) of this term; `None` past the round's range or
+    /// the largest round.
+    pub fn version(self, n: u64) -> Option<Version> {
+        if self.round > Term::MAX_ROUND || n > Term::WRITES_PER_ROUND {
+            return None;
+        }
+        Some(Version::new(
+            self.interval.0,
+            (self.round << Term::ROUND_SHIFT) | n,
+        ))
+    }
+}
+
+impl fmt::Display for Term {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "t{}.{}", self.interval.0, self.round)
+    }
+}
+
 /// A placement group: objects of one pool hash into `pg_count` groups, each mapped to an ordered
 /// device set (first = primary).
 #[derive(
@@ -136,6 +182,20 @@ impl fmt::Display for ObjectId {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn later_rounds_version_above_earlier_ones() {
+        let t0 = Term::new(Epoch(7), 0);
+        let t1 = Term::new(Epoch(7), 1);
+        let last_of_t0 = t0.version(Term::WRITES_PER_ROUND).unwrap();
+        assert!(t1.version(1).unwrap() > last_of_t0);
+        assert!(t0.version(1).unwrap() > Version::new(6, u64::MAX));
+        assert!(Term::new(Epoch(8), 0).version(1).unwrap() > t1.version(5).unwrap());
+        assert_eq!(t0.version(Term::WRITES_PER_ROUND + 1), None);
+        assert_eq!(Term::new(Epoch(7), Term::MAX_ROUND + 1).version(1), None);
+        let top = Term::new(Epoch(7), Term::MAX_ROUND).version(Term::WRITES_PER_ROUND);
+        assert_eq!(top, Some(Version::new(7, u64::MAX)));
+    }
 
     #[test]
     fn display_is_stable() {

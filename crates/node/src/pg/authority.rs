@@ -1,0 +1,399 @@
+//! Which version of each object is authoritative after a failure: the pure decision at the
+//! heart of peering (`peering.rs` gathers its inputs and carries it out).
+//!
+//! Inputs: the PG's history (intervals since it was last clean, each with the devices that
+//! served it), what each reachable device told the primary (its last activation `les`, how far
+//! it is known complete `last_complete`), and every reachable device's current version of each
+//! object that may differ.
+//!
+//! A write is acknowledged only once every serving member of its interval has it durable. So a
+//! version `v` a device holds is **trusted** (it may have been acknowledged, or a later peering
+//! already adopted it) when:
+//! 1. `v <= last_complete` of that device (it was current there at a point everything up to it
+//!    was reconciled), or
+//! 2. `v` was written in an interval older than the device's last activation `les`: that
+//!    activation's peering reconciled the device (every version it kept was adopted), or
+//! 3. `v` was written in the device's last activated interval and that interval is the PG's
+//!    last one: every reachable device that served it holds `v` or newer (a device of the
+//!    interval that lacks it proves it was never acknowledged), or
+//! 4. `v` was written in the device's last activated interval, a later interval went active
+//!    without this device, and some reachable member of the first such interval holds exactly
+//!    `v` (that peering adopted it; a rolled-back version is nowhere in the later interval).
+//!
+//! The authoritative state of an object is the newest trusted version among the devices that
+//! hold complete data (not backfill targets), or "absent" when none is trusted. A serving member
+//! whose version is newer than the authority is **divergent** (it holds a write that was never
+//! acknowledged): it is reset to the authority before the interval goes active, so the rules
+//! above stay true (rule 2 would trust it afterwards). A serving member with an older version
+//! (or none) is **behind**: the object is recovered onto it after activation, and writes to the
+//! object wait until then. (An older untrusted version can never win: the authority is newer,
+//! and the history keeps a member of every interval needed to find it.)
+
+use super::messages::{Held, Holding};
+use basalt_meta::PgHistory;
+use basalt_types::{DeviceId, ObjectId, Version};
+use std::collections::BTreeMap;
+
+/// Every reachable device's current state of one object (absent from the map: the device
+/// answered and knows nothing of it).
+pub(crate) type Copies = BTreeMap<DeviceId, Held>;
+
+/// The authoritative state of one object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Auth {
+    Absent,
+    /// This version (a tombstone when `deleted`), held by `source`.
+    Present {
+        version: Version,
+        deleted: bool,
+        source: DeviceId,
+    },
+}
+
+impl Auth {
+    pub fn version(&self) -> Version {
+        match self {
+            Auth::Absent => Version::NONE,
+            Auth::Present { version, .. } => *version,
+        }
+    }
+
+    fn matches(&self, copy: Option<&Held>) -> bool {
+        match (self, copy) {
+            (Auth::Absent, None) => true,
+            (
+                Auth::Present {
+                    version, deleted, ..
+                },
+                Some(h),
+            ) => h.version == *version && h.deleted == *deleted,
+            _ => false,
+        }
+    }
+}
+
+/// What peering must do about one object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Verdict {
+    pub auth: Auth,
+    /// Serving members holding a write that was never acknowledged: reset before activation.
+    pub divergent: Vec<DeviceId>,
+    /// Serving members lacking the authoritative version: recovered after activation.
+    pub behind: Vec<DeviceId>,
+}
+
+/// Decides one object. `sources` are the reachable devices with complete data, `serving` the
+/// interval's members.
+pub(crate) fn decide(
+    history: &PgHistory,
+    holdings: &BTreeMap<DeviceId, Holding>,
+    sources: &[DeviceId],
+    serving: &[DeviceId],
+    copies: &Copies,
+) -> Verdict {
+    let mut auth = Auth::Absent;
+    for dev in sources {
+        let Some(copy) = copies.get(dev) else {
+            continue;
+        };
+        let Some(holding) = holdings.get(dev) else {
+            continue;
+        };
+        if !trusted(copy.version, holding, history, holdings, copies) {
+            continue;
+        }
+        if copy.version > auth.version() {
+            auth = Auth::Present {
+                version: copy.version,
+                deleted: copy.deleted,
+                source: *dev,
+            };
+        }
+    }
+    // Prefer a serving member as the source (it is reachable for the whole interval).
+    if let Auth::Present {
+        version, deleted, ..
+    } = auth
+        && let Some(dev) = serving
+            .iter()
+            .find(|d| copies.get(d).is_some_and(|h| h.version == version))
+    {
+        auth = Auth::Present {
+            version,
+            deleted,
+            source: *dev,
+        };
+    }
+    let mut verdict = Verdict {
+        auth,
+        divergent: Vec::new(),
+        behind: Vec::new(),
+    };
+    for dev in serving {
+        let copy = copies.get(dev);
+        if auth.matches(copy) {
+            continue;
+        }
+        // Newer than the authority: a write that was never acknowledged (or the object should
+        // not exist at all). Anything else is older and simply needs the authority.
+        if copy.is_some_and(|c| c.version > auth.version() || auth == Auth::Absent) {
+            verdict.divergent.push(*dev);
+        } else {
+            verdict.behind.push(*dev);
+        }
+    }
+    verdict
+}
+
+/// Whether version `v` held by a device that reported `holding` is trusted (module docs).
+/// `holdings` names every device that answered (one missing from `copies` has nothing).
+fn trusted(
+    v: Version,
+    holding: &Holding,
+    history: &PgHistory,
+    holdings: &BTreeMap<DeviceId, Holding>,
+    copies: &Copies,
+) -> bool {
+    let Some(last) = history.last() else {
+        // Never activated: whatever the devices hold predates replication of this PG.
+        return true;
+    };
+    let les = holding.info.les;
+    if v <= holding.info.last_complete || v.epoch < les.0 {
+        return true;
+    }
+    if v.epoch > les.0 {
+        // Written in an interval the device was never activated in: impossible for a write
+        // that went through a primary; never trusted.
+        return false;
+    }
+    if last.epoch == les {
+        return last
+            .members
+            .iter()
+            .filter(|m| holdings.contains_key(m))
+            .all(|m| copies.get(m).is_some_and(|c| c.version >= v));
+    }
+    match history.intervals.iter().find(|i| i.epoch > les) {
+        Some(next) => next
+            .members
+            .iter()
+            .filter(|m| holdings.contains_key(m))
+            .any(|m| copies.get(m).is_some_and(|c| c.version == v)),
+        None => false,
+    }
+}
+
+/// The objects a plan touches, for logs.
+pub(crate) fn summary(verdicts: &BTreeMap<ObjectId, Verdict>) -> (usize, usize) {
+    let divergent = verdicts
+        .values()
+        .filter(|v| !v.divergent.is_empty())
+        .count();
+    let behind = verdicts.values().filter(|v| !v.behind.is_empty()).count();
+    (divergent, behind)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pg::info::MemberInfo;
+    use basalt_meta::PgInterval;
+    use basalt_types::{Epoch, PoolId, VolumeId};
+
+    const A: DeviceId = DeviceId(1);
+    const B: DeviceId = DeviceId(2);
+    const C: DeviceId = DeviceId(3);
+    const X: ObjectId = ObjectId {
+        pool: PoolId(1),
+        volume: VolumeId(1),
+        index: 0,
+    };
+
+    fn v(e: u64, s: u64) -> Version {
+        Version::new(e, s)
+    }
+
+    fn history(intervals: &[(u64, &[DeviceId])]) -> PgHistory {
+        PgHistory {
+            intervals: intervals
+                .iter()
+                .map(|(e, m)| PgInterval {
+                    epoch: Epoch(*e),
+                    members: m.to_vec(),
+                })
+                .collect(),
+            clean: Epoch(0),
+        }
+    }
+
+    /// Devices that answered, each activated last in `les` and complete up to `lc`.
+    fn holdings(devs: &[(DeviceId, u64, Version)]) -> BTreeMap<DeviceId, Holding> {
+        devs.iter()
+            .map(|(d, les, lc)| {
+                let h = Holding {
+                    info: MemberInfo {
+                        les: Epoch(*les),
+                        last_complete: *lc,
+                        backfill: None,
+                    },
+                    last_update: Version::NONE,
+                    log_tail: Version::NONE,
+                    objects: 0,
+                };
+                (*d, h)
+            })
+            .collect()
+    }
+
+    fn copies(cs: &[(DeviceId, Version, bool)]) -> Copies {
+        cs.iter()
+            .map(|(d, version, deleted)| {
+                let h = Held {
+                    oid: X,
+                    version: *version,
+                    deleted: *deleted,
+                };
+                (*d, h)
+            })
+            .collect()
+    }
+
+    fn run(
+        h: &PgHistory,
+        hold: &BTreeMap<DeviceId, Holding>,
+        serving: &[DeviceId],
+        c: &Copies,
+    ) -> Verdict {
+        let sources: Vec<DeviceId> = hold.keys().copied().collect();
+        decide(h, hold, &sources, serving, c)
+    }
+
+    fn present(version: Version, source: DeviceId) -> Auth {
+        Auth::Present {
+            version,
+            deleted: false,
+            source,
+        }
+    }
+
+    #[test]
+    fn agreeing_members_need_nothing() {
+        let h = history(&[(5, &[A, B, C])]);
+        let hold = holdings(&[(A, 5, v(5, 0)), (B, 5, v(5, 0)), (C, 5, v(5, 0))]);
+        let c = copies(&[
+            (A, v(5, 3), false),
+            (B, v(5, 3), false),
+            (C, v(5, 3), false),
+        ]);
+        let out = run(&h, &hold, &[A, B, C], &c);
+        assert_eq!(out.auth, present(v(5, 3), A));
+        assert!(out.divergent.is_empty() && out.behind.is_empty());
+    }
+
+    #[test]
+    fn a_write_only_the_old_primary_has_is_rolled_back() {
+        // A (primary of interval 5) wrote 5.4 and died before B and C had it: never acked.
+        let h = history(&[(5, &[A, B, C])]);
+        let hold = holdings(&[(A, 5, v(5, 0)), (B, 5, v(5, 0)), (C, 5, v(5, 0))]);
+        let c = copies(&[
+            (A, v(5, 4), false),
+            (B, v(5, 3), false),
+            (C, v(5, 3), false),
+        ]);
+        let out = run(&h, &hold, &[B, C, A], &c);
+        assert_eq!(out.auth, present(v(5, 3), B));
+        assert_eq!(out.divergent, [A]);
+        assert!(out.behind.is_empty());
+    }
+
+    #[test]
+    fn a_write_every_reachable_member_has_is_kept() {
+        // C is unreachable; A and B both have 5.4: it may have been acknowledged.
+        let h = history(&[(5, &[A, B, C])]);
+        let hold = holdings(&[(A, 5, v(5, 0)), (B, 5, v(5, 0))]);
+        let c = copies(&[(A, v(5, 4), false), (B, v(5, 4), false)]);
+        let out = run(&h, &hold, &[A, B], &c);
+        assert_eq!(out.auth, present(v(5, 4), A));
+        assert!(out.divergent.is_empty() && out.behind.is_empty());
+    }
+
+    #[test]
+    fn a_member_back_from_an_outage_is_behind() {
+        // Interval 7 ran without A and rewrote X; A comes back with its older copy.
+        let h = history(&[(5, &[A, B, C]), (7, &[B, C])]);
+        let hold = holdings(&[(A, 5, v(5, 0)), (B, 7, v(5, 3)), (C, 7, v(5, 3))]);
+        let c = copies(&[
+            (A, v(5, 3), false),
+            (B, v(7, 2), false),
+            (C, v(7, 2), false),
+        ]);
+        let out = run(&h, &hold, &[A, B, C], &c);
+        assert_eq!(out.auth, present(v(7, 2), B));
+        assert_eq!(out.behind, [A]);
+        assert!(out.divergent.is_empty());
+    }
+
+    #[test]
+    fn a_rolled_back_write_never_comes_back_with_its_member() {
+        // A wrote 5.4 alone and went away; interval 7 (B, C) went active with 5.3 and did not
+        // touch X. A returns: newest-wins would resurrect 5.4 after reads returned 5.3.
+        let h = history(&[(5, &[A, B, C]), (7, &[B, C])]);
+        let hold = holdings(&[(A, 5, v(5, 0)), (B, 7, v(5, 3)), (C, 7, v(5, 3))]);
+        let c = copies(&[
+            (A, v(5, 4), false),
+            (B, v(5, 3), false),
+            (C, v(5, 3), false),
+        ]);
+        let out = run(&h, &hold, &[B, C, A], &c);
+        assert_eq!(out.auth, present(v(5, 3), B));
+        assert_eq!(out.divergent, [A]);
+    }
+
+    #[test]
+    fn a_write_the_next_interval_adopted_is_kept() {
+        // A and B had 5.4 (C did not); interval 7 went active with A, B and adopted it. C was
+        // away; now only B (from 7) and C answer: 5.4 on B is trusted.
+        let h = history(&[(5, &[A, B, C]), (7, &[A, B])]);
+        let hold = holdings(&[(B, 7, v(5, 4)), (C, 5, v(5, 0))]);
+        let c = copies(&[(B, v(5, 4), false), (C, v(5, 3), false)]);
+        let out = run(&h, &hold, &[B, C], &c);
+        assert_eq!(out.auth, present(v(5, 4), B));
+        assert_eq!(out.behind, [C]);
+    }
+
+    #[test]
+    fn a_tombstone_beats_an_older_copy_and_absence_purges() {
+        let h = history(&[(5, &[A, B])]);
+        let hold = holdings(&[(A, 5, v(5, 0)), (B, 5, v(5, 0))]);
+        let c = copies(&[(A, v(5, 6), true), (B, v(5, 6), true)]);
+        let out = run(&h, &hold, &[A, B], &c);
+        assert!(matches!(out.auth, Auth::Present { deleted: true, .. }));
+        assert!(out.behind.is_empty() && out.divergent.is_empty());
+        // Only A created X (never acked): no trusted copy at all, A must forget it.
+        let c = copies(&[(A, v(5, 7), false)]);
+        let out = run(&h, &hold, &[B, A], &c);
+        assert_eq!(out.auth, Auth::Absent);
+        assert_eq!(out.divergent, [A]);
+    }
+
+    #[test]
+    fn complete_copies_are_trusted_whatever_their_interval() {
+        // B's 5.3 is at or below its last_complete: trusted even though A lacks it in 5.
+        let h = history(&[(5, &[A, B])]);
+        let hold = holdings(&[(A, 5, v(5, 0)), (B, 5, v(5, 3))]);
+        let c = copies(&[(B, v(5, 3), false)]);
+        let out = run(&h, &hold, &[A, B], &c);
+        assert_eq!(out.auth, present(v(5, 3), B));
+        assert_eq!(out.behind, [A]);
+    }
+
+    #[test]
+    fn a_pg_never_activated_trusts_what_it_holds() {
+        let h = PgHistory::default();
+        let hold = holdings(&[(A, 0, Version::NONE)]);
+        let c = copies(&[(A, v(0, 9), false)]);
+        let out = run(&h, &hold, &[A], &c);
+        assert_eq!(out.auth, present(v(0, 9), A));
+    }
+}

@@ -1,0 +1,302 @@
+//! Backfill: up-set members that do not serve the PG yet (a device added or brought in, the
+//! replacement of a device marked out) get the PG's data by a full comparison in object order,
+//! with a cursor: the primary walks its objects and the target's together and copies, replaces
+//! or purges until the target is identical. Writes to objects at or below the cursor are
+//! forwarded to the target as to any member, so it stays current behind the cursor; the object
+//! being copied waits. When every target is done the primary reports the PG ready on its up set
+//! (`pg-ready` record) and the leader makes the up set the acting set; the old copies go only
+//! once the PG is clean on the new one.
+
+use super::info::{Backfill, MemberInfo};
+use super::messages::{Held, ImageMeta, PeerAnswer, PeerMsg};
+use super::peering::{ask, entry_of};
+use super::{Ctx, Member, Pg};
+use basalt_meta::PgReadyRecord;
+use basalt_placement::ClusterMap;
+use basalt_types::{DeviceId, ObjectId, Term, Version};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+const PAGE: usize = 256;
+
+impl Pg {
+    /// Backfills every target; reports the PG ready on its up set once all are done.
+    pub(super) async fn backfill(
+        self: &Arc<Self>,
+        ctx: &Arc<Ctx>,
+        generation: u64,
+    ) -> Result<(), String> {
+        let (term, targets, known) = {
+            let st = self.st.lock();
+            let Some(p) = st.primary.as_ref() else {
+                return Ok(());
+            };
+            let t: Vec<(Member, Option<ObjectId>)> = p
+                .targets
+                .iter()
+                .filter(|t| !t.done)
+                .map(|t| (t.member.clone(), t.cursor))
+                .collect();
+            let known: Vec<DeviceId> = p.targets.iter().map(|t| t.member.dev).collect();
+            (p.term, t, known)
+        };
+        let map = ctx.maps.map();
+        let (entry, _) = entry_of(&map, self.id)?;
+        // Up members that did not answer peering (a node still starting) are no targets yet:
+        // peer again after a pause, or the PG would never become ready on its up set.
+        let unreached: Vec<DeviceId> = entry
+            .up
+            .iter()
+            .copied()
+            .filter(|d| map.is_up(*d) && !entry.acting.contains(d))
+            .filter(|d| !known.contains(d))
+            .collect();
+        if targets.is_empty() && unreached.is_empty() {
+            return Ok(());
+        }
+        for (member, cursor) in targets {
+            self.backfill_one(ctx, generation, term, &member, cursor)
+                .await?;
+            if !self.current(generation) {
+                return Ok(());
+            }
+        }
+        if !unreached.is_empty() {
+            tokio::time::sleep(ctx.tuning.retry).await;
+            return Err(format!("backfill targets {unreached:?} did not answer"));
+        }
+        let record = PgReadyRecord::new(self.id, map.epoch, entry.up.clone());
+        ctx.catalog
+            .put_pg_ready(&record)
+            .await
+            .map_err(|e| e.to_string())?;
+        tracing::info!(pg = %self.id, up = ?entry.up, "backfill done: ready on the up set");
+        Ok(())
+    }
+
+    async fn backfill_one(
+        self: &Arc<Self>,
+        ctx: &Arc<Ctx>,
+        generation: u64,
+        term: Term,
+        target: &Member,
+        mut cursor: Option<ObjectId>,
+    ) -> Result<(), String> {
+        let dev = target.dev;
+        let map = ctx.maps.map();
+        self.mark_target(ctx, &map, term, dev, cursor).await?;
+        tracing::info!(pg = %self.id, device = %dev, ?cursor, "backfilling");
+        loop {
+            if !self.current(generation) {
+                return Ok(());
+            }
+            let mine = self
+                .store
+                .list(self.id, cursor, PAGE)
+                .await
+                .map_err(|e| e.to_string())?;
+            let msg = PeerMsg::List {
+                device: dev,
+                pg: self.id,
+                after: cursor,
+                limit: PAGE,
+            };
+            let PeerAnswer::List { entries: theirs } = ask(ctx, &map, dev, &msg).await? else {
+                return Err(format!("{dev} answered a listing oddly"));
+            };
+            let bound = page_bound(
+                mine.last().map(|o| o.oid),
+                mine.len(),
+                theirs.last().map(|h| h.oid),
+                theirs.len(),
+            );
+            let mut merged: BTreeMap<ObjectId, Option<Held>> = mine
+                .iter()
+                .filter(|o| bound.is_none_or(|b| o.oid <= b))
+                .map(|o| (o.oid, None))
+                .collect();
+            for h in theirs.iter().filter(|h| bound.is_none_or(|b| h.oid <= b)) {
+                merged.insert(h.oid, Some(*h));
+            }
+            for (oid, theirs) in merged {
+                self.backfill_object(ctx, &map, generation, term, dev, oid, theirs)
+                    .await?;
+                cursor = Some(oid);
+            }
+            self.mark_target(ctx, &map, term, dev, cursor).await?;
+            if bound.is_none() {
+                break;
+            }
+        }
+        // Complete now: it holds the primary's objects, and every write since reached it.
+        let info = MemberInfo {
+            les: term.interval,
+            last_complete: Version::new(term.interval.0, 0),
+            backfill: None,
+        };
+        let msg = PeerMsg::Activate {
+            device: dev,
+            pg: self.id,
+            term,
+            info,
+        };
+        ask(ctx, &map, dev, &msg).await?;
+        let mut st = self.st.lock();
+        if st.generation == generation
+            && let Some(p) = st.primary.as_mut()
+            && let Some(t) = p.targets.iter_mut().find(|t| t.member.dev == dev)
+        {
+            t.done = true;
+        }
+        tracing::info!(pg = %self.id, device = %dev, "backfill of one target done");
+        Ok(())
+    }
+
+    /// Makes `oid` on the target equal to the primary's (writes to it wait meanwhile), then
+    /// moves the cursor past it.
+    #[allow(clippy::too_many_arguments)]
+    async fn backfill_object(
+        self: &Arc<Self>,
+        ctx: &Arc<Ctx>,
+        map: &ClusterMap,
+        generation: u64,
+        term: Term,
+        dev: DeviceId,
+        oid: ObjectId,
+        theirs: Option<Held>,
+    ) -> Result<(), String> {
+        {
+            let mut st = self.st.lock();
+            if st.generation != generation {
+                return Ok(());
+            }
+            if let Some(p) = st.primary.as_mut() {
+                p.busy.insert(oid);
+            }
+        }
+        let result = self.copy_object(ctx, map, term, dev, oid, theirs).await;
+        let mut st = self.st.lock();
+        if st.generation == generation
+            && let Some(p) = st.primary.as_mut()
+        {
+            p.busy.remove(&oid);
+            if result.is_ok()
+                && let Some(t) = p.targets.iter_mut().find(|t| t.member.dev == dev)
+            {
+                t.cursor = Some(oid);
+            }
+            p.release(&oid);
+        }
+        result
+    }
+
+    async fn copy_object(
+        &self,
+        ctx: &Arc<Ctx>,
+        map: &ClusterMap,
+        term: Term,
+        dev: DeviceId,
+        oid: ObjectId,
+        theirs: Option<Held>,
+    ) -> Result<(), String> {
+        let mine = self
+            .store
+            .object_info(oid)
+            .await
+            .map_err(|e| e.to_string())?;
+        let same = match (&mine, &theirs) {
+            (Some(m), Some(t)) => m.version == t.version && m.deleted == t.deleted,
+            (None, None) => true,
+            _ => false,
+        };
+        if same {
+            return Ok(());
+        }
+        if mine.is_none() {
+            let msg = PeerMsg::Purge {
+                device: dev,
+                pg: self.id,
+                term,
+                oid,
+            };
+            ask(ctx, map, dev, &msg).await?;
+            return Ok(());
+        }
+        let (meta, data) = ImageMeta::of(
+            self.store
+                .read_object(oid)
+                .await
+                .map_err(|e| e.to_string())?,
+        );
+        self.put(ctx, map, dev, term, oid, meta, data).await?;
+        let mut st = self.st.lock();
+        if let Some(p) = st.primary.as_mut() {
+            p.recovered_objects += 1;
+        }
+        Ok(())
+    }
+
+    /// Persists the target's backfill state (and lets it accept the term's writes).
+    async fn mark_target(
+        &self,
+        ctx: &Arc<Ctx>,
+        map: &ClusterMap,
+        term: Term,
+        dev: DeviceId,
+        cursor: Option<ObjectId>,
+    ) -> Result<(), String> {
+        let info = MemberInfo {
+            les: term.interval,
+            last_complete: Version::NONE,
+            backfill: Some(Backfill { term, cursor }),
+        };
+        let msg = PeerMsg::Activate {
+            device: dev,
+            pg: self.id,
+            term,
+            info,
+        };
+        match ask(ctx, map, dev, &msg).await? {
+            PeerAnswer::Done => Ok(()),
+            other => Err(format!("{dev} answered {other:?}")),
+        }
+    }
+}
+
+/// The last object both pages cover: `None` when both pages are the last of their listings
+/// (everything after the cursor is in them).
+fn page_bound(
+    mine_last: Option<ObjectId>,
+    mine_len: usize,
+    theirs_last: Option<ObjectId>,
+    theirs_len: usize,
+) -> Option<ObjectId> {
+    let m = (mine_len == PAGE).then_some(mine_last).flatten();
+    let t = (theirs_len == PAGE).then_some(theirs_last).flatten();
+    match (m, t) {
+        (None, None) => None,
+        (Some(a), None) | (None, Some(a)) => Some(a),
+        (Some(a), Some(b)) => Some(a.min(b)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use basalt_types::{PoolId, VolumeId};
+
+    fn o(i: u64) -> ObjectId {
+        ObjectId::new(PoolId(1), VolumeId(1), i)
+    }
+
+    #[test]
+    fn a_page_bound_never_skips_objects() {
+        // Both listings ended: everything is covered.
+        assert_eq!(page_bound(Some(o(5)), 3, Some(o(9)), 10), None);
+        // Only the primary's page is full: objects past its last may follow on its side.
+        assert_eq!(page_bound(Some(o(5)), PAGE, Some(o(9)), 10), Some(o(5)));
+        // Both full: the smaller last object bounds the step.
+        assert_eq!(page_bound(Some(o(5)), PAGE, Some(o(3)), PAGE), Some(o(3)));
+        assert_eq!(page_bound(None, 0, Some(o(3)), PAGE), Some(o(3)));
+    }
+}

@@ -1,0 +1,114 @@
+//! What a member persists about a PG, in the store's PG record (96 bytes, written in journal
+//! order with the data it describes): the last interval it was activated in, how far it is
+//! known complete, and its backfill state.
+//!
+//! ```text
+//!  0  8  les: epoch of the last interval this member was activated in (0: never)
+//!  8 16  last complete: every object whose authoritative version is at or below this is
+//!        current here (epoch u64, seq u64)
+//! 24  1  flags: bit 0 = a backfill is in progress on this member
+//! 25  7  zero
+//! 32 20  backfill cursor: objects up to and including it are current (pool u32, volume u64,
+//!        index u64)
+//! 52  1  1 = the cursor is set; 0 = nothing copied yet
+//! 53  3  zero
+//! 56 16  backfill term: the term (interval u64, round u64) of the primary that runs it; a
+//!        primary of another term starts the backfill over
+//! 72 24  zero
+//! ```
+
+use basalt_engine::PG_BLOB;
+use basalt_types::{Epoch, ObjectId, PoolId, Term, Version, VolumeId};
+use serde::{Deserialize, Serialize};
+
+/// A member's persisted knowledge of one PG.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct MemberInfo {
+    pub les: Epoch,
+    pub last_complete: Version,
+    pub backfill: Option<Backfill>,
+}
+
+/// A backfill in progress on a member that joined the up set without the PG's data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Backfill {
+    pub term: Term,
+    /// Objects up to and including this one are current (None: none yet).
+    pub cursor: Option<ObjectId>,
+}
+
+const FLAG_BACKFILL: u8 = 1;
+
+impl MemberInfo {
+    pub fn encode(&self) -> [u8; PG_BLOB] {
+        let mut b = [0u8; PG_BLOB];
+        b[0..8].copy_from_slice(&self.les.0.to_le_bytes());
+        b[8..16].copy_from_slice(&self.last_complete.epoch.to_le_bytes());
+        b[16..24].copy_from_slice(&self.last_complete.seq.to_le_bytes());
+        if let Some(bf) = &self.backfill {
+            b[24] = FLAG_BACKFILL;
+            if let Some(c) = bf.cursor {
+                b[32..36].copy_from_slice(&c.pool.0.to_le_bytes());
+                b[36..44].copy_from_slice(&c.volume.0.to_le_bytes());
+                b[44..52].copy_from_slice(&c.index.to_le_bytes());
+                b[52] = 1;
+            }
+            b[56..64].copy_from_slice(&bf.term.interval.0.to_le_bytes());
+            b[64..72].copy_from_slice(&bf.term.round.to_le_bytes());
+        }
+        b
+    }
+
+    pub fn decode(b: &[u8; PG_BLOB]) -> MemberInfo {
+        let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
+        let u32_at = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"));
+        let backfill = (b[24] & FLAG_BACKFILL != 0).then(|| Backfill {
+            term: Term::new(Epoch(u64_at(56)), u64_at(64)),
+            cursor: (b[52] == 1)
+                .then(|| ObjectId::new(PoolId(u32_at(32)), VolumeId(u64_at(36)), u64_at(44))),
+        });
+        MemberInfo {
+            les: Epoch(u64_at(0)),
+            last_complete: Version::new(u64_at(8), u64_at(16)),
+            backfill,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips() {
+        let oid = ObjectId::new(PoolId(3), VolumeId(u64::MAX), 7);
+        for info in [
+            MemberInfo::default(),
+            MemberInfo {
+                les: Epoch(9),
+                last_complete: Version::new(8, 77),
+                backfill: None,
+            },
+            MemberInfo {
+                les: Epoch(9),
+                last_complete: Version::NONE,
+                backfill: Some(Backfill {
+                    term: Term::new(Epoch(12), 3),
+                    cursor: None,
+                }),
+            },
+            MemberInfo {
+                les: Epoch(1),
+                last_complete: Version::new(1, 1),
+                backfill: Some(Backfill {
+                    term: Term::new(Epoch(12), u64::MAX),
+                    cursor: Some(oid),
+                }),
+            },
+        ] {
+            assert_eq!(MemberInfo::decode(&info.encode()), info);
+        }
+        // A PG never set reads as nothing known.
+        assert_eq!(MemberInfo::decode(&[0; PG_BLOB]), MemberInfo::default());
+    }
+}

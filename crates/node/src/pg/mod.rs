@@ -1,0 +1,523 @@
+//! Placement groups on this node: replication, peering, recovery and backfill.
+//!
+//! Every (local device, PG) pair the map names (acting or up) has a [`Pg`]. Its state says what
+//! the device is for the PG:
+//! - a **member** (any device of the acting or up set): it persists what it knows
+//!   ([`info::MemberInfo`] in the store's PG record), promises to refuse sub-operations of
+//!   intervals older than the newest peering it answered, and applies sub-operations of the
+//!   interval it was activated in (`replica.rs`);
+//! - the **primary** (first up device of the acting set) also runs the PG: it peers when the
+//!   PG's interval changes (`peering.rs`), serves reads and orders writes (`primary.rs`),
+//!   recovers objects that members miss (`recovery.rs`), copies the PG to up-set members that do
+//!   not have it yet (`backfill.rs`), and reports when the PG is clean.
+//!
+//! docs/design/replication.md describes the protocol and why it never loses or rolls back an
+//! acknowledged write.
+
+mod authority;
+mod backfill;
+pub(crate) mod info;
+pub(crate) mod messages;
+mod peering;
+mod primary;
+pub(crate) use primary::WriteKind;
+mod recovery;
+pub(crate) mod replica;
+
+use crate::mapstate::MapState;
+use crate::peers::Peers;
+use basalt_engine::Store;
+use basalt_link::Link;
+use basalt_meta::Catalog;
+use basalt_placement::{ClusterMap, PgMap};
+use basalt_types::{DeviceId, Epoch, ObjectId, PgId, Term, Version};
+use info::MemberInfo;
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{Notify, oneshot};
+
+/// What the PG machinery needs from the node.
+pub(crate) struct Ctx {
+    pub maps: Arc<MapState>,
+    pub catalog: Catalog,
+    pub peers: Arc<Peers>,
+    pub tuning: Tuning,
+}
+
+/// Settings of recovery and peering.
+#[derive(Clone, Debug)]
+pub struct Tuning {
+    /// Bytes per second recovery and backfill may move, per PG primary (0: unlimited).
+    pub recovery_bytes_per_sec: u64,
+    /// Objects a PG recovers or backfills at once.
+    pub recovery_parallel: usize,
+    /// How long an incomplete PG waits before peering again on its own.
+    pub retry: Duration,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Tuning {
+            recovery_bytes_per_sec: 256 << 20,
+            recovery_parallel: 4,
+            retry: Duration::from_secs(1),
+        }
+    }
+}
+
+/// The PGs of this node's devices.
+pub(crate) struct Pgs {
+    pub ctx: Arc<Ctx>,
+    stores: HashMap<DeviceId, Store>,
+    pgs: Mutex<HashMap<(DeviceId, PgId), Arc<Pg>>>,
+}
+
+/// One PG on one local device.
+pub(crate) struct Pg {
+    pub dev: DeviceId,
+    pub id: PgId,
+    pub store: Store,
+    pub st: Mutex<PgState>,
+    /// Woken whenever the state changes (activation, an object recovered, a status change).
+    pub changed: Notify,
+}
+
+/// Where a PG stands on the primary.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "state", content = "why")]
+pub(crate) enum Status {
+    Peering,
+    Active,
+    /// Cannot go active: too few members, or no member of some past interval reachable.
+    Incomplete(String),
+}
+
+/// A member the primary forwards to.
+#[derive(Clone)]
+pub(crate) struct Member {
+    pub dev: DeviceId,
+    pub link: Arc<dyn Link>,
+}
+
+/// An up-set member being filled by backfill.
+#[derive(Clone)]
+pub(crate) struct Target {
+    pub member: Member,
+    /// Objects up to and including this one are current on the target (None: none yet).
+    pub cursor: Option<ObjectId>,
+    pub done: bool,
+}
+
+impl Target {
+    /// Whether writes to `oid` must reach the target (it already has the object's state).
+    pub fn covers(&self, oid: &ObjectId) -> bool {
+        self.done || self.cursor.is_some_and(|c| *oid <= c)
+    }
+}
+
+/// An object some serving member does not have at its authoritative version.
+#[derive(Clone, Debug)]
+pub(crate) struct Missing {
+    pub version: Version,
+    /// The authoritative version is a tombstone.
+    pub deleted: bool,
+    /// A device holding the authoritative version.
+    pub source: DeviceId,
+    /// Serving members (maybe the primary itself) that need it.
+    pub need: Vec<DeviceId>,
+}
+
+/// The primary's view of an active (or activating) PG.
+pub(crate) struct Primary {
+    /// The interval and peering round this primary serves.
+    pub term: Term,
+    pub status: Status,
+    /// Serving members other than the primary.
+    pub members: Vec<Member>,
+    pub targets: Vec<Target>,
+    /// The last sequence number handed out in `interval`.
+    pub seq: u64,
+    /// Sequence numbers of writes not yet acknowledged by every member.
+    pub inflight: BTreeSet<u64>,
+    pub missing: BTreeMap<ObjectId, Missing>,
+    /// Objects being recovered or backfilled right now: writes wait.
+    pub busy: BTreeSet<ObjectId>,
+    pub waiters: HashMap<ObjectId, Vec<oneshot::Sender<()>>>,
+    pub min_size: usize,
+    /// Up-set members: the PG is clean when they all serve and nothing is missing.
+    pub up: Vec<DeviceId>,
+    pub acting: Vec<DeviceId>,
+    pub clean: bool,
+    /// Recovery counters (objects and bytes moved since activation).
+    pub recovered_objects: u64,
+    pub recovered_bytes: u64,
+}
+
+impl Primary {
+    /// Whether a write to `oid` must wait (recovery or backfill of it first).
+    pub fn must_wait(&self, oid: &ObjectId) -> bool {
+        self.missing.contains_key(oid) || self.busy.contains(oid)
+    }
+
+    /// Wakes everyone waiting for `oid`.
+    pub fn release(&mut self, oid: &ObjectId) {
+        for w in self.waiters.remove(oid).unwrap_or_default() {
+            let _ = w.send(());
+        }
+    }
+
+    /// Wakes every waiter (the PG stops being served).
+    pub fn release_all(&mut self) {
+        for (_, ws) in self.waiters.drain() {
+            for w in ws {
+                let _ = w.send(());
+            }
+        }
+    }
+}
+
+/// The whole state of one PG on one device.
+pub(crate) struct PgState {
+    /// Bumped whenever the primary's work must start over; tasks of an older generation stop.
+    pub generation: u64,
+    /// The newest term a primary asked this member about (sub-operations and messages of older
+    /// terms are refused from then on). Not persisted: after a restart a member accepts nothing
+    /// until a primary activates it again.
+    pub promised: Term,
+    /// The term this member was activated in: its sub-operations are applied (only while no
+    /// newer term was promised).
+    pub accepting: Term,
+    pub info: MemberInfo,
+    pub primary: Option<Primary>,
+}
+
+impl Pgs {
+    pub fn new(ctx: Arc<Ctx>, stores: HashMap<DeviceId, Store>) -> Arc<Pgs> {
+        Arc::new(Pgs {
+            ctx,
+            stores,
+            pgs: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn store(&self, dev: DeviceId) -> Option<&Store> {
+        self.stores.get(&dev)
+    }
+
+    /// Loads the PG records of every local store (at start): what each member knew.
+    pub async fn load(&self) -> Result<(), basalt_engine::EngineError> {
+        for (dev, store) in &self.stores {
+            for p in store.pgs().await? {
+                if p.has_record {
+                    self.insert(*dev, p.pg, store.clone(), MemberInfo::decode(&p.blob));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The PG of a local device, created on first use.
+    pub fn get(&self, dev: DeviceId, id: PgId) -> Option<Arc<Pg>> {
+        if let Some(pg) = self.pgs.lock().get(&(dev, id)) {
+            return Some(pg.clone());
+        }
+        let store = self.stores.get(&dev)?.clone();
+        Some(self.insert(dev, id, store, MemberInfo::default()))
+    }
+
+    fn insert(&self, dev: DeviceId, id: PgId, store: Store, info: MemberInfo) -> Arc<Pg> {
+        let mut pgs = self.pgs.lock();
+        let pg = pgs.entry((dev, id)).or_insert_with(|| {
+            Arc::new(Pg {
+                dev,
+                id,
+                store,
+                st: Mutex::new(PgState {
+                    generation: 0,
+                    promised: Term::new(info.les, 0),
+                    accepting: Term::default(),
+                    info,
+                    primary: None,
+                }),
+                changed: Notify::new(),
+            })
+        });
+        pg.clone()
+    }
+
+    /// The PG if it exists already (no store access).
+    pub fn existing(&self, dev: DeviceId, id: PgId) -> Option<Arc<Pg>> {
+        self.pgs.lock().get(&(dev, id)).cloned()
+    }
+
+    /// Every PG this node knows.
+    pub fn all(&self) -> Vec<Arc<Pg>> {
+        self.pgs.lock().values().cloned().collect()
+    }
+
+    /// A new map: every local device that is the primary of a PG whose interval (or up set)
+    /// changed starts peering; a device that stopped being the primary stops serving.
+    pub async fn on_map(self: &Arc<Self>, map: Arc<ClusterMap>) {
+        for (pool_id, pool) in &map.pools {
+            for (i, entry) in pool.pgs.iter().enumerate() {
+                let id = PgId {
+                    pool: *pool_id,
+                    pg: i as u32,
+                };
+                let primary = map.pg_primary(entry);
+                for dev in self.stores.keys().copied() {
+                    let member = entry.acting.contains(&dev) || entry.up.contains(&dev);
+                    if primary == Some(dev) {
+                        self.primary_sees(dev, id, &map, entry, usize::from(pool.min_size))
+                            .await;
+                    } else if member || self.existing(dev, id).is_some() {
+                        self.not_primary(dev, id).await;
+                    }
+                }
+            }
+        }
+    }
+
+    async fn primary_sees(
+        self: &Arc<Self>,
+        dev: DeviceId,
+        id: PgId,
+        map: &ClusterMap,
+        entry: &PgMap,
+        min_size: usize,
+    ) {
+        let Some(pg) = self.get(dev, id) else {
+            return;
+        };
+        let restart = {
+            let st = pg.st.lock();
+            match &st.primary {
+                None => true,
+                Some(p) => {
+                    p.term.interval != entry.since
+                        || p.up != entry.up
+                        || p.acting != entry.acting
+                        || matches!(p.status, Status::Incomplete(_))
+                }
+            }
+        };
+        if restart {
+            pg.restart_primary(self.ctx.clone(), map, entry, min_size);
+        }
+    }
+
+    async fn not_primary(&self, dev: DeviceId, id: PgId) {
+        let Some(pg) = self.existing(dev, id) else {
+            return;
+        };
+        if pg.st.lock().primary.is_some() {
+            tracing::info!(pg = %id, device = %dev, "no longer the primary");
+            pg.stop_primary();
+        }
+    }
+}
+
+impl Pg {
+    /// (Re)starts the primary's work for the map's interval: a new generation, status Peering,
+    /// and a driver task that peers, recovers and backfills.
+    pub fn restart_primary(
+        self: &Arc<Self>,
+        ctx: Arc<Ctx>,
+        map: &ClusterMap,
+        entry: &PgMap,
+        min_size: usize,
+    ) {
+        let generation = {
+            let mut st = self.st.lock();
+            st.generation += 1;
+            let seq = st
+                .primary
+                .as_ref()
+                .filter(|p| p.term.interval == entry.since)
+                .map_or(0, |p| p.seq);
+            // A new round of the same interval outranks every earlier one this device promised;
+            // peering raises it further if a member promised a newer one.
+            let round = if st.promised.interval == entry.since {
+                st.promised.round + 1
+            } else {
+                0
+            };
+            if let Some(p) = st.primary.as_mut() {
+                p.release_all();
+            }
+            st.primary = Some(Primary {
+                term: Term::new(entry.since, round),
+                status: Status::Peering,
+                members: Vec::new(),
+                targets: Vec::new(),
+                seq,
+                inflight: BTreeSet::new(),
+                missing: BTreeMap::new(),
+                busy: BTreeSet::new(),
+                waiters: HashMap::new(),
+                min_size: min_size.max(1),
+                up: entry.up.clone(),
+                acting: entry.acting.clone(),
+                clean: false,
+                recovered_objects: 0,
+                recovered_bytes: 0,
+            });
+            st.generation
+        };
+        self.changed.notify_waiters();
+        tracing::debug!(pg = %self.id, device = %self.dev, epoch = %map.epoch, "peering");
+        let pg = self.clone();
+        tokio::spawn(async move { pg.drive(ctx, generation).await });
+    }
+
+    /// Whether `generation` is still the current generation.
+    pub fn current(&self, generation: u64) -> bool {
+        self.st.lock().generation == generation
+    }
+
+    /// Ends the current term (a member failed a sub-operation, or recovery failed) and peers
+    /// again in a new round if this device is still the primary.
+    pub fn repeer(self: &Arc<Self>, ctx: Arc<Ctx>, why: &str) {
+        let map = ctx.maps.map();
+        let found = map
+            .pools
+            .get(&self.id.pool)
+            .and_then(|p| Some((p.pgs.get(self.id.pg as usize)?, usize::from(p.min_size))));
+        match found {
+            Some((entry, min_size)) if map.pg_primary(entry) == Some(self.dev) => {
+                tracing::warn!(pg = %self.id, "peering again: {why}");
+                self.restart_primary(ctx, &map, entry, min_size);
+            }
+            _ => {
+                tracing::warn!(pg = %self.id, "stops serving: {why}");
+                self.stop_primary();
+            }
+        }
+    }
+
+    /// Stops serving as the primary (a new map moved it, or its term failed without a new one).
+    pub fn stop_primary(&self) {
+        let mut st = self.st.lock();
+        if let Some(mut p) = st.primary.take() {
+            p.release_all();
+            st.generation += 1;
+            drop(st);
+            self.changed.notify_waiters();
+        }
+    }
+
+    /// Waits until the PG's state changes (or a short while passes).
+    pub async fn wait_change(&self) {
+        let _ = tokio::time::timeout(Duration::from_millis(200), self.changed.notified()).await;
+    }
+
+    /// The primary's driver: peers until active (or superseded), then recovers, backfills and
+    /// checks whether the PG is clean.
+    async fn drive(self: Arc<Self>, ctx: Arc<Ctx>, generation: u64) {
+        loop {
+            if !self.current(generation) {
+                return;
+            }
+            match self.peer(&ctx, generation).await {
+                Ok(()) => break,
+                Err(why) => {
+                    if !self.current(generation) {
+                        return;
+                    }
+                    tracing::info!(pg = %self.id, "not active: {why}");
+                    self.set_status(generation, Status::Incomplete(why));
+                    tokio::time::sleep(ctx.tuning.retry).await;
+                    self.set_status(generation, Status::Peering);
+                }
+            }
+        }
+        if let Err(why) = self.recover(&ctx, generation).await {
+            if self.current(generation) {
+                self.repeer(ctx, &format!("recovery failed: {why}"));
+            }
+            return;
+        }
+        if let Err(e) = self.compact(&ctx, generation).await {
+            tracing::warn!(pg = %self.id, "compacting the history: {e}");
+        }
+        if let Err(why) = self.backfill(&ctx, generation).await {
+            if self.current(generation) {
+                self.repeer(ctx, &format!("backfill failed: {why}"));
+            }
+            return;
+        }
+        self.settle(&ctx, generation).await;
+    }
+
+    fn set_status(&self, generation: u64, status: Status) {
+        let mut st = self.st.lock();
+        if st.generation != generation {
+            return;
+        }
+        if let Some(p) = st.primary.as_mut() {
+            p.status = status;
+        }
+        drop(st);
+        self.changed.notify_waiters();
+    }
+}
+
+/// A short summary of one PG this node is primary of (for status).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PgSummary {
+    pub pg: PgId,
+    pub device: DeviceId,
+    pub interval: Epoch,
+    pub round: u64,
+    #[serde(flatten)]
+    pub status: PgStatusView,
+    pub missing_objects: u64,
+    pub backfilling: usize,
+    pub clean: bool,
+    pub recovered_objects: u64,
+    pub recovered_bytes: u64,
+}
+
+/// The status of a PG, for status output.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PgStatusView {
+    pub state: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
+}
+
+impl Pgs {
+    /// What this node's primaries report.
+    pub fn summaries(&self) -> Vec<PgSummary> {
+        let mut out = Vec::new();
+        for pg in self.all() {
+            let st = pg.st.lock();
+            let Some(p) = &st.primary else { continue };
+            let (state, why) = match &p.status {
+                Status::Peering => ("peering", None),
+                Status::Active => ("active", None),
+                Status::Incomplete(w) => ("incomplete", Some(w.clone())),
+            };
+            out.push(PgSummary {
+                pg: pg.id,
+                device: pg.dev,
+                interval: p.term.interval,
+                round: p.term.round,
+                status: PgStatusView {
+                    state: state.to_string(),
+                    why,
+                },
+                missing_objects: p.missing.len() as u64,
+                backfilling: p.targets.iter().filter(|t| !t.done).count(),
+                clean: p.clean,
+                recovered_objects: p.recovered_objects,
+                recovered_bytes: p.recovered_bytes,
+            });
+        }
+        out.sort_by_key(|s| (s.pg, s.device));
+        out
+    }
+}

@@ -1,0 +1,660 @@
+//! Peering: what the primary of a PG does before it serves an interval.
+//!
+//! 1. Read the PG's history (intervals since it was last clean).
+//! 2. Ask every device that may hold the PG's data (serving members, up-set members, members of
+//!    past intervals) what it holds. Asking is a promise: the device refuses sub-operations of
+//!    older intervals from then on, so a deposed primary can get no more acknowledgements.
+//! 3. Check that the interval can be served: every serving member answered (writes need them
+//!    all), there are at least `min_size` of them, and every past interval has a reachable
+//!    member with complete data (else some acknowledged write may be unreachable: the PG waits,
+//!    it is never served without it).
+//! 4. Gather what may differ: every source's log since the lowest point every source is known
+//!    complete at (a full listing where a log was trimmed), then every device's version of each
+//!    such object.
+//! 5. Decide the authoritative version of each (`authority.rs`); reset divergent members now,
+//!    remember what members lack (recovered once active).
+//! 6. Append the interval to the history (compare-and-swap: a racing primary with a stale map
+//!    cannot), activate every serving member (it persists its new state and accepts the
+//!    interval's sub-operations), and go active.
+
+use super::authority::{self, Auth, Verdict};
+use super::info::MemberInfo;
+use super::messages::{Holding, ImageKind, ImageMeta, PeerAnswer, PeerMsg};
+use super::{Ctx, Member, Missing, Pg, Status, Target};
+use basalt_engine::WriteOptions;
+use basalt_meta::{PgHistory, PgInterval};
+use basalt_placement::ClusterMap;
+use basalt_types::{DeviceId, Epoch, ObjectId, PgId, Term, Version};
+use bytes::Bytes;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// Objects asked about per message.
+const BATCH: usize = 1024;
+
+impl Pg {
+    /// Peers the map's current interval; `Ok` once the PG is active.
+    pub(super) async fn peer(
+        self: &Arc<Self>,
+        ctx: &Arc<Ctx>,
+        generation: u64,
+    ) -> Result<(), String> {
+        let map = ctx.maps.map();
+        let (entry, min_size) = entry_of(&map, self.id)?;
+        let interval = entry.since;
+        if map.pg_primary(&entry) != Some(self.dev) {
+            return Err("no longer the primary".into());
+        }
+        let serving: Vec<DeviceId> = map.serving(&entry).collect();
+        if serving.len() < min_size {
+            return Err(format!(
+                "{} of its acting devices {:?} are up, min_size is {min_size}",
+                serving.len(),
+                entry.acting
+            ));
+        }
+        let (history, revision) = ctx
+            .catalog
+            .get_pg_history(self.id)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut candidates: BTreeSet<DeviceId> = serving.iter().copied().collect();
+        candidates.extend(entry.up.iter().copied().filter(|d| map.is_up(*d)));
+        candidates.extend(history.devices().into_iter().filter(|d| map.is_up(*d)));
+        let (term, holdings) = self.query_all(ctx, &map, generation, &candidates).await?;
+        check_answers(&map, &history, &serving, &holdings, interval)?;
+        check_history(&history, &holdings)?;
+        let sources = sources(&history, &holdings);
+        if let Some(d) = serving.iter().find(|d| !sources.contains(d)) {
+            // Cannot happen while devices re-enter acting sets only through backfill.
+            return Err(format!(
+                "serving member {d} holds the PG from before its history began; it needs a \
+                 backfill (mark it out and in)"
+            ));
+        }
+        let objects = self.changed_objects(ctx, &map, &holdings, &sources).await?;
+        let copies = self.versions(ctx, &map, &sources, &objects).await?;
+        let verdicts: BTreeMap<ObjectId, Verdict> = copies
+            .iter()
+            .map(|(oid, c)| {
+                let v = authority::decide(&history, &holdings, &sources, &serving, c);
+                (*oid, v)
+            })
+            .filter(|(_, v)| !v.divergent.is_empty() || !v.behind.is_empty())
+            .collect();
+        let (divergent, behind) = authority::summary(&verdicts);
+        if divergent + behind > 0 {
+            tracing::info!(
+                pg = %self.id, %term, objects = objects.len(), divergent, behind,
+                "peering found objects to reconcile"
+            );
+        }
+        self.reset_divergent(ctx, &map, term, &verdicts).await?;
+        let new_history = extend(&history, interval, &serving);
+        if new_history != history {
+            ctx.catalog
+                .put_pg_history(self.id, &new_history, revision)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        if !self.current(generation) {
+            return Err("superseded".into());
+        }
+        let missing = missing_of(&verdicts);
+        let complete_at = sources
+            .iter()
+            .map(|d| holdings[d].last_update.max(holdings[d].info.last_complete))
+            .max()
+            .unwrap_or(Version::NONE);
+        for dev in &serving {
+            let needs = missing.values().any(|m| m.need.contains(dev));
+            let info = MemberInfo {
+                les: interval,
+                last_complete: if needs {
+                    holdings[dev].info.last_complete
+                } else {
+                    complete_at
+                },
+                backfill: None,
+            };
+            self.activate(ctx, &map, *dev, term, info).await?;
+        }
+        let members = self.links(ctx, &map, &serving).await?;
+        let targets = self.targets(ctx, &map, &entry, &holdings, term).await?;
+        let mut st = self.st.lock();
+        if st.generation != generation {
+            return Err("superseded".into());
+        }
+        let p = st
+            .primary
+            .as_mut()
+            .expect("the primary state of this generation");
+        p.members = members;
+        p.targets = targets;
+        p.missing = missing;
+        p.status = Status::Active;
+        p.min_size = min_size;
+        drop(st);
+        self.changed.notify_waiters();
+        tracing::info!(pg = %self.id, device = %self.dev, %term, "active");
+        Ok(())
+    }
+
+    /// Queries every candidate in this generation's term; when a member promised a newer
+    /// round of the same interval already (a restarted primary forgot its rounds), raises the
+    /// round past it and asks again.
+    async fn query_all(
+        &self,
+        ctx: &Arc<Ctx>,
+        map: &ClusterMap,
+        generation: u64,
+        candidates: &BTreeSet<DeviceId>,
+    ) -> Result<(Term, BTreeMap<DeviceId, Holding>), String> {
+        for _ in 0..4 {
+            let term = self.term_of(generation)?;
+            let answers = self.query(ctx, map, term, candidates).await;
+            let newer = answers
+                .values()
+                .filter_map(|a| match a {
+                    PeerAnswer::Promised(t) => Some(*t),
+                    _ => None,
+                })
+                .max();
+            match newer {
+                None => {
+                    let holdings = answers
+                        .into_iter()
+                        .filter_map(|(d, a)| match a {
+                            PeerAnswer::Holding(h) => Some((d, h)),
+                            _ => None,
+                        })
+                        .collect();
+                    return Ok((term, holdings));
+                }
+                Some(t) if t.interval > term.interval => {
+                    return Err(format!(
+                        "a member promised term {t} already (this map is older)"
+                    ));
+                }
+                Some(t) => self.raise_round(generation, t.round + 1)?,
+            }
+        }
+        Err("members kept promising newer rounds".into())
+    }
+
+    /// This generation's term.
+    fn term_of(&self, generation: u64) -> Result<Term, String> {
+        let st = self.st.lock();
+        match &st.primary {
+            Some(p) if st.generation == generation => Ok(p.term),
+            _ => Err("superseded".into()),
+        }
+    }
+
+    fn raise_round(&self, generation: u64, round: u64) -> Result<(), String> {
+        let mut st = self.st.lock();
+        let current = st.generation == generation;
+        match st.primary.as_mut() {
+            Some(p) if current => {
+                if round > Term::MAX_ROUND {
+                    return Err(format!("interval {} ran out of rounds", p.term.interval));
+                }
+                p.term.round = p.term.round.max(round);
+                Ok(())
+            }
+            _ => Err("superseded".into()),
+        }
+    }
+
+    /// Asks every candidate what it holds (at once, each bounded by the peer timeout).
+    async fn query(
+        &self,
+        ctx: &Arc<Ctx>,
+        map: &ClusterMap,
+        term: Term,
+        candidates: &BTreeSet<DeviceId>,
+    ) -> BTreeMap<DeviceId, PeerAnswer> {
+        let asks = candidates.iter().map(|&device| async move {
+            let msg = PeerMsg::Query {
+                device,
+                pg: self.id,
+                term,
+            };
+            let answer = ctx.peers.ask(map, device, &msg, Bytes::new()).await;
+            (device, answer)
+        });
+        let mut out = BTreeMap::new();
+        for (device, answer) in futures::future::join_all(asks).await {
+            match answer {
+                Ok((a @ (PeerAnswer::Holding(_) | PeerAnswer::Promised(_)), _)) => {
+                    out.insert(device, a);
+                }
+                Ok((other, _)) => tracing::warn!(%device, "odd answer to a query: {other:?}"),
+                Err(e) => tracing::debug!(pg = %self.id, %device, "no answer to the query: {e}"),
+            }
+        }
+        out
+    }
+
+    /// Every object whose version may differ between the devices: each source's log since the
+    /// lowest point every source is complete at (or its full listing where its log is trimmed).
+    async fn changed_objects(
+        &self,
+        ctx: &Arc<Ctx>,
+        map: &ClusterMap,
+        holdings: &BTreeMap<DeviceId, Holding>,
+        sources: &[DeviceId],
+    ) -> Result<BTreeSet<ObjectId>, String> {
+        let since = sources
+            .iter()
+            .map(|d| holdings[d].info.last_complete)
+            .min()
+            .unwrap_or(Version::NONE);
+        let mut objects = BTreeSet::new();
+        for &device in sources {
+            let mut after = since;
+            loop {
+                let msg = PeerMsg::Log {
+                    device,
+                    pg: self.id,
+                    since: after,
+                    limit: BATCH,
+                };
+                let entries = match ask(ctx, map, device, &msg).await? {
+                    PeerAnswer::Log {
+                        trimmed: Some(_), ..
+                    } => {
+                        self.list_all(ctx, map, device, &mut objects).await?;
+                        break;
+                    }
+                    PeerAnswer::Log { entries, .. } => entries,
+                    other => return Err(format!("{device} answered a log query with {other:?}")),
+                };
+                let Some(last) = entries.last() else { break };
+                after = last.version;
+                let full = entries.len() == BATCH;
+                objects.extend(entries.iter().map(|e| e.oid));
+                if !full {
+                    break;
+                }
+            }
+        }
+        Ok(objects)
+    }
+
+    /// Adds every object `device` holds of the PG.
+    async fn list_all(
+        &self,
+        ctx: &Arc<Ctx>,
+        map: &ClusterMap,
+        device: DeviceId,
+        objects: &mut BTreeSet<ObjectId>,
+    ) -> Result<(), String> {
+        let mut after = None;
+        loop {
+            let msg = PeerMsg::List {
+                device,
+                pg: self.id,
+                after,
+                limit: BATCH,
+            };
+            let PeerAnswer::List { entries: page } = ask(ctx, map, device, &msg).await? else {
+                return Err(format!("{device} answered a listing oddly"));
+            };
+            let Some(last) = page.last() else {
+                return Ok(());
+            };
+            after = Some(last.oid);
+            objects.extend(page.iter().map(|h| h.oid));
+        }
+    }
+
+    /// Every responder's copy of each object.
+    async fn versions(
+        &self,
+        ctx: &Arc<Ctx>,
+        map: &ClusterMap,
+        responders: &[DeviceId],
+        objects: &BTreeSet<ObjectId>,
+    ) -> Result<BTreeMap<ObjectId, authority::Copies>, String> {
+        let mut out: BTreeMap<ObjectId, authority::Copies> =
+            objects.iter().map(|o| (*o, BTreeMap::new())).collect();
+        let all: Vec<ObjectId> = objects.iter().copied().collect();
+        for &device in responders {
+            for chunk in all.chunks(BATCH) {
+                let msg = PeerMsg::Versions {
+                    device,
+                    pg: self.id,
+                    oids: chunk.to_vec(),
+                };
+                let PeerAnswer::Versions { held: vs } = ask(ctx, map, device, &msg).await? else {
+                    return Err(format!("{device} answered a version query oddly"));
+                };
+                if vs.len() != chunk.len() {
+                    return Err(format!(
+                        "{device} answered {} of {} versions",
+                        vs.len(),
+                        chunk.len()
+                    ));
+                }
+                for (oid, held) in chunk.iter().zip(vs) {
+                    if let Some(h) = held {
+                        out.get_mut(oid).expect("asked").insert(device, h);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Resets every divergent member's copy to the authority, before activation.
+    async fn reset_divergent(
+        &self,
+        ctx: &Arc<Ctx>,
+        map: &ClusterMap,
+        term: Term,
+        verdicts: &BTreeMap<ObjectId, Verdict>,
+    ) -> Result<(), String> {
+        for (oid, v) in verdicts.iter().filter(|(_, v)| !v.divergent.is_empty()) {
+            let (meta, data) = self.image(ctx, map, *oid, &v.auth).await?;
+            for dev in &v.divergent {
+                tracing::info!(pg = %self.id, %oid, device = %dev, to = %v.auth.version(), "rolling back a write that was never acknowledged");
+                self.put(ctx, map, *dev, term, *oid, meta.clone(), data.clone())
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The authoritative image of `oid`.
+    pub(super) async fn image(
+        &self,
+        ctx: &Arc<Ctx>,
+        map: &ClusterMap,
+        oid: ObjectId,
+        auth: &Auth,
+    ) -> Result<(ImageMeta, Bytes), String> {
+        match *auth {
+            Auth::Absent => Ok((
+                ImageMeta {
+                    version: Version::NONE,
+                    kind: ImageKind::Absent,
+                    allocated: Vec::new(),
+                },
+                Bytes::new(),
+            )),
+            Auth::Present {
+                version,
+                deleted: true,
+                ..
+            } => Ok((
+                ImageMeta {
+                    version,
+                    kind: ImageKind::Tombstone,
+                    allocated: Vec::new(),
+                },
+                Bytes::new(),
+            )),
+            Auth::Present {
+                version, source, ..
+            } => {
+                let msg = PeerMsg::Get {
+                    device: source,
+                    pg: self.id,
+                    oid,
+                };
+                let (answer, data) = ctx
+                    .peers
+                    .ask(map, source, &msg, Bytes::new())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let PeerAnswer::Image(meta) = answer else {
+                    return Err(format!("{source} answered a get oddly"));
+                };
+                if meta.version != version {
+                    return Err(format!(
+                        "{oid} changed on {source}: {} instead of {version}",
+                        meta.version
+                    ));
+                }
+                Ok((meta, data))
+            }
+        }
+    }
+
+    /// Installs an image on `dev` (this device: directly).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn put(
+        &self,
+        ctx: &Arc<Ctx>,
+        map: &ClusterMap,
+        dev: DeviceId,
+        term: Term,
+        oid: ObjectId,
+        meta: ImageMeta,
+        data: Bytes,
+    ) -> Result<(), String> {
+        if dev == self.dev {
+            let opts = WriteOptions::durable().in_pg(self.id.pg);
+            return self
+                .store
+                .install(oid, meta.into_image(data), opts)
+                .await
+                .map_err(|e| e.to_string());
+        }
+        let msg = PeerMsg::Put {
+            device: dev,
+            pg: self.id,
+            term,
+            oid,
+            image: meta,
+        };
+        match ctx.peers.ask(map, dev, &msg, data).await {
+            Ok((PeerAnswer::Done, _)) => Ok(()),
+            Ok((other, _)) => Err(format!("{dev} answered a put with {other:?}")),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    async fn activate(
+        &self,
+        ctx: &Arc<Ctx>,
+        map: &ClusterMap,
+        dev: DeviceId,
+        term: Term,
+        info: MemberInfo,
+    ) -> Result<(), String> {
+        let msg = PeerMsg::Activate {
+            device: dev,
+            pg: self.id,
+            term,
+            info,
+        };
+        match ask(ctx, map, dev, &msg).await? {
+            PeerAnswer::Done => Ok(()),
+            other => Err(format!("{dev} answered an activation with {other:?}")),
+        }
+    }
+
+    /// Links to the serving members other than this device.
+    async fn links(
+        &self,
+        ctx: &Arc<Ctx>,
+        map: &ClusterMap,
+        serving: &[DeviceId],
+    ) -> Result<Vec<Member>, String> {
+        let mut out = Vec::new();
+        for dev in serving.iter().copied().filter(|d| *d != self.dev) {
+            let link = ctx.peers.link(map, dev).await.map_err(|e| e.to_string())?;
+            out.push(Member { dev, link });
+        }
+        Ok(out)
+    }
+
+    /// Up-set members that do not serve: backfill targets (a backfill of this term goes on
+    /// from its cursor; any other starts over: a new round may have rolled back writes the
+    /// target got).
+    async fn targets(
+        &self,
+        ctx: &Arc<Ctx>,
+        map: &ClusterMap,
+        entry: &basalt_placement::PgMap,
+        holdings: &BTreeMap<DeviceId, Holding>,
+        term: Term,
+    ) -> Result<Vec<Target>, String> {
+        let mut out = Vec::new();
+        for &dev in entry.up.iter().filter(|d| !entry.acting.contains(d)) {
+            if !map.is_up(dev) || !holdings.contains_key(&dev) {
+                continue;
+            }
+            let cursor = holdings[&dev]
+                .info
+                .backfill
+                .filter(|b| b.term == term)
+                .and_then(|b| b.cursor);
+            let link = ctx.peers.link(map, dev).await.map_err(|e| e.to_string())?;
+            out.push(Target {
+                member: Member { dev, link },
+                cursor,
+                done: false,
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// Sends a message and returns the answer (errors as text).
+pub(super) async fn ask(
+    ctx: &Arc<Ctx>,
+    map: &ClusterMap,
+    device: DeviceId,
+    msg: &PeerMsg,
+) -> Result<PeerAnswer, String> {
+    ctx.peers
+        .ask(map, device, msg, Bytes::new())
+        .await
+        .map(|(a, _)| a)
+        .map_err(|e| e.to_string())
+}
+
+/// The map entry and `min_size` of `pg`.
+pub(super) fn entry_of(
+    map: &ClusterMap,
+    pg: PgId,
+) -> Result<(basalt_placement::PgMap, usize), String> {
+    let pool = map
+        .pools
+        .get(&pg.pool)
+        .ok_or_else(|| format!("{} is not in map epoch {}", pg.pool, map.epoch.0))?;
+    let entry = pool
+        .pgs
+        .get(pg.pg as usize)
+        .ok_or_else(|| format!("{pg} is not in map epoch {}", map.epoch.0))?;
+    Ok((entry.clone(), usize::from(pool.min_size).max(1)))
+}
+
+/// Every serving member must answer (writes need them all), and so must every device of the
+/// PG's last interval that the map says is up: answering is its promise to stop, so the primary
+/// of that interval (alive but deposed) can serve no read or write once this term is active.
+fn check_answers(
+    map: &ClusterMap,
+    history: &PgHistory,
+    serving: &[DeviceId],
+    holdings: &BTreeMap<DeviceId, Holding>,
+    interval: Epoch,
+) -> Result<(), String> {
+    if let Some(d) = serving.iter().find(|d| !holdings.contains_key(d)) {
+        return Err(format!("serving member {d} did not answer"));
+    }
+    if let Some(last) = history.last()
+        && let Some(d) = last
+            .members
+            .iter()
+            .find(|d| map.is_up(**d) && !holdings.contains_key(d))
+    {
+        return Err(format!(
+            "{d}, a member of interval {} and up, did not answer",
+            last.epoch
+        ));
+    }
+    if let Some(h) = holdings.values().find(|h| h.info.les > interval) {
+        return Err(format!(
+            "a member was activated in interval {} (this map is older)",
+            h.info.les
+        ));
+    }
+    Ok(())
+}
+
+/// Every past interval needs a reachable member that was activated in it (or later) and holds
+/// complete data: it has every write acknowledged in that interval. A reachable member whose
+/// last activation is older than the interval proves the interval never went active (a
+/// primary activates every serving member before it serves), so it needs nobody.
+fn check_history(
+    history: &PgHistory,
+    holdings: &BTreeMap<DeviceId, Holding>,
+) -> Result<(), String> {
+    for i in &history.intervals {
+        let answered: Vec<&Holding> = i.members.iter().filter_map(|d| holdings.get(d)).collect();
+        let witness = answered
+            .iter()
+            .any(|h| h.info.backfill.is_none() && h.info.les >= i.epoch);
+        let never_active = answered.iter().any(|h| h.info.les < i.epoch);
+        if !witness && !never_active {
+            return Err(format!(
+                "no device of interval {} ({:?}) is reachable: it may hold acknowledged writes no \
+                 other device has",
+                i.epoch, i.members
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The devices whose data counts: they answered, hold complete data (no backfill under way),
+/// and were activated since the history began (a device last active before the PG was last
+/// clean holds nothing the clean members lack, and may hold objects deleted since).
+fn sources(history: &PgHistory, holdings: &BTreeMap<DeviceId, Holding>) -> Vec<DeviceId> {
+    let first = history.intervals.first().map_or(Epoch(0), |i| i.epoch);
+    holdings
+        .iter()
+        .filter(|(_, h)| h.info.backfill.is_none() && h.info.les >= first)
+        .map(|(d, _)| *d)
+        .collect()
+}
+
+/// The history with `interval` appended (unless it is already the last).
+fn extend(history: &PgHistory, interval: Epoch, serving: &[DeviceId]) -> PgHistory {
+    let mut h = history.clone();
+    if h.last().is_none_or(|l| l.epoch < interval) {
+        h.intervals.push(PgInterval {
+            epoch: interval,
+            members: serving.to_vec(),
+        });
+    }
+    h
+}
+
+/// What members lack, by object.
+fn missing_of(verdicts: &BTreeMap<ObjectId, Verdict>) -> BTreeMap<ObjectId, Missing> {
+    verdicts
+        .iter()
+        .filter(|(_, v)| !v.behind.is_empty())
+        .filter_map(|(oid, v)| match v.auth {
+            Auth::Present {
+                version,
+                deleted,
+                source,
+            } => Some((
+                *oid,
+                Missing {
+                    version,
+                    deleted,
+                    source,
+                    need: v.behind.clone(),
+                },
+            )),
+            Auth::Absent => None,
+        })
+        .collect()
+}

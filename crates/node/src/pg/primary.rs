@@ -1,0 +1,303 @@
+//! The primary's data path: reads, and writes ordered and versioned here, then applied on every
+//! serving member (and on backfill targets that already hold the object) before they are
+//! acknowledged.
+//!
+//! A write:
+//! 1. waits while its object is missing on a member or being recovered/backfilled (recovery of
+//!    it is already queued: peering put it in the missing set);
+//! 2. under the PG's lock, takes the next version `(interval, seq)`, hands the write to the
+//!    local store (held invisible: reads of the object wait until it is committed) and sends it
+//!    to every other member on their links, in that order, so every member applies the PG's
+//!    writes to one object in the same order;
+//! 3. once every copy is durable, commits the local write and acknowledges. A member that fails
+//!    makes the PG peer again (the write is not acknowledged; the client retries it).
+
+use super::{Ctx, Pg, Status};
+use crate::error::engine_to_wire;
+use basalt_engine::{EngineError, Pending, WriteOptions};
+use basalt_proto::{ErrorCode, RepKind, RepOp, Request, Response, WireError};
+use basalt_types::{Epoch, ObjectId, Term, Version, VolumeId};
+use bytes::Bytes;
+use std::sync::Arc;
+use tokio::sync::oneshot;
+
+/// What a write does to its object.
+#[derive(Clone, Debug)]
+pub(crate) enum WriteKind {
+    Data { offset: u32, data: Bytes },
+    Zeroes { offset: u32, len: u32 },
+    Delete,
+}
+
+/// Why the primary did not serve a request now.
+fn busy(msg: impl Into<String>) -> WireError {
+    WireError::new(ErrorCode::Busy, msg)
+}
+
+/// What to do with a request on the primary after looking at the PG's state.
+enum Gate<T> {
+    Go(T),
+    Wait(oneshot::Receiver<()>),
+}
+
+impl Pg {
+    /// Checks that the PG is active (as primary) and the object can be served now; else
+    /// registers a waiter for the object.
+    fn gate<T>(
+        &self,
+        oid: &ObjectId,
+        go: impl FnOnce(&mut super::Primary, u64) -> Result<T, WireError>,
+    ) -> Result<Gate<T>, WireError> {
+        let mut st = self.st.lock();
+        let (promised, generation) = (st.promised, st.generation);
+        let Some(p) = st.primary.as_mut() else {
+            return Err(busy(format!(
+                "{} is not the primary of {}",
+                self.dev, self.id
+            )));
+        };
+        if promised != p.term {
+            // A primary of a newer term asked this device: this one serves nothing more.
+            return Err(busy(format!(
+                "{} on {} promised term {promised}; it serves {} no more",
+                self.id, self.dev, p.term
+            )));
+        }
+        match &p.status {
+            Status::Active => {}
+            Status::Peering => return Err(busy(format!("{} is peering", self.id))),
+            Status::Incomplete(why) => {
+                return Err(busy(format!("{} is incomplete: {why}", self.id)));
+            }
+        }
+        if p.must_wait(oid) {
+            let (tx, rx) = oneshot::channel();
+            p.waiters.entry(*oid).or_default().push(tx);
+            return Ok(Gate::Wait(rx));
+        }
+        go(p, generation).map(Gate::Go)
+    }
+
+    /// Whether `generation` is still current and active (a read that started in it may be
+    /// answered).
+    fn still_serving(&self, generation: u64) -> bool {
+        let st = self.st.lock();
+        st.generation == generation
+            && st
+                .primary
+                .as_ref()
+                .is_some_and(|p| p.status == Status::Active && p.term == st.promised)
+    }
+
+    /// Reads `len` bytes of `oid` at `offset` (the object is current here: peering and
+    /// recovery made it so; held writes of it are waited for by the store). A read that
+    /// waited on a write whose term ended meanwhile is not answered (the write's fate is
+    /// peering's to decide): the client retries.
+    pub async fn read(&self, oid: ObjectId, offset: u32, len: u32) -> Result<Bytes, WireError> {
+        loop {
+            let gate = self.gate(&oid, |_, generation| {
+                Ok((generation, self.store.submit_read(oid, offset, len)))
+            })?;
+            match gate {
+                Gate::Go((generation, pending)) => {
+                    let data = pending.await.map_err(engine_to_wire)?;
+                    if !self.still_serving(generation) {
+                        return Err(busy(format!("{} changed terms during a read", self.id)));
+                    }
+                    return Ok(data);
+                }
+                Gate::Wait(rx) => {
+                    let _ = rx.await;
+                }
+            }
+        }
+    }
+
+    /// Applies one write on every member; returns its version once it is durable everywhere.
+    pub async fn write(
+        self: &Arc<Self>,
+        ctx: &Arc<Ctx>,
+        epoch: Epoch,
+        oid: ObjectId,
+        kind: WriteKind,
+        durable: bool,
+    ) -> Result<Version, WireError> {
+        let (version, local, reps) = loop {
+            let submitted = self.gate(&oid, |p, _| {
+                let n = p.seq + 1;
+                let Some(version) = p.term.version(n) else {
+                    return Err(busy(format!(
+                        "{} used up the versions of term {}",
+                        self.id, p.term
+                    )));
+                };
+                p.seq = n;
+                p.inflight.insert(n);
+                let replicated = !p.members.is_empty() || p.targets.iter().any(|t| t.covers(&oid));
+                let opts = WriteOptions {
+                    durable: durable || replicated,
+                    version: Some(version),
+                    pg: self.id.pg,
+                    pending: replicated,
+                };
+                let local = self.submit_local(oid, &kind, opts);
+                let rep = |dev| {
+                    Request::Rep(RepOp {
+                        epoch,
+                        device: dev,
+                        pg: self.id,
+                        term: p.term,
+                        oid,
+                        version,
+                        kind: match &kind {
+                            WriteKind::Data { offset, .. } => RepKind::Write { offset: *offset },
+                            WriteKind::Zeroes { offset, len } => RepKind::Zeroes {
+                                offset: *offset,
+                                len: *len,
+                            },
+                            WriteKind::Delete => RepKind::Delete,
+                        },
+                        data: match &kind {
+                            WriteKind::Data { data, .. } => data.clone(),
+                            WriteKind::Zeroes { .. } | WriteKind::Delete => Bytes::new(),
+                        },
+                    })
+                };
+                let members = p.members.iter().cloned();
+                let targets = p
+                    .targets
+                    .iter()
+                    .filter(|t| t.covers(&oid))
+                    .map(|t| t.member.clone());
+                let reps: Vec<_> = members
+                    .chain(targets)
+                    .map(|m| (m.dev, m.link.call(rep(m.dev))))
+                    .collect();
+                Ok((version, local, reps))
+            })?;
+            match submitted {
+                Gate::Go(x) => break x,
+                Gate::Wait(rx) => {
+                    let _ = rx.await;
+                }
+            }
+        };
+        let replicated = !reps.is_empty();
+        let local_res = local.await;
+        let done = |pg: &Pg| {
+            if let Some(p) = pg.st.lock().primary.as_mut()
+                && p.term.version(version.seq & Term::WRITES_PER_ROUND) == Some(version)
+            {
+                p.inflight.remove(&(version.seq & Term::WRITES_PER_ROUND));
+            }
+        };
+        let mut failed: Option<(String, ErrorCode)> = None;
+        for (dev, fut) in reps {
+            match fut.await {
+                Ok(Response::RepDone) => {}
+                Ok(other) => failed = Some((format!("{dev} answered {other:?}"), ErrorCode::Busy)),
+                Err(e) => failed = Some((format!("{dev}: {e}"), e.code)),
+            }
+        }
+        if let Err(e) = local_res {
+            if replicated || matches!(e, EngineError::Poisoned(_)) {
+                // Members may have applied it: peering decides what stays.
+                self.repeer(
+                    ctx.clone(),
+                    &format!("{oid} at {version}: local store: {e}"),
+                );
+            } else {
+                // Failed here only (a full device, say): nothing of it exists anywhere.
+                done(self);
+            }
+            return Err(engine_to_wire(e));
+        }
+        if let Some((why, code)) = failed {
+            // Not acknowledged: peering decides whether this version stays, and the client
+            // retries (a block write may be applied twice, never half) unless a member is out
+            // of space, which the client is told. The term ends first, so no read can see the
+            // write before peering decided; then the hold is released (reads of the next term
+            // see whatever peering kept).
+            self.repeer(ctx.clone(), &format!("{oid} at {version}: {why}"));
+            if replicated {
+                let _ = self.store.commit(oid, version);
+            }
+            let code = if code == ErrorCode::NoSpace {
+                code
+            } else {
+                ErrorCode::Busy
+            };
+            return Err(WireError::new(
+                code,
+                format!("{}: a member failed a write ({why})", self.id),
+            ));
+        }
+        self.store.commit(oid, version).map_err(engine_to_wire)?;
+        done(self);
+        Ok(version)
+    }
+
+    fn submit_local(
+        &self,
+        oid: ObjectId,
+        kind: &WriteKind,
+        opts: WriteOptions,
+    ) -> Pending<Version> {
+        match kind {
+            WriteKind::Data { offset, data } => {
+                self.store.submit_write(oid, *offset, data.clone(), opts)
+            }
+            WriteKind::Zeroes { offset, len } => {
+                self.store.submit_write_zeroes(oid, *offset, *len, opts)
+            }
+            WriteKind::Delete => self.store.submit_delete(oid, opts),
+        }
+    }
+}
+
+impl Pg {
+    /// Deletes the objects of `volume` at or past `from_index` that this PG holds, each as a
+    /// replicated write (a tombstone on every member). Returns how many it deleted.
+    pub async fn delete_volume(
+        self: &Arc<Self>,
+        ctx: &Arc<Ctx>,
+        epoch: Epoch,
+        volume: VolumeId,
+        from_index: u64,
+    ) -> Result<u64, WireError> {
+        let pool = self.id.pool;
+        let mut after = match (from_index, volume.0) {
+            (0, 0) => None,
+            (0, v) => Some(ObjectId::new(pool, VolumeId(v - 1), u64::MAX)),
+            (i, v) => Some(ObjectId::new(pool, VolumeId(v), i - 1)),
+        };
+        let mut deleted = 0;
+        loop {
+            let page = self
+                .store
+                .list(self.id, after, 256)
+                .await
+                .map_err(engine_to_wire)?;
+            let Some(last) = page.last() else {
+                return Ok(deleted);
+            };
+            after = Some(last.oid);
+            let mine: Vec<ObjectId> = page
+                .iter()
+                .filter(|o| o.oid.volume == volume && !o.deleted)
+                .map(|o| o.oid)
+                .collect();
+            let past_volume = last.oid.volume != volume;
+            let writes = mine
+                .iter()
+                .map(|oid| self.write(ctx, epoch, *oid, WriteKind::Delete, false));
+            for r in futures::future::join_all(writes).await {
+                r?;
+                deleted += 1;
+            }
+            if past_volume {
+                return Ok(deleted);
+            }
+        }
+    }
+}

@@ -1,0 +1,356 @@
+//! Recovery: objects that serving members lack after peering (they were away while the PG
+//! changed) are copied from a device holding the authoritative version, a few at a time and at
+//! a bounded rate. Writes to such an object wait until it is recovered (every member must hold
+//! the object before it takes a write), reads on the primary too when the primary lacks it.
+//!
+//! Then the PG settles: members learn how far they are complete (so the next peering compares
+//! less), and when every up-set member serves and nothing is missing the PG is clean: its
+//! history shrinks to the current interval, tombstones everyone has seen are trimmed, and
+//! devices that held the PG before and are no longer needed forget it.
+
+use super::info::MemberInfo;
+use super::messages::{ImageKind, ImageMeta, PeerAnswer, PeerMsg};
+use super::peering::{ask, entry_of};
+use super::{Ctx, Missing, Pg};
+use basalt_meta::PgHistory;
+use basalt_types::{DeviceId, ObjectId, Term, Version};
+use bytes::Bytes;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How often an active primary tells its members how far they are complete.
+const PUBLISH_COMPLETE: Duration = Duration::from_secs(30);
+
+impl Pg {
+    /// Recovers every missing object (returns when none is left, or the generation ended).
+    pub(super) async fn recover(
+        self: &Arc<Self>,
+        ctx: &Arc<Ctx>,
+        generation: u64,
+    ) -> Result<(), String> {
+        let mut pace = Pace::new(ctx.tuning.recovery_bytes_per_sec);
+        loop {
+            let (term, batch) = {
+                let mut st = self.st.lock();
+                if st.generation != generation {
+                    return Ok(());
+                }
+                let Some(p) = st.primary.as_mut() else {
+                    return Ok(());
+                };
+                let picks: Vec<(ObjectId, Missing)> = p
+                    .missing
+                    .iter()
+                    .filter(|(oid, _)| !p.busy.contains(oid))
+                    .take(ctx.tuning.recovery_parallel.max(1))
+                    .map(|(o, m)| (*o, m.clone()))
+                    .collect();
+                for (oid, _) in &picks {
+                    p.busy.insert(*oid);
+                }
+                (p.term, picks)
+            };
+            if batch.is_empty() {
+                return Ok(());
+            }
+            let map = ctx.maps.map();
+            let results = futures::future::join_all(
+                batch
+                    .iter()
+                    .map(|(oid, m)| self.recover_one(ctx, &map, term, *oid, m)),
+            )
+            .await;
+            let mut moved = 0;
+            let mut failure = None;
+            {
+                let mut st = self.st.lock();
+                if st.generation != generation {
+                    return Ok(());
+                }
+                let p = st.primary.as_mut().expect("same generation");
+                for ((oid, _), r) in batch.iter().zip(results) {
+                    p.busy.remove(oid);
+                    match r {
+                        Ok(bytes) => {
+                            p.missing.remove(oid);
+                            p.recovered_objects += 1;
+                            p.recovered_bytes += bytes;
+                            moved += bytes;
+                        }
+                        Err(e) => failure = Some(format!("{oid}: {e}")),
+                    }
+                    p.release(oid);
+                }
+            }
+            self.changed.notify_waiters();
+            if let Some(e) = failure {
+                return Err(e);
+            }
+            pace.spent(moved).await;
+        }
+    }
+
+    /// Copies one object's authoritative image to every member that needs it; returns the bytes
+    /// moved.
+    async fn recover_one(
+        &self,
+        ctx: &Arc<Ctx>,
+        map: &basalt_placement::ClusterMap,
+        term: Term,
+        oid: ObjectId,
+        m: &Missing,
+    ) -> Result<u64, String> {
+        let (meta, data) = if m.deleted {
+            let meta = ImageMeta {
+                version: m.version,
+                kind: ImageKind::Tombstone,
+                allocated: Vec::new(),
+            };
+            (meta, Bytes::new())
+        } else if m.source == self.dev {
+            ImageMeta::of(
+                self.store
+                    .read_object(oid)
+                    .await
+                    .map_err(|e| e.to_string())?,
+            )
+        } else {
+            let auth = super::authority::Auth::Present {
+                version: m.version,
+                deleted: false,
+                source: m.source,
+            };
+            self.image(ctx, map, oid, &auth).await?
+        };
+        if meta.version != m.version {
+            return Err(format!(
+                "the source holds {} instead of {}",
+                meta.version, m.version
+            ));
+        }
+        for dev in &m.need {
+            self.put(ctx, map, *dev, term, oid, meta.clone(), data.clone())
+                .await?;
+        }
+        Ok(data.len() as u64 * m.need.len() as u64)
+    }
+
+    /// After recovery and backfill: members learn how far they are complete; a clean PG trims
+    /// tombstones. Then keeps members' completeness current while the generation lasts.
+    pub(super) async fn settle(self: &Arc<Self>, ctx: &Arc<Ctx>, generation: u64) {
+        let mut cleaned = false;
+        loop {
+            if !self.current(generation) {
+                return;
+            }
+            if let Err(e) = self.publish_complete(ctx, generation).await {
+                tracing::warn!(pg = %self.id, "telling members how far they are complete: {e}");
+            }
+            if !cleaned {
+                match self.clean(ctx, generation).await {
+                    Ok(c) => cleaned = c,
+                    Err(e) => tracing::warn!(pg = %self.id, "cleaning: {e}"),
+                }
+            }
+            let deadline = Instant::now() + PUBLISH_COMPLETE;
+            while Instant::now() < deadline && self.current(generation) {
+                self.wait_change().await;
+            }
+        }
+    }
+
+    /// Everything written before the oldest write still in flight is on every member: the
+    /// term, that version, and the members (this device included).
+    fn committed(&self) -> Option<(Term, Version, Vec<DeviceId>)> {
+        let st = self.st.lock();
+        let p = st.primary.as_ref()?;
+        if !p.missing.is_empty() || p.status != super::Status::Active {
+            return None;
+        }
+        let n = p.inflight.first().map_or(p.seq, |s| s - 1);
+        let mut devs: Vec<DeviceId> = p.members.iter().map(|m| m.dev).collect();
+        devs.push(self.dev);
+        let upto = if n == 0 {
+            // Nothing written in this round: everything before the term.
+            Version::new(p.term.interval.0, p.term.round << Term::ROUND_SHIFT)
+        } else {
+            p.term.version(n)?
+        };
+        Some((p.term, upto, devs))
+    }
+
+    async fn publish_complete(
+        self: &Arc<Self>,
+        ctx: &Arc<Ctx>,
+        generation: u64,
+    ) -> Result<(), String> {
+        let Some((term, complete, devs)) = self.committed() else {
+            return Ok(());
+        };
+        let map = ctx.maps.map();
+        for dev in devs {
+            if !self.current(generation) {
+                return Ok(());
+            }
+            let info = MemberInfo {
+                les: term.interval,
+                last_complete: complete,
+                backfill: None,
+            };
+            let msg = PeerMsg::Activate {
+                device: dev,
+                pg: self.id,
+                term,
+                info,
+            };
+            match ask(ctx, &map, dev, &msg).await? {
+                PeerAnswer::Done => {}
+                other => return Err(format!("{dev} answered {other:?}")),
+            }
+        }
+        Ok(())
+    }
+
+    /// Once every acting member serves and nothing is missing, every serving member holds
+    /// every acknowledged write: the history shrinks to the current interval (older intervals
+    /// need no witness any more, and devices last activated before it stop counting as sources
+    /// of data), and devices of the old intervals that the PG is no longer placed on forget it.
+    pub(super) async fn compact(
+        self: &Arc<Self>,
+        ctx: &Arc<Ctx>,
+        generation: u64,
+    ) -> Result<(), String> {
+        let map = ctx.maps.map();
+        let (entry, _) = entry_of(&map, self.id)?;
+        let Some((term, _, _)) = self.committed() else {
+            return Ok(());
+        };
+        let serving: Vec<DeviceId> = map.serving(&entry).collect();
+        if serving != entry.acting || !self.current(generation) {
+            return Ok(());
+        }
+        let (history, revision) = ctx
+            .catalog
+            .get_pg_history(self.id)
+            .await
+            .map_err(|e| e.to_string())?;
+        let Some(current) = history.last().filter(|l| l.epoch == term.interval).cloned() else {
+            return Ok(());
+        };
+        if history.intervals.len() == 1 {
+            return Ok(());
+        }
+        let former: Vec<DeviceId> = history
+            .devices()
+            .into_iter()
+            .filter(|d| !entry.acting.contains(d) && !entry.up.contains(d))
+            .collect();
+        let compacted = PgHistory {
+            intervals: vec![current],
+            clean: history.clean,
+        };
+        ctx.catalog
+            .put_pg_history(self.id, &compacted, revision)
+            .await
+            .map_err(|e| e.to_string())?;
+        tracing::info!(pg = %self.id, %term, "recovered: history compacted to the current interval");
+        for dev in former.into_iter().filter(|d| map.is_up(*d)) {
+            if !self.current(generation) {
+                break;
+            }
+            let msg = PeerMsg::Remove {
+                device: dev,
+                pg: self.id,
+                term,
+            };
+            if let Err(e) = ask(ctx, &map, dev, &msg).await {
+                tracing::info!(pg = %self.id, device = %dev, "a former holder did not forget the PG: {e}");
+            }
+        }
+        Ok(())
+    }
+
+    /// If the PG is clean (its up set is its acting set, every member serves, nothing is
+    /// missing): records it, and trims tombstones every member has (no device that could hold
+    /// an older copy of a deleted object counts as a source any more). Returns whether it was
+    /// clean.
+    async fn clean(self: &Arc<Self>, ctx: &Arc<Ctx>, generation: u64) -> Result<bool, String> {
+        let map = ctx.maps.map();
+        let (entry, _) = entry_of(&map, self.id)?;
+        let Some((term, complete, devs)) = self.committed() else {
+            return Ok(false);
+        };
+        let serving: Vec<DeviceId> = map.serving(&entry).collect();
+        let clean = entry.acting == entry.up && serving == entry.acting;
+        if !clean || !self.current(generation) {
+            return Ok(false);
+        }
+        self.compact(ctx, generation).await?;
+        let (history, revision) = ctx
+            .catalog
+            .get_pg_history(self.id)
+            .await
+            .map_err(|e| e.to_string())?;
+        if history.intervals.len() != 1 || history.last().is_none_or(|l| l.epoch != term.interval) {
+            return Ok(false);
+        }
+        if history.clean != term.interval {
+            let marked = PgHistory {
+                intervals: history.intervals.clone(),
+                clean: term.interval,
+            };
+            ctx.catalog
+                .put_pg_history(self.id, &marked, revision)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        for dev in devs {
+            let msg = PeerMsg::Trim {
+                device: dev,
+                pg: self.id,
+                term,
+                upto: complete,
+            };
+            ask(ctx, &map, dev, &msg).await?;
+        }
+        {
+            let mut st = self.st.lock();
+            if st.generation == generation
+                && let Some(p) = st.primary.as_mut()
+            {
+                p.clean = true;
+            }
+        }
+        tracing::info!(pg = %self.id, %term, "clean");
+        Ok(true)
+    }
+}
+
+/// Keeps recovery under a byte rate.
+struct Pace {
+    rate: u64,
+    start: Instant,
+    spent: u64,
+}
+
+impl Pace {
+    fn new(rate: u64) -> Pace {
+        Pace {
+            rate,
+            start: Instant::now(),
+            spent: 0,
+        }
+    }
+
+    async fn spent(&mut self, bytes: u64) {
+        if self.rate == 0 {
+            return;
+        }
+        self.spent += bytes;
+        let due = Duration::from_secs_f64(self.spent as f64 / self.rate as f64);
+        let elapsed = self.start.elapsed();
+        if due > elapsed {
+            tokio::time::sleep(due - elapsed).await;
+        }
+    }
+}

@@ -1,0 +1,291 @@
+//! The member side: sub-operations and peering messages from a PG's primary.
+//!
+//! Rules a member keeps (docs/design/replication.md):
+//! - it applies a sub-operation only if it belongs to the interval the member was activated in
+//!   and no newer peering has asked it since (`promised`): a deposed primary gets no acks;
+//! - sub-operations are handed to the store in the order they arrive (the connection's read
+//!   loop calls [`Pgs::rep`] before decoding the next frame), so every member applies a PG's
+//!   writes to one object in the primary's order;
+//! - what it reports to a peering primary is durable first (the store is flushed).
+
+use super::Pgs;
+use super::info::MemberInfo;
+use super::messages::{Held, Holding, ImageMeta, PeerAnswer, PeerMsg};
+use crate::error::engine_to_wire;
+use basalt_engine::{EngineError, Pending, WriteOptions};
+use basalt_proto::{ErrorCode, RepKind, RepOp, Response, ResponseFuture, WireError};
+use basalt_types::{DeviceId, PgId, Term, Version};
+use bytes::Bytes;
+
+fn refused(code: ErrorCode, msg: impl Into<String>) -> WireError {
+    WireError::new(code, msg)
+}
+
+impl Pgs {
+    /// Applies a sub-operation: checked and handed to the store now (arrival order), answered
+    /// once it is durable.
+    pub fn rep(&self, op: RepOp) -> ResponseFuture {
+        let submitted = self.submit_rep(op);
+        Box::pin(async move {
+            let pending = submitted?;
+            pending.await.map_err(engine_to_wire)?;
+            Ok(Response::RepDone)
+        })
+    }
+
+    fn submit_rep(&self, op: RepOp) -> Result<Pending<Version>, WireError> {
+        let store = self.store(op.device).ok_or_else(|| {
+            refused(
+                ErrorCode::InvalidArgument,
+                format!("{} is not a device of this node", op.device),
+            )
+        })?;
+        let pg = self.get(op.device, op.pg).expect("the store exists");
+        let st = pg.st.lock();
+        if op.term != st.accepting || op.term != st.promised {
+            return Err(refused(
+                ErrorCode::StaleEpoch,
+                format!(
+                    "{} on {} accepts term {} (promised {}), not {}",
+                    op.pg, op.device, st.accepting, st.promised, op.term
+                ),
+            ));
+        }
+        let opts = WriteOptions {
+            durable: true,
+            version: Some(op.version),
+            pg: op.pg.pg,
+            pending: false,
+        };
+        // Submitted under the PG's lock: a peering query cannot slip in between the check and
+        // the store seeing the write (the query flushes the store after promising).
+        let pending = match op.kind {
+            RepKind::Write { offset } => store.submit_write(op.oid, offset, op.data, opts),
+            RepKind::Zeroes { offset, len } => store.submit_write_zeroes(op.oid, offset, len, opts),
+            RepKind::Delete => store.submit_delete(op.oid, opts),
+        };
+        drop(st);
+        Ok(pending)
+    }
+
+    /// Answers a peering or recovery message for one of this node's devices.
+    pub async fn peer(
+        &self,
+        msg: PeerMsg,
+        payload: Bytes,
+    ) -> Result<(PeerAnswer, Bytes), WireError> {
+        let dev = msg.device();
+        let store = self.store(dev).cloned().ok_or_else(|| {
+            refused(
+                ErrorCode::InvalidArgument,
+                format!("{dev} is not a device of this node"),
+            )
+        })?;
+        let e = engine_to_wire;
+        let done = |a: PeerAnswer| Ok((a, Bytes::new()));
+        match msg {
+            PeerMsg::Query { pg, term, .. } => {
+                if let Some(newer) = self.promise(dev, pg, term) {
+                    return done(PeerAnswer::Promised(newer));
+                }
+                // What was applied before the promise is durable before it is reported.
+                store.flush().await.map_err(e)?;
+                done(PeerAnswer::Holding(self.holding(dev, pg).await?))
+            }
+            PeerMsg::Log {
+                pg, since, limit, ..
+            } => match store.list_since(pg, since, limit).await {
+                Ok(entries) => done(PeerAnswer::Log {
+                    entries: entries.iter().map(Held::from).collect(),
+                    trimmed: None,
+                }),
+                Err(EngineError::LogTrimmed { tail, .. }) => done(PeerAnswer::Log {
+                    entries: Vec::new(),
+                    trimmed: Some(tail),
+                }),
+                Err(other) => Err(e(other)),
+            },
+            PeerMsg::Versions { oids, .. } => {
+                let mut out = Vec::with_capacity(oids.len());
+                for oid in oids {
+                    out.push(
+                        store
+                            .object_info(oid)
+                            .await
+                            .map_err(e)?
+                            .as_ref()
+                            .map(Held::from),
+                    );
+                }
+                done(PeerAnswer::Versions { held: out })
+            }
+            PeerMsg::List {
+                pg, after, limit, ..
+            } => {
+                let page = store.list(pg, after, limit).await.map_err(e)?;
+                done(PeerAnswer::List {
+                    entries: page.iter().map(Held::from).collect(),
+                })
+            }
+            PeerMsg::Get { oid, .. } => {
+                let (meta, data) = ImageMeta::of(store.read_object(oid).await.map_err(e)?);
+                Ok((PeerAnswer::Image(meta), data))
+            }
+            PeerMsg::Put {
+                pg,
+                term,
+                oid,
+                image,
+                ..
+            } => {
+                self.check_term(dev, pg, term)?;
+                let opts = WriteOptions::durable().in_pg(pg.pg);
+                store
+                    .install(oid, image.into_image(payload), opts)
+                    .await
+                    .map_err(e)?;
+                done(PeerAnswer::Done)
+            }
+            PeerMsg::Purge { pg, term, oid, .. } => {
+                self.check_term(dev, pg, term)?;
+                store
+                    .purge(oid, WriteOptions::durable().in_pg(pg.pg))
+                    .await
+                    .map_err(e)?;
+                done(PeerAnswer::Done)
+            }
+            PeerMsg::Activate { pg, term, info, .. } => {
+                self.check_term(dev, pg, term)?;
+                self.persist(dev, pg, info, Some(term)).await?;
+                done(PeerAnswer::Done)
+            }
+            PeerMsg::Remove { pg, term, .. } => {
+                self.check_term(dev, pg, term)?;
+                self.check_not_placed(dev, pg)?;
+                self.remove(dev, pg).await?;
+                done(PeerAnswer::Done)
+            }
+            PeerMsg::Trim { pg, term, upto, .. } => {
+                self.check_term(dev, pg, term)?;
+                store.trim_log(pg, upto).await.map_err(e)?;
+                done(PeerAnswer::Done)
+            }
+        }
+    }
+
+    /// A primary peers in `term`: refuse older terms from now on. Returns the newer term this
+    /// member promised already, if any (the query is refused).
+    fn promise(&self, dev: DeviceId, pg: PgId, term: Term) -> Option<Term> {
+        let p = self.get(dev, pg).expect("the store exists");
+        let mut st = p.st.lock();
+        if term < st.promised {
+            return Some(st.promised);
+        }
+        st.promised = term;
+        drop(st);
+        // A primary of this device in an older term stops serving at once.
+        p.changed.notify_waiters();
+        None
+    }
+
+    /// Refuses a message of a term older than the newest one this member promised.
+    fn check_term(&self, dev: DeviceId, pg: PgId, term: Term) -> Result<(), WireError> {
+        let p = self.get(dev, pg).expect("the store exists");
+        let st = p.st.lock();
+        if term < st.promised {
+            return Err(refused(
+                ErrorCode::StaleEpoch,
+                format!("{pg} on {dev} follows term {} now", st.promised),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Refuses to forget a PG this node's own map still places on the device.
+    fn check_not_placed(&self, dev: DeviceId, pg: PgId) -> Result<(), WireError> {
+        let map = self.ctx.maps.map();
+        let placed = map
+            .pools
+            .get(&pg.pool)
+            .and_then(|p| p.pgs.get(pg.pg as usize))
+            .is_some_and(|e| e.acting.contains(&dev) || e.up.contains(&dev));
+        if placed {
+            return Err(refused(
+                ErrorCode::StaleEpoch,
+                format!("map epoch {} still places {pg} on {dev}", map.epoch.0),
+            ));
+        }
+        Ok(())
+    }
+
+    /// What this member holds of `pg`.
+    pub(crate) async fn holding(&self, dev: DeviceId, pg: PgId) -> Result<Holding, WireError> {
+        let store = self.store(dev).expect("checked by the caller");
+        let engine = store
+            .pgs()
+            .await
+            .map_err(engine_to_wire)?
+            .into_iter()
+            .find(|p| p.pg == pg);
+        let p = self.get(dev, pg).expect("the store exists");
+        let info = p.st.lock().info;
+        Ok(Holding {
+            info,
+            last_update: engine
+                .as_ref()
+                .map_or(basalt_types::Version::NONE, |e| e.last_version),
+            log_tail: engine
+                .as_ref()
+                .map_or(basalt_types::Version::NONE, |e| e.log_tail),
+            objects: engine.as_ref().map_or(0, |e| e.objects),
+        })
+    }
+
+    /// Persists a member's info durably; `activate` also makes it accept that interval.
+    pub(crate) async fn persist(
+        &self,
+        dev: DeviceId,
+        pg: PgId,
+        info: MemberInfo,
+        activate: Option<Term>,
+    ) -> Result<(), WireError> {
+        let store = self.store(dev).expect("checked by the caller");
+        store
+            .set_pg(pg, Some(info.encode()), true)
+            .await
+            .map_err(engine_to_wire)?;
+        let p = self.get(dev, pg).expect("the store exists");
+        let mut st = p.st.lock();
+        st.info = info;
+        if let Some(term) = activate {
+            st.accepting = term;
+            st.promised = st.promised.max(term);
+        }
+        Ok(())
+    }
+
+    /// Forgets everything this device holds of `pg`.
+    pub(crate) async fn remove(&self, dev: DeviceId, pg: PgId) -> Result<(), WireError> {
+        let store = self.store(dev).expect("checked by the caller");
+        loop {
+            let page = store.list(pg, None, 1024).await.map_err(engine_to_wire)?;
+            if page.is_empty() {
+                break;
+            }
+            let purges = page
+                .iter()
+                .map(|o| store.purge(o.oid, WriteOptions::buffered().in_pg(pg.pg)));
+            for r in futures::future::join_all(purges).await {
+                r.map_err(engine_to_wire)?;
+            }
+        }
+        store.set_pg(pg, None, true).await.map_err(engine_to_wire)?;
+        if let Some(p) = self.existing(dev, pg) {
+            let mut st = p.st.lock();
+            st.info = MemberInfo::default();
+            st.accepting = Term::default();
+        }
+        tracing::info!(%pg, device = %dev, "removed the PG's data (no longer needed here)");
+        Ok(())
+    }
+}

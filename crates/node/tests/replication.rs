@@ -1,0 +1,306 @@
+//! Replication with real nodes in one process (real device files, the embedded metadata store,
+//! TCP between nodes, the client library): every write is on every member, a stopped node's
+//! PGs fail over to the others, a returning node is recovered, a new node is backfilled, and a
+//! volume delete leaves tombstones on every member.
+
+use basalt_client::{Cluster as Client, ClusterConfig, Volume, VolumeOptions};
+use basalt_meta::{Catalog, EmbeddedStore, MetaStore, PoolSpec};
+use basalt_node::{DeviceConfig, Node, NodeConfig, NodeStatus};
+use basalt_placement::ClusterMap;
+use basalt_types::DeviceId;
+use bytes::Bytes;
+use std::sync::Arc;
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(60);
+const OBJECT: u64 = 128 << 10;
+const PGS: u32 = 8;
+
+struct Cluster {
+    dir: tempfile::TempDir,
+    store: Arc<dyn MetaStore>,
+    catalog: Catalog,
+}
+
+impl Cluster {
+    async fn new() -> Cluster {
+        // RUST_LOG=basalt_node=info shows what the nodes do (peering, recovery, backfill).
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn MetaStore> = Arc::new(
+            EmbeddedStore::open(dir.path().join("meta.redb"))
+                .await
+                .unwrap(),
+        );
+        let catalog = Catalog::new(store.clone());
+        Cluster {
+            dir,
+            store,
+            catalog,
+        }
+    }
+
+    /// A pool of `replicas` copies with `min_size`.
+    async fn pool(&self, replicas: u8, min_size: u8) {
+        let mut spec = PoolSpec::new("default");
+        spec.replicas = replicas;
+        spec.min_size = Some(min_size);
+        spec.pg_count = PGS;
+        self.catalog.create_pool(&spec).await.unwrap();
+    }
+
+    /// Starts (or restarts, with its data) node `name` with one 256 MiB device file.
+    async fn node(&self, name: &str) -> Node {
+        let data = self.dir.path().join(name);
+        let mut config = NodeConfig::new(&data, "127.0.0.1:0".parse().unwrap());
+        config.name = name.into();
+        config.lease_ttl = Duration::from_secs(2);
+        config.peer_timeout = Duration::from_secs(2);
+        config.devices.push(DeviceConfig {
+            size: Some(256 << 20),
+            journal_size: Some(16 << 20),
+            ..DeviceConfig::new(data.join("dev.img"))
+        });
+        Node::start(config, self.store.clone(), false)
+            .await
+            .unwrap()
+    }
+
+    async fn client(&self) -> Client {
+        let config = ClusterConfig {
+            op_timeout: WAIT,
+            ..ClusterConfig::default()
+        };
+        Client::connect(self.store.clone(), config).await.unwrap()
+    }
+
+    async fn volume(&self, client: &Client, name: &str, size: u64) -> Volume {
+        client.create_volume(name, size, "default").await.unwrap();
+        client
+            .open_volume(name, VolumeOptions::default())
+            .await
+            .unwrap()
+    }
+
+    /// Waits (on the map watch) for a map satisfying `pred`.
+    async fn map_where(&self, what: &str, pred: impl Fn(&ClusterMap) -> bool) -> ClusterMap {
+        let mut maps = self.catalog.watch_map::<ClusterMap>().await.unwrap();
+        let found = tokio::time::timeout(WAIT, async {
+            while let Some(m) = maps.recv().await {
+                if pred(&m) {
+                    return m;
+                }
+            }
+            panic!("the map watch ended");
+        })
+        .await;
+        found.unwrap_or_else(|_| panic!("no map with {what} within {WAIT:?}"))
+    }
+}
+
+/// Polls `cond` until it holds (or panics after [`WAIT`] with `what`).
+async fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !cond() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not within {WAIT:?}: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn device_of(node: &Node) -> DeviceId {
+    node.status().devices[0].id
+}
+
+/// Whether `nodes` together run every PG of the pool as active primaries (and, with `clean`,
+/// every one is clean).
+fn all_active(nodes: &[&Node], clean: bool) -> bool {
+    let pgs: Vec<_> = nodes
+        .iter()
+        .flat_map(|n| n.status().pgs)
+        .filter(|p| p.status.state == "active" && (!clean || p.clean))
+        .collect();
+    pgs.len() == PGS as usize
+}
+
+fn objects_on(status: &NodeStatus) -> u64 {
+    status.devices.iter().map(|d| d.objects).sum()
+}
+
+/// The bytes of object `i` in generation `g`: every 8-byte word names both.
+fn pattern(i: u64, g: u64) -> Bytes {
+    let word = ((g << 32) | i).to_le_bytes();
+    word.iter()
+        .copied()
+        .cycle()
+        .take(OBJECT as usize)
+        .collect::<Vec<u8>>()
+        .into()
+}
+
+async fn write_all(vol: &Volume, objects: u64, g: u64) {
+    for i in 0..objects {
+        vol.write(i * OBJECT, pattern(i, g), false).await.unwrap();
+    }
+}
+
+async fn check_all(vol: &Volume, objects: u64, g: impl Fn(u64) -> u64) {
+    for i in 0..objects {
+        let got = vol.read(i * OBJECT, OBJECT as u32).await.unwrap();
+        assert!(
+            got == pattern(i, g(i)),
+            "object {i}: expected generation {}",
+            g(i)
+        );
+    }
+}
+
+/// Three nodes, three copies: writes land on every device; a cleanly stopped node's PGs go on
+/// serving from the other two; writes made while it was away are recovered onto it when it
+/// returns, so that it alone then serves all of them (the other two stopped, `min_size` 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_returning_member_is_recovered_and_can_then_serve_alone() {
+    let c = Cluster::new().await;
+    let a = c.node("a").await;
+    let b = c.node("b").await;
+    let d = c.node("d").await;
+    c.pool(3, 1).await;
+    let devs = [device_of(&a), device_of(&b), device_of(&d)];
+    c.map_where("every PG on all three devices", |m| {
+        m.pools.values().all(|p| {
+            p.pgs
+                .iter()
+                .all(|pg| pg.acting.len() == 3 && devs.iter().all(|d| m.is_up(*d)))
+        })
+    })
+    .await;
+    until("every PG active", || all_active(&[&a, &b, &d], false)).await;
+    let client = c.client().await;
+    let objects = 24;
+    let vol = c.volume(&client, "v", objects * OBJECT).await;
+    write_all(&vol, objects, 1).await;
+    check_all(&vol, objects, |_| 1).await;
+    for n in [&a, &b, &d] {
+        assert_eq!(
+            objects_on(&n.status()),
+            objects,
+            "every device holds every object"
+        );
+    }
+
+    // Node a stops: its PGs fail over; half of the objects are rewritten meanwhile.
+    let gone = device_of(&a);
+    a.shutdown().await;
+    c.map_where("a down", |m| !m.is_up(gone)).await;
+    for i in (0..objects).step_by(2) {
+        vol.write(i * OBJECT, pattern(i, 2), false).await.unwrap();
+    }
+    let generation = |i: u64| if i.is_multiple_of(2) { 2 } else { 1 };
+    check_all(&vol, objects, generation).await;
+
+    // a returns and is recovered; then it serves alone.
+    let a = c.node("a").await;
+    c.map_where("a up", |m| m.is_up(gone)).await;
+    until("every PG clean", || all_active(&[&a, &b, &d], true)).await;
+    let recovered: u64 = a.status().pgs.iter().map(|p| p.recovered_objects).sum();
+    let others: u64 = [&b, &d]
+        .iter()
+        .flat_map(|n| n.status().pgs)
+        .map(|p| p.recovered_objects)
+        .sum();
+    assert!(
+        recovered + others >= objects / 2,
+        "the rewritten objects were recovered onto a ({recovered} + {others})"
+    );
+    let (db, dd) = (device_of(&b), device_of(&d));
+    b.shutdown().await;
+    d.shutdown().await;
+    c.map_where("only a up", |m| !m.is_up(db) && !m.is_up(dd))
+        .await;
+    until("a serves every PG", || all_active(&[&a], false)).await;
+    check_all(&vol, objects, generation).await;
+    a.shutdown().await;
+}
+
+/// Two nodes, two copies; a third node joins: the PGs that move to it are backfilled, become
+/// acting there, and it then serves them with the other original node stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_node_is_backfilled_and_serves_what_moved_to_it() {
+    let c = Cluster::new().await;
+    let a = c.node("a").await;
+    let b = c.node("b").await;
+    c.pool(2, 1).await;
+    c.map_where("every PG on both devices", |m| {
+        m.pools
+            .values()
+            .all(|p| p.pgs.iter().all(|pg| pg.acting.len() == 2))
+    })
+    .await;
+    until("every PG active", || all_active(&[&a, &b], false)).await;
+    let client = c.client().await;
+    let objects = 32;
+    let vol = c.volume(&client, "v", objects * OBJECT).await;
+    write_all(&vol, objects, 1).await;
+
+    let n = c.node("n").await;
+    let new = device_of(&n);
+    let moved = c
+        .map_where("PGs acting on the new device", |m| {
+            m.pools
+                .values()
+                .all(|p| p.pgs.iter().all(|pg| pg.acting == pg.up))
+                && m.pools
+                    .values()
+                    .any(|p| p.pgs.iter().any(|pg| pg.acting.contains(&new)))
+        })
+        .await;
+    until("every PG clean", || all_active(&[&a, &b, &n], true)).await;
+    assert!(objects_on(&n.status()) > 0, "the new device holds objects");
+    // Stop a: every PG it held goes on from its other member, b or the new node.
+    let da = device_of(&a);
+    let a_pgs = moved
+        .pools
+        .values()
+        .flat_map(|p| p.pgs.iter())
+        .filter(|pg| pg.acting.contains(&da) && pg.acting.contains(&new))
+        .count();
+    assert!(a_pgs > 0, "some PG is on a and the new device");
+    a.shutdown().await;
+    c.map_where("a down", |m| !m.is_up(da)).await;
+    until("every PG active on b and n", || {
+        all_active(&[&b, &n], false)
+    })
+    .await;
+    check_all(&vol, objects, |_| 1).await;
+    b.shutdown().await;
+    n.shutdown().await;
+}
+
+/// Deleting a volume of a replicated pool removes its objects from every member.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_volume_is_gone_from_every_member() {
+    let c = Cluster::new().await;
+    let a = c.node("a").await;
+    let b = c.node("b").await;
+    c.pool(2, 2).await;
+    until("every PG active", || all_active(&[&a, &b], false)).await;
+    let client = c.client().await;
+    let objects = 16;
+    let vol = c.volume(&client, "v", objects * OBJECT).await;
+    write_all(&vol, objects, 1).await;
+    for n in [&a, &b] {
+        assert_eq!(objects_on(&n.status()), objects);
+    }
+    drop(vol);
+    assert_eq!(client.delete_volume("v").await.unwrap(), objects);
+    for n in [&a, &b] {
+        assert_eq!(objects_on(&n.status()), 0, "no live object is left");
+    }
+    a.shutdown().await;
+    b.shutdown().await;
+}
