@@ -69,6 +69,19 @@ impl ClusterArgs {
         })
     }
 
+    /// The `cluster.json` of a local `basalt up` when the cluster is found through it (no
+    /// `--etcd`, no `--cluster`): it names the processes `up` started.
+    pub fn cluster_file(&self) -> Option<clusterfile::ClusterFile> {
+        if !self.etcd.is_empty() || self.cluster.is_some() {
+            return None;
+        }
+        let data = self
+            .data
+            .clone()
+            .unwrap_or_else(clusterfile::default_data_dir);
+        clusterfile::read(&data)
+    }
+
     /// A client connected to the cluster.
     pub async fn connect(&self) -> anyhow::Result<Cluster> {
         self.connect_with_timeout(ClusterConfig::default().op_timeout)

@@ -1,10 +1,12 @@
 //! `basalt`: the one binary. The composition root: it parses the command line, builds the
 //! pieces from the library crates and runs them. No storage logic lives here.
 
+mod children;
 mod clusterfile;
 mod connect;
 mod device;
 mod duration;
+mod health;
 mod nbd_cmd;
 mod node_cmd;
 mod output;
@@ -12,6 +14,7 @@ mod pg;
 mod pool;
 mod status;
 mod up;
+mod up_nodes;
 mod volume;
 
 use clap::{Parser, Subcommand};
@@ -26,7 +29,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Start a local single-node cluster in the foreground, with a volume served over NBD.
+    /// Start a local cluster in the foreground, with a volume served over NBD: one node in this
+    /// process, or N node processes with --nodes N.
     Up(up::UpArgs),
     /// Run a storage node of a multi-process cluster (metadata in etcd).
     Node(node_cmd::NodeArgs),
@@ -44,7 +48,7 @@ enum Command {
     /// List placement groups; declare one's data lost.
     #[command(subcommand)]
     Pg(pg::PgCommand),
-    /// Show the cluster: map epoch, nodes, devices, pools, volumes.
+    /// Show the cluster: health, nodes, devices, placement groups by state, pools, volumes.
     Status(status::StatusArgs),
     /// Benchmark a cluster (or any NBD target) and write reports.
     Bench(Box<basalt_bench::BenchArgs>),

@@ -22,6 +22,9 @@ pub struct NodeArgs {
     /// Directory for the node's own state (its id).
     #[arg(long)]
     pub data: PathBuf,
+    /// Name shown in `basalt status` and logs. Default: the host name.
+    #[arg(long)]
+    pub name: Option<String>,
     /// Data-path listen address.
     #[arg(long, default_value = "0.0.0.0:10810")]
     pub listen: SocketAddr,
@@ -53,6 +56,9 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot reach etcd at {}", args.etcd.join(",")))?;
     let mut config = NodeConfig::new(&args.data, args.listen);
+    if let Some(name) = &args.name {
+        config.name.clone_from(name);
+    }
     config.advertise = args.advertise.clone();
     config.io = args.io.into();
     config.lease_ttl = args.lease_ttl;
@@ -67,6 +73,8 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     let node = Node::start(config, Arc::new(store), false).await?;
     println!("node {} serving on {}", node.id(), node.status().addr);
     crate::up::wait_for_signal().await;
+    // A clean stop leaves the cluster at once: requests in flight finish, then the lease is
+    // revoked (the leader marks the node's devices down now, not when the lease would expire).
     node.shutdown().await;
     Ok(())
 }

@@ -1,12 +1,21 @@
-//! `basalt status`: the cluster map, nodes with their devices, pools and volumes.
+//! `basalt status`: the cluster's health, every node (registered or not) with its devices,
+//! placement groups by state, pools and volumes. `--json` prints the same as one document,
+//! described in docs/design/status.md.
 
+use crate::clusterfile::{self, ClusterFile};
 use crate::connect::Common;
+use crate::health::{Facts, Health, NodeState, PgCounts};
 use crate::output;
+use basalt_client::Cluster;
+use basalt_meta::{FailureDomain, NodeRecord};
 use basalt_node::{AdminRequest, NodeStatus};
+use basalt_placement::ClusterMap;
 use basalt_proto::{Request, Response};
+use basalt_types::NodeId;
 use basalt_types::size::{format_size, format_size_approx};
 use clap::Args;
 use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
 
 #[derive(Args)]
 pub struct StatusArgs {
@@ -16,10 +25,18 @@ pub struct StatusArgs {
 
 #[derive(Serialize)]
 struct ClusterStatus {
+    health: Health,
+    /// The epoch of the cluster map everything below is read from.
     epoch: u64,
+    /// The node that computes and publishes maps, if one leads.
+    leader: Option<String>,
     nodes: Vec<NodeView>,
-    /// Devices that are down in the map (their node is gone or reports them failed).
-    devices_down: Vec<u32>,
+    devices: DeviceCounts,
+    /// Placement groups of every pool, by state.
+    pgs: PgCounts,
+    /// Recovery progress (degraded and misplaced objects, rate, time left): null, as this
+    /// version has no recovery.
+    recovery: Option<serde_json::Value>,
     pools: Vec<PoolView>,
     volumes: usize,
     provisioned_bytes: u64,
@@ -28,66 +45,102 @@ struct ClusterStatus {
 #[derive(Serialize)]
 struct NodeView {
     id: u32,
-    addr: String,
+    name: Option<String>,
+    addr: Option<String>,
+    state: NodeState,
+    /// Its process id: as the node reports it, else from the `cluster.json` of a local
+    /// `basalt up` while that process runs.
+    pid: Option<u32>,
+    /// Its devices as the map knows them.
+    devices: Vec<DeviceView>,
     /// The node's own report, when it answered.
     status: Option<NodeStatus>,
     error: Option<String>,
 }
 
 #[derive(Serialize)]
+struct DeviceView {
+    id: u32,
+    up: bool,
+    #[serde(rename = "in")]
+    is_in: bool,
+}
+
+#[derive(Serialize)]
+struct DeviceCounts {
+    total: usize,
+    up: usize,
+    /// Ids of the devices that are down (their node is gone, or reports them failed).
+    down: Vec<u32>,
+    /// Ids of the devices that are out (they get no new data).
+    out: Vec<u32>,
+}
+
+#[derive(Serialize)]
 struct PoolView {
+    id: u32,
     name: String,
     replicas: u8,
+    min_size: u8,
     pg_count: u32,
     object_size: u32,
-    /// PGs with no up device holding their data: their I/O waits, then fails.
-    unavailable_pgs: usize,
-    /// PGs served by fewer devices than `replicas`.
-    degraded_pgs: usize,
-    /// PGs whose data is not (yet) where placement wants it.
-    remapped_pgs: usize,
+    failure_domain: FailureDomain,
+    pgs: PgCounts,
 }
 
 pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
     let cluster = args.common.cluster.connect().await?;
+    let file = args.common.cluster.cluster_file();
     let map = cluster.map();
-    let mut nodes = Vec::new();
-    for (id, info) in &map.nodes {
-        let (status, error) = match node_status(&cluster, *id).await {
-            Ok(s) => (Some(s), None),
-            Err(e) => (None, Some(e.to_string())),
-        };
-        nodes.push(NodeView {
-            id: id.0,
-            addr: info.addr.clone(),
-            status,
-            error,
-        });
-    }
-    let pools = cluster
+    let records = cluster.catalog().list_nodes().await?;
+    let leader = cluster.catalog().leader().await?.map(|l| l.name);
+    let nodes = nodes(&cluster, &map, records, file.as_ref()).await;
+    let pools: Vec<PoolView> = cluster
         .list_pools()
         .await?
         .into_iter()
         .map(|p| PoolView {
-            unavailable_pgs: map.pools.get(&p.id).map_or(0, |m| m.unavailable(&map)),
-            degraded_pgs: map.pools.get(&p.id).map_or(0, |m| m.degraded(&map)),
-            remapped_pgs: map.pools.get(&p.id).map_or(0, |m| m.remapped()),
+            pgs: map
+                .pools
+                .get(&p.id)
+                .map(|m| PgCounts::of_pool(m, &map))
+                .unwrap_or_default(),
+            id: p.id.0,
             name: p.name,
             replicas: p.replicas,
+            min_size: p.min_size,
             pg_count: p.pg_count,
             object_size: p.object_size,
+            failure_domain: p.failure_domain,
         })
         .collect();
-    let volumes = cluster.list_volumes().await?;
-    let status = ClusterStatus {
-        epoch: map.epoch.0,
-        nodes,
-        devices_down: map
-            .devices
+    let mut pgs = PgCounts::default();
+    for p in &pools {
+        pgs.add(&p.pgs);
+    }
+    let ids = |f: &dyn Fn(&basalt_placement::DeviceInfo) -> bool| -> Vec<u32> {
+        map.devices
             .iter()
-            .filter(|(_, d)| !d.up)
+            .filter(|(_, d)| f(d))
             .map(|(id, _)| id.0)
-            .collect(),
+            .collect()
+    };
+    let devices = DeviceCounts {
+        total: map.devices.len(),
+        up: ids(&|d| d.up).len(),
+        down: ids(&|d| !d.up),
+        out: ids(&|d| !d.r#in),
+    };
+    let volumes = cluster.list_volumes().await?;
+    let health = Health::judge(&facts(map.epoch.0, &nodes, &devices, pgs));
+    let status = ClusterStatus {
+        health,
+        epoch: map.epoch.0,
+        leader,
+        nodes,
+        devices,
+        pgs,
+        recovery: None,
         pools,
         volumes: volumes.len(),
         provisioned_bytes: volumes.iter().map(|v| v.size).sum(),
@@ -95,14 +148,111 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
     if args.common.json {
         return output::json(&status);
     }
-    print_tables(&status);
+    print(&status);
     Ok(())
 }
 
-async fn node_status(
-    cluster: &basalt_client::Cluster,
-    node: basalt_types::NodeId,
-) -> anyhow::Result<NodeStatus> {
+/// Every node the cluster knows: registered ones (asked for their status), and those that own
+/// devices in the map or were started by a local `basalt up` but are not registered (down).
+async fn nodes(
+    cluster: &Cluster,
+    map: &ClusterMap,
+    records: Vec<NodeRecord>,
+    file: Option<&ClusterFile>,
+) -> Vec<NodeView> {
+    let records: BTreeMap<NodeId, NodeRecord> = records.into_iter().map(|r| (r.id, r)).collect();
+    let started: BTreeMap<u32, &clusterfile::NodeEntry> = file
+        .map(|f| f.nodes.iter().map(|n| (n.id, n)).collect())
+        .unwrap_or_default();
+    let mut ids: BTreeSet<NodeId> = records.keys().copied().collect();
+    ids.extend(map.nodes.keys().copied());
+    ids.extend(map.devices.values().map(|d| d.node));
+    ids.extend(started.keys().map(|id| NodeId(*id)));
+    let mut asked = tokio::task::JoinSet::new();
+    for id in ids.iter().filter(|id| records.contains_key(id)) {
+        let (cluster, id) = (cluster.clone(), *id);
+        asked.spawn(async move { (id, node_status(&cluster, id).await) });
+    }
+    let mut reports = BTreeMap::new();
+    while let Some(Ok((id, report))) = asked.join_next().await {
+        reports.insert(id, report);
+    }
+    ids.into_iter()
+        .map(|id| {
+            let record = records.get(&id);
+            let entry = started.get(&id.0).copied();
+            let report = reports.remove(&id);
+            let (status, error) = match report {
+                Some(Ok(s)) => (Some(s), None),
+                Some(Err(e)) => (None, Some(e.to_string())),
+                None => (None, None),
+            };
+            let state = match (&status, record) {
+                (_, None) => NodeState::Down,
+                (Some(s), _) if s.fenced => NodeState::Fenced,
+                (Some(_), _) => NodeState::Up,
+                (None, _) => NodeState::Unreachable,
+            };
+            let pid = status.as_ref().and_then(|s| s.pid).or_else(|| {
+                entry
+                    .map(|e| e.pid)
+                    .filter(|pid| clusterfile::is_running(*pid, "basalt"))
+            });
+            NodeView {
+                id: id.0,
+                name: record
+                    .map(|r| r.name.clone())
+                    .or_else(|| entry.map(|e| e.name.clone())),
+                addr: record
+                    .map(|r| r.addr.clone())
+                    .or_else(|| map.nodes.get(&id).map(|n| n.addr.clone()))
+                    .or_else(|| entry.map(|e| e.addr.clone())),
+                state,
+                pid,
+                devices: map
+                    .devices
+                    .iter()
+                    .filter(|(_, d)| d.node == id)
+                    .map(|(d, info)| DeviceView {
+                        id: d.0,
+                        up: info.up,
+                        is_in: info.r#in,
+                    })
+                    .collect(),
+                status,
+                error,
+            }
+        })
+        .collect()
+}
+
+fn facts(epoch: u64, nodes: &[NodeView], devices: &DeviceCounts, pgs: PgCounts) -> Facts {
+    Facts {
+        epoch,
+        nodes: nodes.iter().map(|n| (label(n), n.state)).collect(),
+        devices: devices.total,
+        devices_down: devices.down.clone(),
+        devices_out: devices.out.clone(),
+        pgs,
+        checksum_errors: nodes
+            .iter()
+            .filter_map(|n| n.status.as_ref())
+            .flat_map(|s| &s.devices)
+            .filter(|d| d.checksum_errors > 0)
+            .map(|d| (d.id.0, d.checksum_errors))
+            .collect(),
+    }
+}
+
+/// `node.2 (node2)`, or `node.2` when it has no name.
+fn label(n: &NodeView) -> String {
+    match &n.name {
+        Some(name) => format!("node.{} ({name})", n.id),
+        None => format!("node.{}", n.id),
+    }
+}
+
+async fn node_status(cluster: &Cluster, node: NodeId) -> anyhow::Result<NodeStatus> {
     let body = serde_json::to_vec(&AdminRequest::Status)?;
     match cluster
         .call_node(node, Request::Admin { body: body.into() })
@@ -113,76 +263,115 @@ async fn node_status(
     }
 }
 
-fn print_tables(s: &ClusterStatus) {
+fn print(s: &ClusterStatus) {
     println!(
-        "cluster map epoch {}: {} node(s), {} volume(s), {} provisioned",
+        "health: {}",
+        format!("{:?}", s.health.status).to_uppercase()
+    );
+    for r in &s.health.reasons {
+        println!(
+            "  {}: {}",
+            format!("{:?}", r.severity).to_lowercase(),
+            r.message
+        );
+    }
+    let up = s.nodes.iter().filter(|n| n.state == NodeState::Up).count();
+    println!(
+        "cluster map epoch {}, leader {}: {} node(s) ({up} up), {} device(s) ({} up, {} down, \
+         {} out), {} volume(s), {} provisioned",
         s.epoch,
+        s.leader.as_deref().unwrap_or("none"),
         s.nodes.len(),
+        s.devices.total,
+        s.devices.up,
+        s.devices.down.len(),
+        s.devices.out.len(),
         s.volumes,
         format_size_approx(s.provisioned_bytes)
     );
-    if !s.devices_down.is_empty() {
-        let ids: Vec<String> = s.devices_down.iter().map(|d| format!("dev.{d}")).collect();
-        println!(
-            "devices down: {} (see `basalt device list`, `basalt pg list --problems`)",
-            ids.join(", ")
-        );
-    }
+    let p = &s.pgs;
+    println!(
+        "placement groups: {} total, {} active+clean, {} degraded, {} below min_size, {} \
+         unavailable, {} remapped",
+        p.total, p.active_clean, p.degraded, p.below_min_size, p.unavailable, p.remapped
+    );
+    print_nodes(s);
+    print_pools(s);
+}
+
+fn print_nodes(s: &ClusterStatus) {
     let mut t = output::table(&[
-        "NODE", "ADDRESS", "DEVICE", "I/O", "CAPACITY", "USED", "OBJECTS", "JOURNAL",
+        "NODE", "NAME", "STATE", "PID", "ADDRESS", "DEVICE", "I/O", "CAPACITY", "USED", "OBJECTS",
+        "JOURNAL",
     ]);
     for n in &s.nodes {
-        match (&n.status, &n.error) {
-            (Some(st), _) => {
-                let node = match st.fenced {
-                    true => format!("node.{} (FENCED: no lease)", n.id),
-                    false => format!("node.{}", n.id),
-                };
-                for d in &st.devices {
-                    t.add_row([
-                        node.clone(),
-                        n.addr.clone(),
-                        d.id.to_string(),
-                        d.io_backend.clone(),
-                        format_size_approx(d.capacity_bytes),
-                        format_size_approx(d.used_bytes),
-                        d.objects.to_string(),
-                        format!(
-                            "{}/{}",
-                            format_size_approx(d.journal_used),
-                            format_size_approx(d.journal_size)
-                        ),
-                    ]);
-                }
-            }
-            (None, e) => {
-                t.add_row([
-                    format!("node.{}", n.id),
-                    n.addr.clone(),
-                    format!("unreachable: {}", e.clone().unwrap_or_default()),
+        let head = [
+            format!("node.{}", n.id),
+            n.name.clone().unwrap_or_default(),
+            format!("{:?}", n.state).to_lowercase(),
+            n.pid.map(|p| p.to_string()).unwrap_or_default(),
+            n.addr.clone().unwrap_or_default(),
+        ];
+        let reported = n.status.as_ref().map(|st| &st.devices);
+        for d in &n.devices {
+            let mut row: Vec<String> = head.to_vec();
+            let state = match (d.up, d.is_in) {
+                (true, true) => "",
+                (true, false) => " (out)",
+                (false, true) => " (down)",
+                (false, false) => " (down, out)",
+            };
+            row.push(format!("dev.{}{state}", d.id));
+            if let Some(r) = reported.and_then(|r| r.iter().find(|r| r.id.0 == d.id)) {
+                row.extend([
+                    r.io_backend.clone(),
+                    format_size_approx(r.capacity_bytes),
+                    format_size_approx(r.used_bytes),
+                    r.objects.to_string(),
+                    format!(
+                        "{}/{}",
+                        format_size_approx(r.journal_used),
+                        format_size_approx(r.journal_size)
+                    ),
                 ]);
             }
+            t.add_row(row);
+        }
+        if n.devices.is_empty() {
+            t.add_row(head.to_vec());
         }
     }
     println!("{t}");
+    for n in &s.nodes {
+        if let Some(e) = &n.error {
+            println!("node.{} did not answer: {e}", n.id);
+        }
+    }
+}
+
+fn print_pools(s: &ClusterStatus) {
     let mut t = output::table(&[
         "POOL",
         "REPLICAS",
+        "MIN SIZE",
         "PGS",
         "OBJECT SIZE",
-        "UNAVAILABLE PGS",
-        "DEGRADED PGS",
-        "REMAPPED PGS",
+        "ACTIVE+CLEAN",
+        "DEGRADED",
+        "UNAVAILABLE",
+        "REMAPPED",
     ]);
     for p in &s.pools {
         t.add_row([
             p.name.clone(),
             p.replicas.to_string(),
+            p.min_size.to_string(),
             p.pg_count.to_string(),
-            format_size(p.object_size as u64),
-            p.unavailable_pgs.to_string(),
-            p.degraded_pgs.to_string(),
-            p.remapped_pgs.to_string(),
+            format_size(u64::from(p.object_size)),
+            p.pgs.active_clean.to_string(),
+            p.pgs.degraded.to_string(),
+            p.pgs.unavailable.to_string(),
+            p.pgs.remapped.to_string(),
         ]);
     }
     println!("{t}");

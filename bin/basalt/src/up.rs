@@ -1,8 +1,9 @@
 //! `basalt up`: a whole single-node cluster in one foreground process — metadata store, a node
 //! with one device, a default pool and volume, and the NBD server — that stops cleanly on
 //! SIGINT/SIGTERM and serves the same data when started again on the same directory.
+//! `basalt up --nodes N` starts a local cluster of N node processes instead (`up_nodes.rs`).
 
-use crate::clusterfile::{self, ClusterFile};
+use crate::clusterfile::{self, ClusterFile, NodeEntry};
 use anyhow::{Context, bail};
 use basalt_client::{Cluster, ClusterConfig, Durability, VolumeOptions};
 use basalt_engine::IoMode;
@@ -21,16 +22,31 @@ pub struct UpArgs {
     /// Data directory (metadata, device file, node id). Default: ~/.local/share/basalt.
     #[arg(long, env = "BASALT_DATA")]
     pub data: Option<PathBuf>,
+    /// Start a local cluster of N node processes (`basalt node`, each with its own device file
+    /// in <data>/nodeK/) on a private etcd, instead of one node in this process.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=crate::up_nodes::MAX_NODES as i64),
+          conflicts_with_all = ["listen", "device", "etcd_endpoints"])]
+    pub nodes: Option<u32>,
+    /// With --nodes: copies of every object in the default pool, 1 to 5 (default: 3, or N if
+    /// fewer nodes). This version refuses writes to pools with more than one copy.
+    #[arg(long, requires = "nodes", value_parser = clap::value_parser!(u8).range(1..=5))]
+    pub replicas: Option<u8>,
+    /// With --nodes: the lease of each node's registration (how long after a node dies its
+    /// devices count as down; a node stopped cleanly leaves at once), e.g. 10s.
+    #[arg(long, requires = "nodes", value_parser = crate::duration::parse_duration)]
+    pub lease_ttl: Option<Duration>,
     /// NBD listen address.
     #[arg(long, default_value = "127.0.0.1:10809")]
     pub nbd: SocketAddr,
-    /// Node (data path and admin) listen address; port 0 picks a free port.
+    /// Node (data path and admin) listen address; port 0 picks a free port. (With --nodes,
+    /// every node listens on 127.0.0.1 with a port chosen by the OS.)
     #[arg(long, default_value = "127.0.0.1:10810")]
     pub listen: SocketAddr,
     /// Device to store data on (file or block device). Default: <data>/devices/dev0.img.
     #[arg(long)]
     pub device: Option<PathBuf>,
-    /// Size of a device file created on first start. Default: 16GiB or half the free space.
+    /// Size of a device file created on first start (with --nodes: of each node's). Default:
+    /// 16GiB or half the free space (shared by the nodes).
     #[arg(long, value_parser = parse_size)]
     pub device_size: Option<u64>,
     #[command(flatten)]
@@ -53,9 +69,10 @@ pub struct UpArgs {
     /// Keep metadata in an existing etcd at these endpoints (comma-separated).
     #[arg(long, value_delimiter = ',')]
     pub etcd_endpoints: Vec<String>,
-    /// Placement groups of the default pool.
-    #[arg(long, default_value_t = 64)]
-    pub pg_count: u32,
+    /// Placement groups of the default pool, created on first start. Default: 64; with
+    /// --nodes, the power of two nearest to 100 copies per device.
+    #[arg(long)]
+    pub pg_count: Option<u32>,
     /// How long one NBD I/O may wait (restarts, map changes) before it fails with EIO.
     #[arg(long, value_parser = crate::duration::parse_duration, default_value = "30s")]
     pub io_timeout: Duration,
@@ -105,6 +122,9 @@ struct Meta {
 }
 
 pub async fn run(args: UpArgs) -> anyhow::Result<()> {
+    if let Some(nodes) = args.nodes {
+        return crate::up_nodes::run(args, nodes).await;
+    }
     let data = args
         .data
         .clone()
@@ -112,8 +132,9 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&data)
         .with_context(|| format!("cannot create the data directory {}", data.display()))?;
     let _lock = lock(&data)?;
+    crate::up_nodes::refuse_multi_node_dir(&data)?;
     let meta = open_meta(&args, &data).await?;
-    ensure_pool(&meta.store, args.pg_count).await?;
+    ensure_pool(&meta.store, args.pg_count.unwrap_or(64)).await?;
     let node = start_node(&args, &data, &meta).await?;
     if !node.wait_until_placed(Duration::from_secs(30)).await {
         bail!("the node's device was not placed in a cluster map within 30 s");
@@ -126,48 +147,77 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     cluster.add_local_node(node.id(), node.service());
     ensure_volume(&cluster, &args).await?;
 
-    let listener = tokio::net::TcpListener::bind(args.nbd)
-        .await
-        .with_context(|| format!("cannot listen for NBD on {}", args.nbd))?;
-    let nbd_addr = listener.local_addr()?;
-    let catalog = ClusterCatalog::new(
-        cluster.clone(),
-        VolumeOptions {
-            durability: args.durability,
-        },
-        Some(args.volume.clone()),
-    );
-    let server = NbdServer::new(Arc::new(catalog), ServerConfig::default());
-    let stop = CancellationToken::new();
-    let nbd_task = {
-        let stop = stop.clone();
-        tokio::spawn(async move { server.serve(listener, stop.cancelled_owned()).await })
-    };
+    let gateway = Gateway::start(&cluster, &args).await?;
+    let status = node.status();
     clusterfile::write(
         &data,
         &ClusterFile {
             v: 1,
             pid: std::process::id(),
-            node_addr: node.status().addr,
-            nbd_addr: nbd_addr.to_string(),
+            node_addr: status.addr.clone(),
+            nbd_addr: gateway.addr.to_string(),
             etcd: meta.etcd_endpoints.clone(),
+            etcd_pid: meta._etcd.as_ref().and_then(EtcdProcess::pid),
+            nodes: vec![NodeEntry {
+                id: node.id().0,
+                name: status.name.clone(),
+                addr: status.addr.clone(),
+                data: data.join("node"),
+                pid: std::process::id(),
+            }],
         },
     )?;
-    banner(&cluster, &data, &node, nbd_addr, &args).await?;
+    banner(&cluster, &data, &node, gateway.addr, &args).await?;
 
     wait_for_signal().await;
     eprintln!("stopping...");
-    stop.cancel();
-    match nbd_task.await {
-        Ok(Err(e)) => tracing::warn!("NBD server: {e}"),
-        Err(e) => tracing::warn!("NBD server task: {e}"),
-        Ok(Ok(())) => {}
-    }
+    gateway.stop().await;
     drop(cluster);
     node.shutdown().await;
     clusterfile::remove(&data);
     eprintln!("stopped; data is kept in {}", data.display());
     Ok(())
+}
+
+/// The NBD server of `basalt up`, serving the cluster's volumes through the client library.
+pub(crate) struct Gateway {
+    pub(crate) addr: SocketAddr,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<Result<(), basalt_nbd::NbdError>>,
+}
+
+impl Gateway {
+    /// Listens on `--nbd` and serves every volume (the empty export name: `--volume`).
+    pub(crate) async fn start(cluster: &Cluster, args: &UpArgs) -> anyhow::Result<Gateway> {
+        let listener = tokio::net::TcpListener::bind(args.nbd)
+            .await
+            .with_context(|| format!("cannot listen for NBD on {}", args.nbd))?;
+        let addr = listener.local_addr()?;
+        let catalog = ClusterCatalog::new(
+            cluster.clone(),
+            VolumeOptions {
+                durability: args.durability,
+            },
+            Some(args.volume.clone()),
+        );
+        let server = NbdServer::new(Arc::new(catalog), ServerConfig::default());
+        let stop = CancellationToken::new();
+        let task = {
+            let stop = stop.clone();
+            tokio::spawn(async move { server.serve(listener, stop.cancelled_owned()).await })
+        };
+        Ok(Gateway { addr, stop, task })
+    }
+
+    /// Stops serving and waits for the server to finish.
+    pub(crate) async fn stop(self) {
+        self.stop.cancel();
+        match self.task.await {
+            Ok(Err(e)) => tracing::warn!("NBD server: {e}"),
+            Err(e) => tracing::warn!("NBD server task: {e}"),
+            Ok(Ok(())) => {}
+        }
+    }
 }
 
 async fn open_meta(args: &UpArgs, data: &Path) -> anyhow::Result<Meta> {
@@ -256,8 +306,14 @@ async fn start_node(args: &UpArgs, data: &Path, meta: &Meta) -> anyhow::Result<N
 
 /// 16 GiB, or half the free space of the data directory's file system if that is less.
 fn default_device_size(data: &Path) -> anyhow::Result<u64> {
+    default_device_size_of(data, 1)
+}
+
+/// 16 GiB, or half the free space of the data directory's file system shared by `devices`
+/// devices if that is less (at least 256 MiB).
+pub(crate) fn default_device_size_of(data: &Path, devices: u32) -> anyhow::Result<u64> {
     let free = free_space(data)?;
-    let size = (16u64 << 30).min(free / 2) & !((1 << 20) - 1);
+    let size = (16u64 << 30).min(free / 2 / u64::from(devices.max(1))) & !((1 << 20) - 1);
     if size < 256 << 20 {
         bail!(
             "only {} free in {}; free some space or pass --device-size",
@@ -280,7 +336,7 @@ fn free_space(path: &Path) -> anyhow::Result<u64> {
 }
 
 /// Creates the default volume if the cluster has no volume at all.
-async fn ensure_volume(cluster: &Cluster, args: &UpArgs) -> anyhow::Result<()> {
+pub(crate) async fn ensure_volume(cluster: &Cluster, args: &UpArgs) -> anyhow::Result<()> {
     if cluster.list_volumes().await?.is_empty() {
         cluster
             .create_volume(&args.volume, args.volume_size, "default")
@@ -297,7 +353,6 @@ async fn banner(
     nbd: SocketAddr,
     args: &UpArgs,
 ) -> anyhow::Result<()> {
-    let volumes = cluster.list_volumes().await?;
     let st = node.status();
     println!("Basalt is up (single node, data in {}).", data.display());
     for d in &st.devices {
@@ -309,6 +364,15 @@ async fn banner(
             d.io_backend
         );
     }
+    print_durability(args);
+    println!("  node: {}   map epoch: {}", st.addr, st.epoch.0);
+    print_exports(cluster, nbd).await?;
+    println!("Stop with Ctrl-C.");
+    Ok(())
+}
+
+/// What an acknowledged write means with `--durability`.
+pub(crate) fn print_durability(args: &UpArgs) {
     println!(
         "  durability: {} (every acknowledged write is {})",
         args.durability,
@@ -317,7 +381,11 @@ async fn banner(
             Durability::Flush => "on stable storage after the next FLUSH or FUA",
         }
     );
-    println!("  node: {}   map epoch: {}", st.addr, st.epoch.0);
+}
+
+/// The NBD exports and how to try them.
+pub(crate) async fn print_exports(cluster: &Cluster, nbd: SocketAddr) -> anyhow::Result<()> {
+    let volumes = cluster.list_volumes().await?;
     println!("NBD exports:");
     for v in &volumes {
         println!("  nbd://{nbd}/{}  ({})", v.name, format_size(v.size));
@@ -330,8 +398,32 @@ async fn banner(
             v.name
         );
     }
-    println!("Stop with Ctrl-C.");
     Ok(())
+}
+
+/// SIGINT (Ctrl-C) and SIGTERM, caught from the moment this is made (until then they end the
+/// process).
+pub(crate) struct Signals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    pub(crate) fn new() -> anyhow::Result<Signals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals {
+            int: signal(SignalKind::interrupt()).context("SIGINT handler")?,
+            term: signal(SignalKind::terminate()).context("SIGTERM handler")?,
+        })
+    }
+
+    /// Waits for the next SIGINT or SIGTERM.
+    pub(crate) async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.int.recv() => {}
+            _ = self.term.recv() => {}
+        }
+    }
 }
 
 pub async fn wait_for_signal() {
@@ -345,7 +437,7 @@ pub async fn wait_for_signal() {
 
 /// Locks `<data>` (through `<data>/basalt.lock`, the same lock every node takes on its own
 /// directory) for the life of the process, so that two `basalt up` never share a directory.
-fn lock(data: &Path) -> anyhow::Result<DirLock> {
+pub(crate) fn lock(data: &Path) -> anyhow::Result<DirLock> {
     basalt_node::lock_dir(data).map_err(|e| {
         anyhow::anyhow!(
             "another basalt process is using {}: {e}; stop it first or pass another --data",

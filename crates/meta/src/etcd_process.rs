@@ -4,8 +4,10 @@
 //! The child gets free ports (bound to port 0 by the OS, then handed over), its own data dir
 //! (a temporary one unless given) and a log file in that dir. [`EtcdProcess::start`] returns
 //! once etcd answers requests. Dropping the handle kills the child (SIGKILL) and reaps it;
-//! [`EtcdProcess::kill`] does the same on demand for crash tests, and [`EtcdProcess::restart`]
-//! starts it again on the same ports and data.
+//! [`EtcdProcess::kill`] does the same on demand for crash tests, [`EtcdProcess::stop`] stops it
+//! cleanly (SIGTERM), and [`EtcdProcess::restart`] starts it again on the same ports and data.
+//! With [`EtcdOptions::stop_with_parent`] the child also gets SIGTERM when the process that
+//! started it dies, however it dies (`basalt up --nodes`).
 
 use crate::error::MetaError;
 use std::fs::File;
@@ -36,6 +38,10 @@ pub struct EtcdOptions {
     pub client_port: u16,
     /// etcd's `--max-request-bytes`.
     pub max_request_bytes: usize,
+    /// Have the kernel send etcd SIGTERM when the thread that starts it exits
+    /// (`PR_SET_PDEATHSIG`): start it from a thread that lives as long as the process (the
+    /// main thread), so that a killed parent leaves no etcd behind.
+    pub stop_with_parent: bool,
 }
 
 impl Default for EtcdOptions {
@@ -45,6 +51,7 @@ impl Default for EtcdOptions {
             data_dir: None,
             client_port: 0,
             max_request_bytes: MAX_REQUEST_BYTES,
+            stop_with_parent: false,
         }
     }
 }
@@ -60,6 +67,7 @@ pub struct EtcdProcess {
     client_port: u16,
     peer_port: u16,
     max_request_bytes: usize,
+    stop_with_parent: bool,
 }
 
 impl EtcdProcess {
@@ -92,6 +100,7 @@ impl EtcdProcess {
             client_port,
             peer_port: free_port()?,
             max_request_bytes: options.max_request_bytes,
+            stop_with_parent: options.stop_with_parent,
         };
         // A free port can be taken by someone else before etcd binds it: try other ports.
         let mut attempts = 0;
@@ -132,6 +141,26 @@ impl EtcdProcess {
         Ok(())
     }
 
+    /// Stops etcd cleanly: SIGTERM, then SIGKILL if it has not exited within `limit`.
+    pub async fn stop(&mut self, limit: Duration) -> Result<(), MetaError> {
+        let Some(child) = self.child.as_mut() else {
+            return Ok(());
+        };
+        let pid = libc::pid_t::try_from(child.id()).expect("pids fit in pid_t");
+        // SAFETY: kill(2) on our own child, which has not been reaped (we hold its handle).
+        if unsafe { libc::kill(pid, libc::SIGTERM) } == 0 {
+            let deadline = Instant::now() + limit;
+            while Instant::now() < deadline {
+                if child.try_wait()?.is_some() {
+                    self.child = None;
+                    return Ok(());
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        self.kill()
+    }
+
     /// Starts etcd again on the same ports and data dir (after [`EtcdProcess::kill`]).
     pub async fn restart(&mut self) -> Result<(), MetaError> {
         self.kill()?;
@@ -144,7 +173,11 @@ impl EtcdProcess {
         let client = self.endpoint();
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
         let name = "basalt";
-        let child = Command::new(&self.binary)
+        let mut command = Command::new(&self.binary);
+        if self.stop_with_parent {
+            stop_with_parent(&mut command);
+        }
+        let child = command
             .arg(format!("--name={name}"))
             .arg(format!(
                 "--data-dir={}",
@@ -217,6 +250,28 @@ impl Drop for EtcdProcess {
         if let Err(e) = self.kill() {
             tracing::warn!("killing etcd (pid {:?}) failed: {e}", self.pid());
         }
+    }
+}
+
+/// The child gets SIGTERM when the thread that spawned it exits (`PR_SET_PDEATHSIG`), and does
+/// not start at all if that parent is already gone by the time it runs.
+fn stop_with_parent(command: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: getpid before the fork; between fork and exec only async-signal-safe calls
+    // (prctl, getppid) that touch no memory shared with the parent.
+    let parent = unsafe { libc::getpid() };
+    unsafe {
+        command.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() != parent {
+                return Err(std::io::Error::other(
+                    "the parent exited before etcd started",
+                ));
+            }
+            Ok(())
+        });
     }
 }
 

@@ -27,6 +27,9 @@ pub struct NodeStatus {
     pub name: String,
     pub addr: String,
     pub version: String,
+    /// The node's process id (on its own host).
+    #[serde(default)]
+    pub pid: Option<u32>,
     pub epoch: Epoch,
     pub uptime_secs: u64,
     /// Whether this node serves its metadata store to other processes.
@@ -139,6 +142,7 @@ impl AdminHandler {
             name: self.name.clone(),
             addr: self.addr.clone(),
             version: env!("CARGO_PKG_VERSION").to_string(),
+            pid: Some(std::process::id()),
             epoch: node.maps.epoch(),
             uptime_secs: self.started.elapsed().as_secs(),
             serves_meta: self.meta.is_some(),

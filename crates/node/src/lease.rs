@@ -15,7 +15,8 @@
 //! [`maintain`] keeps the registration: it moves `valid_until` forward with every renewal, and
 //! when the lease is lost (renewals failed for a TTL, or the store says it is gone) it closes
 //! the fence, registers again under a new lease (the same node record), reads the current map,
-//! and only then opens the fence again.
+//! and only then opens the fence again. When the node stops it closes the fence and then
+//! revokes the lease, so that its record vanishes at once (`Node::shutdown`).
 
 use crate::service::NodeShared;
 use basalt_meta::{Catalog, KeepAlive, NodeRecord};
@@ -100,7 +101,8 @@ impl Fence {
 
 /// Keeps the node registered until `stop`, starting from the registration `keep`: feeds every
 /// renewal to the fence; after losing the lease, closes the fence, registers again, catches up
-/// with the map and opens the fence. Revokes the lease on `stop`.
+/// with the map and opens the fence. On `stop`, closes the fence and revokes the lease (the
+/// record vanishes at once: a clean leave).
 pub(crate) async fn maintain(
     catalog: Catalog,
     record: NodeRecord,
@@ -120,6 +122,8 @@ pub(crate) async fn maintain(
             }
         };
         if stopping {
+            // Nothing is acknowledged once the lease may be gone: close first, then revoke.
+            shared.fence.close();
             let _ = keep.revoke().await;
             return;
         }

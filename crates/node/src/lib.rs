@@ -15,8 +15,9 @@
 //! 4. Store errors become wire errors in one place, `error.rs::engine_to_wire`.
 //!
 //! Around that: `node.rs` starts and stops a node (identity, devices, registration under a
-//! lease, map following), and `leader.rs` is the elected leader computing and publishing maps
-//! (input from `gather.rs`, woken by `changes.rs`).
+//! lease, map following; a clean stop finishes the requests in flight, `drain.rs`, and then
+//! revokes the lease so that the node leaves at once), and `leader.rs` is the elected leader
+//! computing and publishing maps (input from `gather.rs`, woken by `changes.rs`).
 //!
 //! Start here: [`Node::start`], then `service.rs`.
 
@@ -26,6 +27,7 @@ mod changes;
 pub mod config;
 mod delete;
 mod devices;
+mod drain;
 pub mod error;
 mod flush;
 mod gather;

@@ -2,6 +2,7 @@
 
 use crate::admin::{AdminHandler, NodeStatus};
 use crate::config::NodeConfig;
+use crate::drain::{InFlight, Tracked};
 use crate::error::NodeError;
 use crate::lease::Fence;
 use crate::mapstate::MapState;
@@ -30,6 +31,8 @@ pub struct Node {
     stop_tx: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
     computations: Arc<AtomicU64>,
+    /// Requests being answered (over TCP or in process): a leaving node finishes them first.
+    in_flight: Arc<InFlight>,
     /// Held while the node runs: no other process may use its data directory.
     _dir_lock: DirLock,
 }
@@ -98,8 +101,12 @@ impl Node {
             shared.maps.offer(map);
         }
         let (stop_tx, stop_rx) = watch::channel(false);
-        let service = Arc::new(NodeService {
-            shared: shared.clone(),
+        let in_flight = Arc::new(InFlight::default());
+        let service = Arc::new(Tracked {
+            inner: Arc::new(NodeService {
+                shared: shared.clone(),
+            }),
+            in_flight: in_flight.clone(),
         });
         let local: Arc<dyn Service> = service.clone();
         peers.set_local(Arc::downgrade(&local));
@@ -148,6 +155,7 @@ impl Node {
             stop_tx,
             tasks,
             computations,
+            in_flight,
             _dir_lock: dir_lock,
         })
     }
@@ -163,8 +171,11 @@ impl Node {
 
     /// The node as a [`Service`], for clients in the same process.
     pub fn service(&self) -> Arc<dyn Service> {
-        Arc::new(NodeService {
-            shared: self.shared.clone(),
+        Arc::new(Tracked {
+            inner: Arc::new(NodeService {
+                shared: self.shared.clone(),
+            }),
+            in_flight: self.in_flight.clone(),
         })
     }
 
@@ -218,14 +229,37 @@ impl Node {
                 .all(|d| used.contains(d) && map.is_up(*d))
     }
 
-    /// Stops the node: refuses new data-path requests, stops listening and campaigning,
-    /// deregisters (revokes its lease), and closes every store (which drains and syncs it).
+    /// Leaves the cluster at once (a clean stop, e.g. on SIGTERM): refuses new data-path
+    /// requests (`ShuttingDown`, which clients retry elsewhere), finishes the requests in
+    /// flight (for at most `DRAIN_LIMIT`, 5 s), then closes its fence and revokes its lease, so
+    /// that its record vanishes and the leader marks its devices down now rather than when the
+    /// lease would have expired, resigns the leadership if it holds it, stops listening, and
+    /// closes every store (which drains and syncs it). Gives the metadata store at most
+    /// `STOP_LIMIT` (5 s) for the revocation and resignation (if it does not answer, the lease
+    /// expires by its TTL).
     pub async fn shutdown(mut self) {
         self.shared.stopping.store(true, Ordering::Release);
-        let _ = self.stop_tx.send(true);
-        for task in self.tasks.drain(..) {
-            let _ = task.await;
+        if !self.in_flight.wait_idle(DRAIN_LIMIT).await {
+            tracing::warn!(
+                node = %self.shared.id,
+                "{} request(s) still running after {DRAIN_LIMIT:?}; leaving anyway (their \
+                 answers are refused)",
+                self.in_flight.count()
+            );
         }
+        let _ = self.stop_tx.send(true);
+        let tasks = futures::future::join_all(self.tasks.iter_mut());
+        if tokio::time::timeout(STOP_LIMIT, tasks).await.is_err() {
+            tracing::warn!(
+                node = %self.shared.id,
+                "the metadata store did not confirm the leave within {STOP_LIMIT:?}; the \
+                 node's lease expires by its TTL"
+            );
+            for task in &self.tasks {
+                task.abort();
+            }
+        }
+        self.tasks.clear();
         for store in self.shared.maps.stores().values() {
             if let Err(e) = store.close().await {
                 tracing::warn!("closing store {}: {e}", store.info().device_id);
@@ -252,6 +286,12 @@ async fn drive_pgs(shared: Arc<NodeShared>, mut stop: watch::Receiver<bool>) {
         }
     }
 }
+
+/// How long a leaving node waits for the requests in flight.
+pub(crate) const DRAIN_LIMIT: Duration = Duration::from_secs(5);
+
+/// How long a leaving node waits for the metadata store to revoke its lease and leadership.
+pub(crate) const STOP_LIMIT: Duration = Duration::from_secs(5);
 
 /// Installs every map the catalog publishes, until `stop`.
 async fn follow_maps(catalog: Catalog, shared: Arc<NodeShared>, mut stop: watch::Receiver<bool>) {

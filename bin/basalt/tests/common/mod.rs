@@ -58,10 +58,12 @@ impl Up {
         let data = dir.join("data");
         let _ = std::fs::remove_file(data.join("cluster.json"));
         let mut cmd = Command::new(BASALT);
-        cmd.arg("up")
-            .arg("--data")
-            .arg(&data)
-            .args(["--nbd", "127.0.0.1:0", "--listen", "127.0.0.1:0"])
+        cmd.arg("up").arg("--data").arg(&data);
+        // `up --nodes` starts node processes on ports of their own.
+        if !opts.extra.iter().any(|a| a == "--nodes") {
+            cmd.args(["--listen", "127.0.0.1:0"]);
+        }
+        cmd.args(["--nbd", "127.0.0.1:0"])
             .args([
                 "--device-size",
                 opts.device_size,

@@ -1,0 +1,422 @@
+//! What `basalt status` concludes from the map and the nodes: placement groups counted by state,
+//! and the cluster's health (ok, warn, error) with a reason for each problem. Pure: the unit
+//! tests below feed it hand-made maps. The JSON is documented in docs/design/status.md.
+
+use basalt_placement::{ClusterMap, PgMap, PoolMap};
+use serde::Serialize;
+
+/// Placement groups by state. A PG counts in every state that applies to it (a PG can be
+/// degraded and remapped at once); `active_clean` ones are in no other.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PgCounts {
+    pub total: usize,
+    /// At least `min_size` copies are served (an up member of the acting set holds each).
+    pub active: usize,
+    /// Served by as many copies as the pool keeps, where placement wants them.
+    pub active_clean: usize,
+    /// Served by fewer copies than the pool keeps (but at least one).
+    pub degraded: usize,
+    /// Served by fewer copies than the pool's `min_size` (but at least one): writes to it are
+    /// refused.
+    pub below_min_size: usize,
+    /// No up device holds its data: its I/O waits, then fails.
+    pub unavailable: usize,
+    /// Its data is not (yet) where placement wants it (acting set != up set).
+    pub remapped: usize,
+}
+
+impl PgCounts {
+    /// The PGs of one pool in `map`.
+    pub fn of_pool(pool: &PoolMap, map: &ClusterMap) -> PgCounts {
+        let mut c = PgCounts::default();
+        for pg in &pool.pgs {
+            c.count(pool, pg, map);
+        }
+        c
+    }
+
+    fn count(&mut self, pool: &PoolMap, pg: &PgMap, map: &ClusterMap) {
+        let serving = map.serving(pg).count();
+        let replicas = usize::from(pool.replicas);
+        let min_size = usize::from(pool.min_size.max(1));
+        let remapped = pg.acting != pg.up;
+        self.total += 1;
+        self.active += usize::from(serving >= min_size);
+        self.active_clean += usize::from(serving >= replicas && !remapped);
+        self.degraded += usize::from(serving > 0 && serving < replicas);
+        self.below_min_size += usize::from(serving > 0 && serving < min_size);
+        self.unavailable += usize::from(serving == 0);
+        self.remapped += usize::from(remapped);
+    }
+
+    pub fn add(&mut self, o: &PgCounts) {
+        self.total += o.total;
+        self.active += o.active;
+        self.active_clean += o.active_clean;
+        self.degraded += o.degraded;
+        self.below_min_size += o.below_min_size;
+        self.unavailable += o.unavailable;
+        self.remapped += o.remapped;
+    }
+}
+
+/// How the cluster is, worst first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Ok,
+    Warn,
+    Error,
+}
+
+/// One problem.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Reason {
+    pub severity: Severity,
+    /// A stable name for scripts, e.g. `nodes_down`, `pgs_unavailable`.
+    pub check: &'static str,
+    pub message: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Health {
+    /// The worst severity among the reasons (`ok` without any).
+    pub status: Severity,
+    /// Errors first.
+    pub reasons: Vec<Reason>,
+}
+
+/// What health is judged from.
+#[derive(Debug, Default)]
+pub struct Facts {
+    pub epoch: u64,
+    /// Every known node, and how it is: `(name, state)`.
+    pub nodes: Vec<(String, NodeState)>,
+    pub devices: usize,
+    pub devices_down: Vec<u32>,
+    pub devices_out: Vec<u32>,
+    pub pgs: PgCounts,
+    /// `(device, checksum errors)` for devices that reported some.
+    pub checksum_errors: Vec<(u32, u64)>,
+}
+
+/// A node's state in `basalt status`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NodeState {
+    /// Registered under its lease and answering.
+    Up,
+    /// Registered, answering, but refusing data-path requests: it cannot confirm its lease.
+    Fenced,
+    /// Registered, but it did not answer a status request.
+    Unreachable,
+    /// Not registered: stopped, crashed or cut off longer than its lease.
+    Down,
+}
+
+impl Health {
+    pub fn judge(f: &Facts) -> Health {
+        let mut reasons = Vec::new();
+        let mut add = |severity, check, message: String| {
+            reasons.push(Reason {
+                severity,
+                check,
+                message,
+            });
+        };
+        if f.epoch == 0 {
+            add(
+                Severity::Error,
+                "no_map",
+                "no cluster map has been published yet (no node has led)".into(),
+            );
+        }
+        let with = |state: NodeState| -> Vec<&str> {
+            f.nodes
+                .iter()
+                .filter(|(_, s)| *s == state)
+                .map(|(n, _)| n.as_str())
+                .collect()
+        };
+        let (down, fenced, unreachable) = (
+            with(NodeState::Down),
+            with(NodeState::Fenced),
+            with(NodeState::Unreachable),
+        );
+        if !f.nodes.is_empty() && with(NodeState::Up).is_empty() {
+            add(Severity::Error, "no_node_up", "no node is up".into());
+        }
+        let pgs = &f.pgs;
+        if pgs.unavailable > 0 {
+            add(
+                Severity::Error,
+                "pgs_unavailable",
+                format!(
+                    "{} of {} placement groups unavailable: no up device holds their data; \
+                     their I/O waits, then fails",
+                    pgs.unavailable, pgs.total
+                ),
+            );
+        }
+        if pgs.below_min_size > 0 {
+            add(
+                Severity::Error,
+                "pgs_below_min_size",
+                format!(
+                    "{} placement groups served by fewer copies than their pool's min_size: \
+                     writes to them are refused",
+                    pgs.below_min_size
+                ),
+            );
+        }
+        if !down.is_empty() {
+            add(
+                Severity::Warn,
+                "nodes_down",
+                format!(
+                    "{} of {} nodes down: {}",
+                    down.len(),
+                    f.nodes.len(),
+                    down.join(", ")
+                ),
+            );
+        }
+        for n in fenced {
+            add(
+                Severity::Warn,
+                "nodes_fenced",
+                format!("{n} is fenced: it cannot confirm its lease and acknowledges no I/O"),
+            );
+        }
+        for n in unreachable {
+            add(
+                Severity::Warn,
+                "nodes_unreachable",
+                format!("{n} is registered but did not answer"),
+            );
+        }
+        if !f.devices_down.is_empty() {
+            add(
+                Severity::Warn,
+                "devices_down",
+                format!(
+                    "{} of {} devices down: {}",
+                    f.devices_down.len(),
+                    f.devices,
+                    devices(&f.devices_down)
+                ),
+            );
+        }
+        if !f.devices_out.is_empty() {
+            add(
+                Severity::Warn,
+                "devices_out",
+                format!(
+                    "{} of {} devices out (they get no new data): {}",
+                    f.devices_out.len(),
+                    f.devices,
+                    devices(&f.devices_out)
+                ),
+            );
+        }
+        if pgs.degraded > 0 {
+            add(
+                Severity::Warn,
+                "pgs_degraded",
+                format!(
+                    "{} of {} placement groups degraded: served by fewer copies than their \
+                     pool keeps",
+                    pgs.degraded, pgs.total
+                ),
+            );
+        }
+        if pgs.remapped > 0 {
+            add(
+                Severity::Warn,
+                "pgs_remapped",
+                format!(
+                    "{} of {} placement groups remapped: their data is not where placement \
+                     wants it",
+                    pgs.remapped, pgs.total
+                ),
+            );
+        }
+        for (d, n) in &f.checksum_errors {
+            add(
+                Severity::Warn,
+                "checksum_errors",
+                format!("dev.{d} returned {n} blocks that failed their checksum"),
+            );
+        }
+        reasons.sort_by_key(|r| std::cmp::Reverse(r.severity));
+        Health {
+            status: reasons.first().map_or(Severity::Ok, |r| r.severity),
+            reasons,
+        }
+    }
+}
+
+fn devices(ids: &[u32]) -> String {
+    let names: Vec<String> = ids.iter().map(|d| format!("dev.{d}")).collect();
+    names.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use basalt_placement::{DeviceInfo, NodeInfo, PgMap};
+    use basalt_types::{DeviceId, Epoch, FailureDomain, NodeId, PoolId};
+
+    /// Three devices on three nodes; a pool of `replicas` copies whose PGs are given as
+    /// (up, acting) device lists.
+    fn map(replicas: u8, min_size: u8, pgs: &[(&[u32], &[u32])], down: &[u32]) -> ClusterMap {
+        let mut m = ClusterMap {
+            epoch: Epoch(5),
+            ..ClusterMap::default()
+        };
+        for d in 1..=3u32 {
+            let mut info = DeviceInfo::new(NodeId(d), "ssd", 1, 131_072);
+            info.up = !down.contains(&d);
+            m.devices.insert(DeviceId(d), info);
+            m.nodes.insert(
+                NodeId(d),
+                NodeInfo {
+                    addr: format!("127.0.0.1:{d}"),
+                },
+            );
+        }
+        let ids = |v: &[u32]| v.iter().map(|d| DeviceId(*d)).collect::<Vec<_>>();
+        let pool = PoolMap {
+            pg_count: pgs.len() as u32,
+            replicas,
+            min_size,
+            object_size: 131_072,
+            failure_domain: FailureDomain::Host,
+            device_class: None,
+            pgs: pgs
+                .iter()
+                .map(|(up, acting)| PgMap {
+                    up: ids(up),
+                    acting: ids(acting),
+                    since: Epoch(1),
+                })
+                .collect(),
+        };
+        m.pools.insert(PoolId(1), pool);
+        m
+    }
+
+    fn counts(m: &ClusterMap) -> PgCounts {
+        PgCounts::of_pool(&m.pools[&PoolId(1)], m)
+    }
+
+    #[test]
+    fn pgs_are_counted_by_every_state_that_applies() {
+        let pgs: &[(&[u32], &[u32])] = &[
+            (&[1, 2, 3], &[1, 2, 3]), // clean
+            (&[1, 2, 3], &[3, 2, 1]), // remapped: acting differs from up
+            (&[1, 2, 3], &[1, 2]),    // degraded and remapped
+            (&[2, 3, 1], &[2, 3, 1]), // device 3 down: degraded
+            (&[3, 1, 2], &[3]),       // only device 3, down: unavailable
+        ];
+        let c = counts(&map(3, 2, pgs, &[3]));
+        assert_eq!(
+            c,
+            PgCounts {
+                total: 5,
+                active: 4,
+                active_clean: 0,
+                degraded: 4,
+                below_min_size: 0,
+                unavailable: 1,
+                remapped: 3,
+            }
+        );
+        let c = counts(&map(3, 2, pgs, &[]));
+        assert_eq!((c.active_clean, c.degraded, c.unavailable), (2, 2, 0));
+        assert_eq!((c.active, c.below_min_size), (4, 1));
+        let mut sum = c;
+        sum.add(&c);
+        assert_eq!((sum.total, sum.degraded, sum.remapped), (10, 4, 6));
+    }
+
+    #[test]
+    fn one_copy_pools_are_clean_or_unavailable() {
+        let pgs: &[(&[u32], &[u32])] = &[(&[1], &[1]), (&[2], &[2]), (&[3], &[3])];
+        let c = counts(&map(1, 1, pgs, &[2]));
+        assert_eq!((c.active_clean, c.unavailable, c.degraded), (2, 1, 0));
+        assert_eq!(c.below_min_size, 0);
+    }
+
+    fn facts(pgs: PgCounts) -> Facts {
+        Facts {
+            epoch: 3,
+            nodes: vec![
+                ("node.1".into(), NodeState::Up),
+                ("node.2".into(), NodeState::Up),
+            ],
+            devices: 2,
+            pgs,
+            ..Facts::default()
+        }
+    }
+
+    #[test]
+    fn a_clean_cluster_is_ok() {
+        let h = Health::judge(&facts(PgCounts {
+            total: 8,
+            active: 8,
+            active_clean: 8,
+            ..PgCounts::default()
+        }));
+        assert_eq!(h.status, Severity::Ok);
+        assert!(h.reasons.is_empty(), "{h:?}");
+    }
+
+    #[test]
+    fn a_down_node_warns_and_unavailable_data_is_an_error() {
+        let mut f = facts(PgCounts {
+            total: 8,
+            active: 8,
+            active_clean: 6,
+            degraded: 2,
+            ..PgCounts::default()
+        });
+        f.nodes[1].1 = NodeState::Down;
+        f.devices_down = vec![2];
+        let h = Health::judge(&f);
+        assert_eq!(h.status, Severity::Warn);
+        let checks: Vec<&str> = h.reasons.iter().map(|r| r.check).collect();
+        assert_eq!(checks, ["nodes_down", "devices_down", "pgs_degraded"]);
+        assert!(h.reasons[0].message.contains("1 of 2 nodes down: node.2"));
+
+        f.pgs.unavailable = 1;
+        let h = Health::judge(&f);
+        assert_eq!(h.status, Severity::Error);
+        assert_eq!(h.reasons[0].check, "pgs_unavailable", "errors come first");
+    }
+
+    #[test]
+    fn fenced_unreachable_out_and_checksum_errors_warn_and_no_map_is_an_error() {
+        let mut f = facts(PgCounts::default());
+        f.nodes[0].1 = NodeState::Fenced;
+        f.nodes[1].1 = NodeState::Unreachable;
+        f.devices_out = vec![1];
+        f.checksum_errors = vec![(2, 3)];
+        let h = Health::judge(&f);
+        let checks: Vec<&str> = h.reasons.iter().map(|r| r.check).collect();
+        assert_eq!(
+            checks,
+            [
+                "no_node_up",
+                "nodes_fenced",
+                "nodes_unreachable",
+                "devices_out",
+                "checksum_errors"
+            ]
+        );
+        assert_eq!(h.status, Severity::Error);
+        f.epoch = 0;
+        assert_eq!(Health::judge(&f).reasons[0].check, "no_map");
+    }
+}

@@ -1,0 +1,133 @@
+//! Requests in flight, so that a node leaving the cluster finishes them before it gives up its
+//! lease (`node.rs::Node::shutdown`).
+//!
+//! [`Tracked`] wraps the node's [`Service`] (for the TCP server and for clients in the same
+//! process): every call counts as in flight from the moment it is made until its future
+//! completes or is dropped. [`InFlight::wait_idle`] resolves once none is.
+
+use basalt_proto::{Request, ResponseFuture, Service};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// How many requests are being answered.
+#[derive(Debug)]
+pub(crate) struct InFlight {
+    count: watch::Sender<u64>,
+}
+
+impl Default for InFlight {
+    fn default() -> Self {
+        InFlight {
+            count: watch::Sender::new(0),
+        }
+    }
+}
+
+impl InFlight {
+    /// Counts one request until the guard is dropped.
+    pub(crate) fn enter(self: &Arc<Self>) -> Guard {
+        self.count.send_modify(|n| {
+            *n = n.checked_add(1).expect("in-flight request count overflows");
+        });
+        Guard(self.clone())
+    }
+
+    pub(crate) fn count(&self) -> u64 {
+        *self.count.borrow()
+    }
+
+    /// Waits until no request is in flight, at most `limit`. Returns whether none is.
+    pub(crate) async fn wait_idle(&self, limit: Duration) -> bool {
+        let mut rx = self.count.subscribe();
+        tokio::time::timeout(limit, rx.wait_for(|n| *n == 0))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+}
+
+/// One request in flight.
+pub(crate) struct Guard(Arc<InFlight>);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        self.0.count.send_modify(|n| {
+            // A guard is only made by `enter`, which counted it.
+            *n = n
+                .checked_sub(1)
+                .expect("in-flight request count underflows");
+        });
+    }
+}
+
+/// A [`Service`] whose calls count in an [`InFlight`].
+pub(crate) struct Tracked {
+    pub(crate) inner: Arc<dyn Service>,
+    pub(crate) in_flight: Arc<InFlight>,
+}
+
+impl Service for Tracked {
+    fn call(&self, req: Request) -> ResponseFuture {
+        let guard = self.in_flight.enter();
+        let call = self.inner.call(req);
+        Box::pin(async move {
+            let answer = call.await;
+            drop(guard);
+            answer
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use basalt_proto::{Response, WireError};
+    use bytes::Bytes;
+    use tokio::sync::Notify;
+
+    /// Answers Ping only once `release` is notified.
+    struct Gate {
+        release: Arc<Notify>,
+    }
+
+    impl Service for Gate {
+        fn call(&self, _req: Request) -> ResponseFuture {
+            let release = self.release.clone();
+            Box::pin(async move {
+                release.notified().await;
+                Ok::<_, WireError>(Response::Pong { data: Bytes::new() })
+            })
+        }
+    }
+
+    fn ping() -> Request {
+        Request::Ping { data: Bytes::new() }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_only_once_every_call_finished_or_was_dropped() {
+        let release = Arc::new(Notify::new());
+        let in_flight = Arc::new(InFlight::default());
+        let svc = Tracked {
+            inner: Arc::new(Gate {
+                release: release.clone(),
+            }),
+            in_flight: in_flight.clone(),
+        };
+        assert!(in_flight.wait_idle(Duration::from_secs(1)).await);
+        // Counted from the call, before the future is first polled.
+        let first = svc.call(ping());
+        let second = svc.call(ping());
+        assert_eq!(in_flight.count(), 2);
+        assert!(!in_flight.wait_idle(Duration::from_secs(5)).await);
+        drop(second);
+        assert_eq!(in_flight.count(), 1);
+        let task = tokio::spawn(first);
+        tokio::task::yield_now().await;
+        assert!(!in_flight.wait_idle(Duration::from_secs(5)).await);
+        release.notify_one();
+        assert!(in_flight.wait_idle(Duration::from_secs(1)).await);
+        assert!(task.await.unwrap().is_ok());
+        assert_eq!(in_flight.count(), 0);
+    }
+}
