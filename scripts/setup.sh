@@ -2,7 +2,8 @@
 # Installs everything Basalt needs to build, run and test on Debian 12 (bookworm):
 #   - build: a C toolchain (for crates with C parts), protoc (etcd-client), pkg-config
 #   - run:   nothing beyond the binary (etcd only for multi-process clusters)
-#   - test:  etcd-server, fio, nbdkit, libnbd tools, qemu-img, jq, iproute2
+#   - test:  etcd-server, fio, nbdkit, libnbd tools, qemu-img, jq; iproute2 and nftables for the
+#            multi-host tests (network namespaces, bridges, packet filters; they need root)
 #   - Rust:  rustup stable if cargo is missing (Debian's rustc is too old for edition 2024)
 # Idempotent: packages already present are skipped, so a second run takes a second.
 set -euo pipefail
@@ -10,7 +11,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential pkg-config protobuf-compiler libprotobuf-dev
   etcd-server etcd-client fio nbdkit libnbd-bin python3-libnbd qemu-utils
-  jq iproute2 procps psmisc mount curl ca-certificates
+  jq iproute2 nftables procps psmisc mount curl ca-certificates
 )
 
 log() { printf '[setup] %s\n' "$*"; }

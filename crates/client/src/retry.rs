@@ -37,7 +37,8 @@ pub async fn call_node_with_retry(
     Ok(with_retry(cluster, |_| Ok(node), make).await?.1)
 }
 
-/// The retry loop: `route` picks the node from the current map for each attempt. A stale map is
+/// The retry loop: `route` picks the node from the current map for each attempt; an attempt
+/// gets no longer than what is left of the timeout. A stale map is
 /// refreshed and the request re-sent at once; other curable failures wait with exponential
 /// backoff (5 ms doubling to 500 ms) and re-read the map from the metadata store; an
 /// unavailable PG (no up device holds its data) waits for the next map, up to the timeout,
@@ -55,7 +56,7 @@ async fn with_retry(
         attempts += 1;
         let map = cluster.map();
         let failure = match route(&map) {
-            Ok(node) => match call_node(cluster, &map, node, make(map.epoch)).await {
+            Ok(node) => match call_node(cluster, &map, node, make(map.epoch), deadline).await {
                 Ok(resp) => return Ok((node, resp)),
                 Err(f) => f,
             },
@@ -149,22 +150,41 @@ fn list(devices: &[basalt_types::DeviceId]) -> String {
     names.join(", ")
 }
 
+/// One attempt, ending by `deadline` at the latest: a node that does not answer by then (a
+/// network partition holds the connection attempt, the request or its answer) fails the
+/// attempt, and a connection it does not answer on is dropped so that the next request to
+/// it connects anew.
 async fn call_node(
     cluster: &Cluster,
     map: &ClusterMap,
     node: NodeId,
     req: Request,
+    deadline: Instant,
 ) -> Result<Response, Failure> {
-    let svc = match cluster.service(map, node).await {
+    let connected = tokio::time::timeout_at(deadline, cluster.service(map, node)).await;
+    let Ok(connected) = connected else {
+        return Err(Failure::Wait(format!(
+            "connecting to {node} did not finish within the operation timeout ({:?})",
+            cluster.config().op_timeout
+        )));
+    };
+    let svc = match connected {
         Ok(svc) => svc,
         Err(e @ ClientError::Unreachable { .. }) => return Err(Failure::Wait(e.to_string())),
         // The node is not in the map (it is gone): wait for a map that says where to go.
         Err(e @ ClientError::Unavailable(_)) => return Err(Failure::Unavailable(e)),
         Err(e) => return Err(Failure::Fatal(e)),
     };
-    match svc.call(req).await {
-        Ok(resp) => Ok(resp),
-        Err(e) => Err(classify(cluster, node, map.epoch, e)),
+    match tokio::time::timeout_at(deadline, svc.call(req)).await {
+        Ok(Ok(resp)) => Ok(resp),
+        Ok(Err(e)) => Err(classify(cluster, node, map.epoch, e)),
+        Err(_) => {
+            cluster.drop_link(node);
+            Err(Failure::Wait(format!(
+                "{node} did not answer within the operation timeout ({:?})",
+                cluster.config().op_timeout
+            )))
+        }
     }
 }
 
@@ -259,6 +279,54 @@ mod tests {
         assert_eq!(node.seen.lock().len(), 5);
         // 5 + 10 + 20 + 40 ms of (virtual) waiting.
         assert_eq!(start.elapsed(), std::time::Duration::from_millis(75));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_node_that_never_answers_fails_at_the_operation_timeout() {
+        // A node cut off by the network: the request went out, no answer ever comes back.
+        let timeout = std::time::Duration::from_secs(2);
+        let config = ClusterConfig {
+            op_timeout: timeout,
+            ..ClusterConfig::default()
+        };
+        let fx = fixture(1, config).await;
+        let node = FakeNode::install(&fx.cluster, 1);
+        fx.cluster.inner.maps.offer(map(1, &[1]));
+        *node.before_answer.lock() = Some(Box::pin(std::future::pending()));
+        let start = tokio::time::Instant::now();
+        let call = call_primary(&fx.cluster, OID, read);
+        match tokio::time::timeout(timeout * 10, call).await {
+            Ok(Err(ClientError::RetriesExhausted { last, .. })) => {
+                assert!(last.contains("did not answer"), "{last}");
+            }
+            Ok(other) => panic!("expected RetriesExhausted, got {other:?}"),
+            Err(_) => panic!("the call still waits {:?} later", timeout * 10),
+        }
+        assert_eq!(start.elapsed(), timeout);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn connecting_to_a_node_that_does_not_answer_ends_at_the_operation_timeout() {
+        // The node's address takes connections but never answers Hello; connecting gives up
+        // only after the (longer) connect timeout.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let timeout = std::time::Duration::from_secs(2);
+        let config = ClusterConfig {
+            op_timeout: timeout,
+            connect_timeout: timeout * 3,
+            ..ClusterConfig::default()
+        };
+        let fx = fixture(1, config).await;
+        let mut m = map(1, &[1]);
+        m.nodes.get_mut(&NodeId(1)).unwrap().addr = silent.local_addr().unwrap().to_string();
+        fx.cluster.inner.maps.offer(m);
+        let start = tokio::time::Instant::now();
+        let r = call_primary(&fx.cluster, OID, read).await;
+        assert!(
+            matches!(r, Err(ClientError::RetriesExhausted { .. })),
+            "{r:?}"
+        );
+        assert_eq!(start.elapsed(), timeout);
     }
 
     #[tokio::test(start_paused = true)]

@@ -1,9 +1,12 @@
 //! Shared helpers of the end-to-end tests: a real `basalt up` process on OS-chosen ports, a small
-//! blocking NBD client, and external tools (fio, nbdinfo, qemu-img) run with time limits.
+//! blocking NBD client, external tools (fio, nbdinfo, qemu-img) run with time limits, and hosts
+//! in network namespaces for multi-host clusters (`netns.rs`, `netcluster.rs`).
 #![allow(dead_code)]
 
 pub mod host;
 pub mod nbd;
+pub mod netcluster;
+pub mod netns;
 pub mod node;
 
 use serde_json::Value;

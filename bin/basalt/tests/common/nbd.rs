@@ -22,7 +22,11 @@ pub struct NbdClient {
 impl NbdClient {
     /// Connects to `addr` and opens `export` with NBD_OPT_GO.
     pub fn connect(addr: &str, export: &str) -> std::io::Result<NbdClient> {
-        let mut s = TcpStream::connect(addr)?;
+        NbdClient::over(TcpStream::connect(addr)?, export)
+    }
+
+    /// Opens `export` over a connection made elsewhere (e.g. from another network namespace).
+    pub fn over(mut s: TcpStream, export: &str) -> std::io::Result<NbdClient> {
         s.set_nodelay(true)?;
         let mut hello = [0u8; 18];
         s.read_exact(&mut hello)?;

@@ -17,7 +17,11 @@ pub struct NodeConn {
 
 impl NodeConn {
     pub fn connect(addr: &str) -> NodeConn {
-        let s = TcpStream::connect(addr).unwrap();
+        NodeConn::over(TcpStream::connect(addr).unwrap())
+    }
+
+    /// A connection made elsewhere (e.g. from another network namespace).
+    pub fn over(s: TcpStream) -> NodeConn {
         s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         NodeConn {
             s,
