@@ -40,10 +40,10 @@ pub struct NodeArgs {
     pub io: IoArg,
     #[command(flatten)]
     pub format: FormatArgs,
-    /// Lease of the node's registration (e.g. 10s, 2500ms): the node acknowledges I/O only
+    /// Lease of the node's registration (e.g. 4s, 2500ms): the node acknowledges I/O only
     /// while its lease is confirmed; when the node dies, its devices count as down this long
     /// after its last renewal, and other nodes may take its data over.
-    #[arg(long, value_parser = crate::duration::parse_duration, default_value = "10s")]
+    #[arg(long, value_parser = crate::duration::parse_duration, default_value = "4s")]
     pub lease_ttl: Duration,
     /// While this node leads: how long a device may be down before it is marked out
     /// automatically (its placement groups' up sets move), e.g. 10m.

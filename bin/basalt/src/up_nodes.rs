@@ -45,7 +45,7 @@ const ETCD_STOP_LIMIT: Duration = Duration::from_secs(10);
 /// How long to wait for processes of a previous `up` on this directory to finish leaving.
 const LEFTOVER_LIMIT: Duration = Duration::from_secs(30);
 /// A node's default lease.
-const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(10);
+const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(4);
 
 /// One `basalt node` child.
 struct NodeChild {

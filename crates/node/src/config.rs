@@ -90,7 +90,7 @@ impl NodeConfig {
             devices: Vec::new(),
             object_size: basalt_types::DEFAULT_OBJECT_SIZE,
             io: IoMode::Auto,
-            lease_ttl: Duration::from_secs(10),
+            lease_ttl: Duration::from_secs(4),
             leader_eligible: true,
             down_out_interval: DEFAULT_DOWN_OUT_INTERVAL,
             connector: Arc::new(TcpConnector),

@@ -30,7 +30,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 /// How much earlier than the store could expire the lease the node stops acknowledging:
-/// a fifth of the TTL (2 s of the default 10 s). It covers the time between the fence check
+/// a fifth of the TTL (0.8 s of the default 4 s). It covers the time between the fence check
 /// and the answer leaving the process (microseconds, unless the process stalls), and any
 /// difference in rate between this host's monotonic clock and the store's (parts per million:
 /// well under a millisecond per TTL). It does not cover a process stalled for longer than the

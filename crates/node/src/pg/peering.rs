@@ -658,3 +658,83 @@ fn missing_of(verdicts: &BTreeMap<ObjectId, Verdict>) -> BTreeMap<ObjectId, Miss
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::info::Backfill;
+    use super::*;
+
+    fn history(intervals: &[(u64, &[u32])]) -> PgHistory {
+        PgHistory {
+            intervals: intervals
+                .iter()
+                .map(|(e, m)| PgInterval {
+                    epoch: Epoch(*e),
+                    members: m.iter().map(|d| DeviceId(*d)).collect(),
+                })
+                .collect(),
+            clean: Epoch(0),
+        }
+    }
+
+    fn holding(les: u64, backfill: bool) -> Holding {
+        Holding {
+            info: MemberInfo {
+                les: Epoch(les),
+                last_complete: Version::NONE,
+                backfill: backfill.then_some(Backfill {
+                    term: Term::new(Epoch(les), 0),
+                    cursor: None,
+                }),
+            },
+            last_update: Version::NONE,
+            log_tail: Version::NONE,
+            objects: 0,
+        }
+    }
+
+    fn holdings(h: &[(u32, Holding)]) -> BTreeMap<DeviceId, Holding> {
+        h.iter().map(|(d, h)| (DeviceId(*d), *h)).collect()
+    }
+
+    #[test]
+    fn an_interval_needs_a_reachable_witness() {
+        // Interval 5 ran on devices 1 and 2; only device 3 (not a member) answers.
+        let h = history(&[(5, &[1, 2]), (7, &[3])]);
+        let err = check_history(&h, &holdings(&[(3, holding(7, false))])).unwrap_err();
+        assert!(err.contains("interval e5"), "{err}");
+        // Device 2 answers and was activated in 5: a witness.
+        check_history(
+            &h,
+            &holdings(&[(2, holding(5, false)), (3, holding(7, false))]),
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn a_member_still_backfilling_is_no_witness() {
+        let h = history(&[(5, &[1, 2])]);
+        let err = check_history(&h, &holdings(&[(2, holding(5, true))])).unwrap_err();
+        assert!(err.contains("interval e5"), "{err}");
+    }
+
+    #[test]
+    fn a_member_last_active_before_an_interval_proves_it_never_went_active() {
+        // Device 1 was last activated in 3: interval 5, which names it, never activated it,
+        // so interval 5 never served a write.
+        let h = history(&[(5, &[1, 2])]);
+        check_history(&h, &holdings(&[(1, holding(3, false))])).unwrap();
+    }
+
+    #[test]
+    fn sources_are_complete_members_activated_since_the_history_began() {
+        let h = history(&[(5, &[1, 2]), (7, &[1, 3])]);
+        let all = holdings(&[
+            (1, holding(7, false)),
+            (2, holding(5, false)),
+            (3, holding(7, true)),
+            (4, holding(2, false)),
+        ]);
+        assert_eq!(sources(&h, &all), vec![DeviceId(1), DeviceId(2)]);
+    }
+}
