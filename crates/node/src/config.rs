@@ -66,10 +66,21 @@ pub struct NodeConfig {
     /// (its PGs' `up` sets then move; their data stays where it is until recovery reports it
     /// complete elsewhere).
     pub down_out_interval: Duration,
+    /// Time between two passes of the collector that removes the objects of deleted volumes
+    /// from this node's devices (`collect.rs`); at least 10 ms.
+    pub collect_interval: Duration,
+    /// Store calls (listings and removals) per second the collector makes at most.
+    pub collect_rate: u32,
 }
 
 /// The default down-out interval: 10 minutes, like Ceph's `mon_osd_down_out_interval`.
 pub const DEFAULT_DOWN_OUT_INTERVAL: Duration = Duration::from_secs(600);
+
+/// The default time between collector passes: 5 minutes.
+pub const DEFAULT_COLLECT_INTERVAL: Duration = Duration::from_secs(300);
+
+/// The default pace of the collector: 500 store calls per second.
+pub const DEFAULT_COLLECT_RATE: u32 = 500;
 
 impl NodeConfig {
     pub fn new(data_dir: impl Into<PathBuf>, listen: SocketAddr) -> NodeConfig {
@@ -84,6 +95,8 @@ impl NodeConfig {
             lease_ttl: Duration::from_secs(10),
             leader_eligible: true,
             down_out_interval: DEFAULT_DOWN_OUT_INTERVAL,
+            collect_interval: DEFAULT_COLLECT_INTERVAL,
+            collect_rate: DEFAULT_COLLECT_RATE,
         }
     }
 }

@@ -1,14 +1,15 @@
 //! Helpers for the node's unit tests: a node's shared state over simulated-disk stores, and the
-//! embedded metadata store with failures switched on and off.
+//! embedded metadata store with failures switched on and off (and its listings counted).
 
 use crate::admin::AdminHandler;
 use crate::lease::Fence;
 use crate::mapstate::MapState;
 use crate::service::NodeShared;
+use crate::volumes::Volumes;
 use async_trait::async_trait;
 use basalt_engine::sim::SimDisk;
 use basalt_engine::{DeviceId, FormatOptions, OpenOptions, Store};
-use basalt_meta::KeyValue;
+use basalt_meta::{Catalog, KeyValue};
 use basalt_meta::{
     EmbeddedStore, LeaseId, Listing, MetaError, MetaStore, Revision, Txn, TxnResult, WatchReceiver,
 };
@@ -16,7 +17,7 @@ use basalt_types::NodeId;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -31,8 +32,19 @@ pub(crate) fn sim_store(device: u32) -> Store {
     Store::open_sim(&disk, &OpenOptions::default()).unwrap()
 }
 
-/// The shared state of node `id` with these stores and a fence for `ttl` (closed).
+/// The shared state of node `id` with these stores and a fence for `ttl` (closed), and no
+/// metadata store to list volumes from (its writes are refused).
 pub(crate) fn shared(id: NodeId, ttl: Duration, stores: Vec<Store>) -> Arc<NodeShared> {
+    shared_with(id, ttl, stores, None)
+}
+
+/// Like [`shared`], listing volumes from `catalog`.
+pub(crate) fn shared_with(
+    id: NodeId,
+    ttl: Duration,
+    stores: Vec<Store>,
+    catalog: Option<Catalog>,
+) -> Arc<NodeShared> {
     let stores: HashMap<_, _> = stores
         .into_iter()
         .map(|s| (s.info().device_id, s))
@@ -49,6 +61,8 @@ pub(crate) fn shared(id: NodeId, ttl: Duration, stores: Vec<Store>) -> Arc<NodeS
         stopping: Default::default(),
         fence: Arc::new(Fence::new(id, ttl)),
         server_stats: Arc::default(),
+        volumes: Volumes::new(catalog),
+        collector: Default::default(),
     })
 }
 
@@ -59,6 +73,7 @@ pub(crate) struct Flaky {
     inner: EmbeddedStore,
     down: AtomicBool,
     renewals: Mutex<Vec<Instant>>,
+    lists: AtomicUsize,
 }
 
 impl Flaky {
@@ -67,6 +82,7 @@ impl Flaky {
             inner: EmbeddedStore::open(path).await.unwrap(),
             down: AtomicBool::new(false),
             renewals: Mutex::new(Vec::new()),
+            lists: AtomicUsize::new(0),
         })
     }
 
@@ -81,6 +97,11 @@ impl Flaky {
 
     pub(crate) fn renewals(&self) -> usize {
         self.renewals.lock().len()
+    }
+
+    /// Prefix listings answered so far.
+    pub(crate) fn lists(&self) -> usize {
+        self.lists.load(Ordering::SeqCst)
     }
 
     fn check(&self) -> Result<(), MetaError> {
@@ -102,7 +123,9 @@ impl MetaStore for Flaky {
     }
     async fn list(&self, prefix: &str) -> Result<Listing, MetaError> {
         self.check()?;
-        self.inner.list(prefix).await
+        let listing = self.inner.list(prefix).await;
+        self.lists.fetch_add(1, Ordering::SeqCst);
+        listing
     }
     async fn put(
         &self,
