@@ -155,7 +155,9 @@ impl Volumes {
                     return Err(WireError::new(
                         ErrorCode::InvalidArgument,
                         format!(
-                            "deleting the objects of volume {volume} from byte {from} would                              remove data inside its {size} bytes (metadata revision {}): it                              was resized since this discard was prepared",
+                            "deleting the objects of volume {volume} from byte {from} would remove \
+                             data inside its {size} bytes (metadata revision {}): it was \
+                             resized since this discard was prepared",
                             view.listed()
                         ),
                     ));
