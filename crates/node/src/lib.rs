@@ -42,10 +42,6 @@ mod server;
 mod service;
 #[cfg(test)]
 mod testing;
-#[cfg_attr(
-    not(test),
-    expect(dead_code, reason = "write.rs calls the write checks (next commit)")
-)]
 mod volumes;
 mod write;
 

@@ -1,5 +1,6 @@
-//! The write handlers: fence by epoch, find the primary store, apply. With `fua` the store
-//! acknowledges only after the data is durable (group-committed with concurrent writes).
+//! The write handlers: fence by epoch, find the primary store, check the volume (it exists, and
+//! a write ends within its size: `volumes/mod.rs`), apply. With `fua` the store acknowledges
+//! only after the data is durable (group-committed with concurrent writes).
 //!
 //! Replication (primary forwarding to the other members of the acting set) joins here.
 
@@ -31,10 +32,13 @@ pub(crate) async fn write(
     fua: bool,
     data: Bytes,
 ) -> Result<Response, WireError> {
-    let version = node
-        .maps
-        .route(epoch, &oid, true)
-        .await?
+    let store = node.maps.route(epoch, &oid, true).await?;
+    let object_size = store.info().object_size;
+    let _admitted = node
+        .volumes
+        .admit_write(&oid, offset, data.len(), object_size)
+        .await?;
+    let version = store
         .write(oid, offset, data, options(node, &oid, fua, version))
         .await
         .map_err(engine_to_wire)?;
@@ -49,10 +53,9 @@ pub(crate) async fn write_zeroes(
     len: u32,
     fua: bool,
 ) -> Result<Response, WireError> {
-    let version = node
-        .maps
-        .route(epoch, &oid, true)
-        .await?
+    let store = node.maps.route(epoch, &oid, true).await?;
+    node.volumes.admit_discard(&oid).await?;
+    let version = store
         .write_zeroes(oid, offset, len, options(node, &oid, fua, Version::NONE))
         .await
         .map_err(engine_to_wire)?;
@@ -66,10 +69,9 @@ pub(crate) async fn trim(
     offset: u32,
     len: u32,
 ) -> Result<Response, WireError> {
-    let version = node
-        .maps
-        .route(epoch, &oid, true)
-        .await?
+    let store = node.maps.route(epoch, &oid, true).await?;
+    node.volumes.admit_discard(&oid).await?;
+    let version = store
         .trim(oid, offset, len, options(node, &oid, false, Version::NONE))
         .await
         .map_err(engine_to_wire)?;
