@@ -5,6 +5,7 @@
 pub mod host;
 pub mod nbd;
 pub mod node;
+pub mod proxy;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
