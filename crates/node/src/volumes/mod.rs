@@ -30,6 +30,8 @@
 //! removes the objects. Nothing a stale writer sent before can land after the removal, and
 //! everything it sends after is refused.
 
+#[cfg(test)]
+mod delete_tests;
 mod inflight;
 #[cfg(test)]
 mod tests;
@@ -134,13 +136,30 @@ impl Volumes {
         Ok(())
     }
 
+    /// What `DeleteVolume` (of the objects of `volume` in `pool` from index `from_index` on,
+    /// objects of `object_size` bytes if the map knows the pool) does before it removes
+    /// anything: [`Volumes::sync`], then [`Volumes::admit_delete`].
+    pub(crate) async fn before_delete(
+        &self,
+        pool: PoolId,
+        volume: VolumeId,
+        from_index: u64,
+        object_size: Option<u32>,
+    ) -> Result<(), WireError> {
+        self.sync().await?;
+        match object_size {
+            Some(object_size) => self.admit_delete(pool, volume, from_index, object_size),
+            None => Ok(()),
+        }
+    }
+
     /// Checks a `DeleteVolume` of the objects of `volume` in `pool` from index `from_index` on
     /// (objects of `object_size` bytes), after [`Volumes::sync`]: it may not remove data inside
     /// an active volume's size. A delete is sent once the volume is marked deleting, and a
     /// resize's discard starts at the smaller of the old and new size, so only a discard
     /// prepared for a size the volume no longer has (a concurrent resize grew it since) can
     /// reach inside; it is refused rather than removing data written since.
-    pub(crate) fn admit_delete(
+    fn admit_delete(
         &self,
         pool: PoolId,
         volume: VolumeId,
