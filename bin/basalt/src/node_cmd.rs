@@ -49,6 +49,10 @@ pub struct NodeArgs {
     /// automatically (its placement groups' up sets move), e.g. 10m.
     #[arg(long, value_parser = crate::duration::parse_duration, default_value = "10m")]
     pub down_out_interval: Duration,
+    /// Time between passes of the collector that removes the objects of deleted volumes from
+    /// this node's devices (in the background, at a low rate), e.g. 5m.
+    #[arg(long, value_parser = crate::duration::parse_duration, default_value = "5m")]
+    pub collect_interval: Duration,
 }
 
 pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
@@ -63,6 +67,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     config.io = args.io.into();
     config.lease_ttl = args.lease_ttl;
     config.down_out_interval = args.down_out_interval;
+    config.collect_interval = args.collect_interval;
     for spec in &args.devices {
         config.devices.push(DeviceConfig {
             force_format: args.format.force_format,

@@ -79,6 +79,10 @@ pub struct UpArgs {
     /// How long a device may be down before it is marked out automatically.
     #[arg(long, value_parser = crate::duration::parse_duration, default_value = "10m")]
     pub down_out_interval: Duration,
+    /// Time between passes of the collector that removes the objects of deleted volumes from
+    /// this node's devices (in the background, at a low rate), e.g. 5m.
+    #[arg(long, value_parser = crate::duration::parse_duration, default_value = "5m")]
+    pub collect_interval: Duration,
 }
 
 /// How a device that is not yet a Basalt store may be formatted (shared by `up` and `node`).
@@ -293,6 +297,7 @@ async fn start_node(args: &UpArgs, data: &Path, meta: &Meta) -> anyhow::Result<N
     let mut config = NodeConfig::new(data.join("node"), args.listen);
     config.io = args.io.into();
     config.down_out_interval = args.down_out_interval;
+    config.collect_interval = args.collect_interval;
     config.devices.push(DeviceConfig {
         size,
         force_format: args.format.force_format,

@@ -1,10 +1,11 @@
 //! Resize and delete under open connections: an open NBD connection follows its volume's record
-//! (I/O past a shrunk end is refused, a deleted volume refuses I/O), and data a stale writer put
-//! past a shrunk end never shows after the volume grows again.
+//! (I/O past a shrunk end is refused, a deleted volume refuses I/O); a stale writer that missed
+//! the shrink is refused by the node, and the range past the old end reads as zeros after the
+//! volume grows again.
 
 mod common;
 
-use basalt_proto::{Request, Response};
+use basalt_proto::{ErrorCode, Request, Response};
 use basalt_types::{ObjectId, PoolId, Version, VolumeId};
 use bytes::Bytes;
 use common::nbd::NbdClient;
@@ -75,11 +76,12 @@ fn an_open_connection_follows_resize_and_delete() {
     up.stop();
 }
 
-/// A gateway that has not yet seen a shrink can still write past the new end (its writes go to
-/// the node directly; here, a raw node connection plays that gateway). Growing the volume again
-/// must show zeros there, not those writes.
+/// A gateway that has not seen a shrink still sends writes past the new end (its writes go to
+/// the node directly; here, a raw node connection plays that gateway): the node refuses them,
+/// zeroing past the end is still allowed (it removes data), and growing the volume again shows
+/// zeros there.
 #[test]
-fn a_stale_writer_past_a_shrunk_end_never_shows_after_a_grow() {
+fn a_stale_writer_past_a_shrunk_end_is_refused_and_a_grow_shows_zeros() {
     let dir = tempfile::tempdir().unwrap();
     let up = Up::start(dir.path(), &UpOptions::default());
     let pools = up.cli_json(&["pool", "list"]);
@@ -110,17 +112,32 @@ fn a_stale_writer_past_a_shrunk_end_never_shows_after_a_grow() {
         fua: true,
         data: Bytes::from(vec![0x5A; len]),
     };
+    // The resize returned once the node had seen the shrink: refused at once.
     for (id, req) in [
         (2, stale(4, 8192, 8192)),
-        (3, stale(6, 0, os as usize)),
-        (4, stale(9, 0, 4096)),
+        (3, stale(4, 0, 8192)),
+        (4, stale(6, 0, os as usize)),
+        (5, stale(9, 0, 4096)),
     ] {
         n.send(id, &req);
         match n.answer() {
-            Some(Ok(Response::Written { .. })) => {}
-            other => panic!("the stale write was not applied: {other:?}"),
+            Some(Err(e)) if e.code == ErrorCode::InvalidArgument => {
+                assert!(e.message.contains("past the end"), "{}", e.message);
+            }
+            other => panic!("the stale write was not refused: {other:?}"),
         }
     }
+    n.send(
+        6,
+        &Request::WriteZeroes {
+            epoch,
+            oid: ObjectId::new(pool_id, VolumeId(vol), 6),
+            offset: 0,
+            len: os as u32,
+            fua: true,
+        },
+    );
+    assert!(matches!(n.answer(), Some(Ok(Response::Written { .. }))));
 
     resize(&up, "g", 10 * os);
     let mut c = NbdClient::connect(&up.nbd, "g").unwrap();

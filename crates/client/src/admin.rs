@@ -80,8 +80,11 @@ impl Cluster {
         Ok(objects)
     }
 
-    /// Makes `[from, upto)` of a volume read as zeros: zeroes the part of the object holding
-    /// `from` that lies in the range, and deletes every object after it.
+    /// Makes `[from, upto)` of a volume read as zeros: deletes every object after the one
+    /// holding `from`, then zeroes the part of that object that lies in the range. The delete
+    /// goes first: each node brings its view of the volume up to date before it deletes (and
+    /// from then on refuses a stale writer's writes past the committed end), so the zeroing
+    /// after it is final.
     async fn discard(
         &self,
         record: &VolumeRecord,
@@ -96,6 +99,7 @@ impl Cluster {
         let os = pool.object_size as u64;
         let keep_objects = from.div_ceil(os);
         let partial = from % os;
+        self.delete_objects(record, keep_objects).await?;
         if partial != 0 {
             let oid = basalt_types::ObjectId::new(record.pool, record.id, keep_objects - 1);
             let len = (os - partial).min(upto - from);
@@ -108,7 +112,6 @@ impl Cluster {
             })
             .await?;
         }
-        self.delete_objects(record, keep_objects).await?;
         Ok(())
     }
 
@@ -173,4 +176,64 @@ fn primary_nodes(
         nodes.insert(node);
     }
     Ok(nodes)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::{FakeNode, fixture, map};
+    use crate::{ClusterConfig, meta::Catalog};
+    use basalt_proto::Request;
+    use parking_lot::Mutex;
+    use std::sync::Arc;
+
+    const OS: u64 = 128 << 10;
+
+    /// Makes `node` record the volume's size in the catalog when its next request arrives.
+    fn size_at_next_request(node: &FakeNode, catalog: &Catalog) -> Arc<Mutex<Option<u64>>> {
+        let seen = Arc::new(Mutex::new(None));
+        let (catalog, out) = (catalog.clone(), seen.clone());
+        *node.before_answer.lock() = Some(Box::pin(async move {
+            *out.lock() = Some(catalog.get_volume("v").await.unwrap().unwrap().size);
+        }));
+        seen
+    }
+
+    /// What a discard from `keep` bytes sends, in order: the delete of the objects past the
+    /// one holding `keep` (each node then sees the volume's current records before deleting),
+    /// then the zeroing of that object's tail.
+    fn discard(node: &FakeNode, keep: u64) {
+        let seen: Vec<Request> = node.seen.lock().drain(..).collect();
+        assert!(
+            matches!(
+                seen.as_slice(),
+                [
+                    Request::DeleteVolume { from_index, .. },
+                    Request::WriteZeroes { oid, offset, len, .. },
+                ] if *from_index == keep.div_ceil(OS)
+                    && oid.index == keep / OS
+                    && u64::from(*offset) == keep % OS
+                    && u64::from(*len) == OS - keep % OS
+            ),
+            "{seen:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_resize_deletes_before_it_zeroes_and_commits_around_its_discard() {
+        let fx = fixture(1, ClusterConfig::default()).await;
+        let node = FakeNode::install(&fx.cluster, 1);
+        fx.cluster.inner.maps.offer(map(1, &[1]));
+        let keep = 3 * OS + 4096;
+        // Shrink: the new size is committed before the discard.
+        let at_delete = size_at_next_request(&node, &fx.catalog);
+        fx.cluster.resize_volume("v", keep, true).await.unwrap();
+        discard(&node, keep);
+        assert_eq!(*at_delete.lock(), Some(keep));
+        // Grow: the discard runs while the old size is still the committed one.
+        let at_delete = size_at_next_request(&node, &fx.catalog);
+        fx.cluster.resize_volume("v", 1 << 20, false).await.unwrap();
+        discard(&node, keep);
+        assert_eq!(*at_delete.lock(), Some(keep));
+        assert_eq!(fx.cluster.volume_info("v").await.unwrap().size, 1 << 20);
+    }
 }

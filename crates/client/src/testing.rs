@@ -143,6 +143,7 @@ impl Service for FakeService {
                 Request::Read { len, .. } => Ok(Response::Read {
                     data: Bytes::from(vec![0u8; len as usize]),
                 }),
+                Request::DeleteVolume { .. } => Ok(Response::Deleted { objects: 0 }),
                 _ => Ok(Response::Written {
                     version: Version::new(0, 1),
                 }),

@@ -105,6 +105,16 @@ impl Catalog {
         Ok(counter.last)
     }
 
+    /// The last id of `kind` handed out (0: none yet). Every id of that kind ever allocated is
+    /// at most this; an id above it has never been handed out.
+    pub async fn last_id(&self, kind: IdKind) -> Result<u64, MetaError> {
+        let key = keys::id_counter(kind);
+        Ok(self
+            .read::<Counter>(&key)
+            .await?
+            .map_or(0, |(counter, _)| counter.last))
+    }
+
     /// Reads and decodes one record, with its key-value metadata.
     pub(crate) async fn read<T: DeserializeOwned>(
         &self,

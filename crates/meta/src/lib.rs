@@ -64,4 +64,4 @@ pub use store::{
     TxnOpResult, TxnResult, WATCH_BUFFER, WatchEvent, WatchReceiver,
 };
 pub use volume::{MAX_VOLUME_SIZE, VolumeRecord, VolumeState, validate_volume_size};
-pub use volume_watch::VolumeEvent;
+pub use volume_watch::{VolumeEvent, VolumeListing};

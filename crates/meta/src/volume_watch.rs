@@ -29,7 +29,23 @@ pub enum VolumeEvent {
     Removed { name: String, revision: Revision },
 }
 
+/// Every volume record as of one store revision ([`Catalog::list_volumes_at`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VolumeListing {
+    pub volumes: Vec<VolumeRecord>,
+    /// Names of the records this version could not read (logged and left out of `volumes`):
+    /// whoever concludes anything from a volume's absence must know that these exist.
+    pub unreadable: Vec<String>,
+    pub revision: Revision,
+}
+
 impl Catalog {
+    /// Every volume this version can read, with the revision of the listing and how many
+    /// records it could not read.
+    pub async fn list_volumes_at(&self) -> Result<VolumeListing, MetaError> {
+        listing(self.store().as_ref()).await
+    }
+
     /// A volume by name, with the revision of its record (its `mod_revision`).
     pub async fn get_volume_at(
         &self,
@@ -66,14 +82,9 @@ async fn follow_once(
     store: &dyn MetaStore,
     tx: &mpsc::Sender<VolumeEvent>,
 ) -> Result<(), MetaError> {
-    let listing = store.list(keys::VOLUMES).await?;
-    let volumes = listing
-        .kvs
-        .iter()
-        .filter_map(|kv| readable(&kv.key, &kv.value))
-        .collect();
+    let listing = listing(store).await?;
     let all = VolumeEvent::All {
-        volumes,
+        volumes: listing.volumes,
         revision: listing.revision,
     };
     if tx.send(all).await.is_err() {
@@ -111,6 +122,23 @@ async fn follow_once(
             return Ok(());
         }
     }
+}
+
+async fn listing(store: &dyn MetaStore) -> Result<VolumeListing, MetaError> {
+    let listing = store.list(keys::VOLUMES).await?;
+    let mut volumes = Vec::with_capacity(listing.kvs.len());
+    let mut unreadable = Vec::new();
+    for kv in &listing.kvs {
+        match readable(&kv.key, &kv.value) {
+            Some(record) => volumes.push(record),
+            None => unreadable.extend(keys::parse_volume(&kv.key).map(str::to_string)),
+        }
+    }
+    Ok(VolumeListing {
+        volumes,
+        unreadable,
+        revision: listing.revision,
+    })
 }
 
 /// A record this version can read; an unreadable one (say, from a newer release) is logged and

@@ -10,6 +10,7 @@ use basalt_types::{DeviceId, Epoch, NodeId};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
 /// A control-plane request.
@@ -41,6 +42,12 @@ pub struct NodeStatus {
     /// Times a client connection was paused because it had its in-flight budget in use.
     #[serde(default)]
     pub backpressure_pauses: u64,
+    /// Passes the collector of deleted volumes' objects completed since the node started.
+    #[serde(default)]
+    pub collector_passes: u64,
+    /// Objects and tombstones of deleted volumes the collector removed since the node started.
+    #[serde(default)]
+    pub collected_objects: u64,
     pub devices: Vec<DeviceStatus>,
     /// The PGs whose primary is a device of this node: state, missing objects, recovery.
     #[serde(default)]
@@ -57,6 +64,9 @@ pub struct DeviceStatus {
     pub used_bytes: u64,
     pub free_bytes: u64,
     pub objects: u64,
+    /// Deleted objects the store remembers (until their log is trimmed or they are collected).
+    #[serde(default)]
+    pub tombstones: u64,
     pub journal_used: u64,
     pub journal_size: u64,
     pub reads: u64,
@@ -127,6 +137,7 @@ impl AdminHandler {
                     used_bytes: st.used_bytes,
                     free_bytes: st.free_bytes,
                     objects: st.objects,
+                    tombstones: st.tombstones,
                     journal_used: st.journal_used,
                     journal_size: st.journal_size,
                     reads: st.reads,
@@ -151,6 +162,8 @@ impl AdminHandler {
                 .server_stats
                 .pauses
                 .load(std::sync::atomic::Ordering::Relaxed),
+            collector_passes: node.collector.passes.load(Relaxed),
+            collected_objects: node.collector.objects.load(Relaxed),
             devices,
             pgs: node.pgs.summaries(),
         }

@@ -75,10 +75,21 @@ pub struct NodeConfig {
     pub peer_timeout: Duration,
     /// Recovery and backfill pacing.
     pub tuning: Tuning,
+    /// Time between two passes of the collector that removes the objects of deleted volumes
+    /// from this node's devices (`collect.rs`); at least 10 ms.
+    pub collect_interval: Duration,
+    /// Store calls (listings and removals) per second the collector makes at most.
+    pub collect_rate: u32,
 }
 
 /// The default down-out interval: 10 minutes, like Ceph's `mon_osd_down_out_interval`.
 pub const DEFAULT_DOWN_OUT_INTERVAL: Duration = Duration::from_secs(600);
+
+/// The default time between collector passes: 5 minutes.
+pub const DEFAULT_COLLECT_INTERVAL: Duration = Duration::from_secs(300);
+
+/// The default pace of the collector: 500 store calls per second.
+pub const DEFAULT_COLLECT_RATE: u32 = 500;
 
 impl NodeConfig {
     pub fn new(data_dir: impl Into<PathBuf>, listen: SocketAddr) -> NodeConfig {
@@ -96,6 +107,8 @@ impl NodeConfig {
             connector: Arc::new(TcpConnector),
             peer_timeout: Duration::from_secs(5),
             tuning: Tuning::default(),
+            collect_interval: DEFAULT_COLLECT_INTERVAL,
+            collect_rate: DEFAULT_COLLECT_RATE,
         }
     }
 }

@@ -1,6 +1,14 @@
 //! Deleting a volume's objects (volume delete, and the tail after a shrink): every PG whose
 //! primary is a device of this node deletes the volume's objects it holds, as replicated
 //! writes, so every member keeps the same tombstones at the same versions.
+//!
+//! Before removing anything the node brings its view of the volume records up to date and
+//! waits for the writes it admitted under an older view (`volumes/mod.rs`,
+//! `Volumes::before_delete`): the client marked the volume deleting (or committed the shrink)
+//! before sending this, so from here on a stale writer's writes to the range are refused, and
+//! none admitted before can land after the removal. A delete that would remove data inside an
+//! active volume's current size (a discard prepared for a size a concurrent resize has since
+//! changed) is refused.
 
 use crate::service::NodeShared;
 use basalt_proto::{Response, WireError};
@@ -14,6 +22,10 @@ pub(crate) async fn delete_volume(
     from_index: u64,
 ) -> Result<Response, WireError> {
     let map = node.maps.admit(epoch).await?;
+    let object_size = map.pools.get(&pool).map(|p| p.object_size);
+    node.volumes
+        .before_delete(pool, volume, from_index, object_size)
+        .await?;
     let mut objects = 0;
     let Some(p) = map.pools.get(&pool) else {
         return Ok(Response::Deleted { objects });

@@ -10,13 +10,15 @@
 //!    `delete.rs` or `admin.rs`.
 //! 3. Each data-path handler first passes `mapstate.rs::MapState::admit` (the request's map
 //!    epoch must be the node's: stale epochs are refused) and `primary_store` (this node must
-//!    hold the primary of the object's PG: the first up member of its acting set), then calls
-//!    the store.
+//!    hold the primary of the object's PG: the first up member of its acting set); writes then
+//!    pass `volumes/mod.rs::Volumes::admit_write` or `admit_discard` (the volume exists and the
+//!    write ends within its size), then the handler calls the store.
 //! 4. Store errors become wire errors in one place, `error.rs::engine_to_wire`.
 //!
 //! Around that: `node.rs` starts and stops a node (identity, devices, registration under a
-//! lease, map following; a clean stop finishes the requests in flight, `drain.rs`, and then
-//! revokes the lease so that the node leaves at once), and `leader.rs` is the elected leader
+//! lease, map and volume following; a clean stop finishes the requests in flight, `drain.rs`,
+//! and then revokes the lease so that the node leaves at once), `collect.rs` removes the
+//! objects of deleted volumes in the background, and `leader.rs` is the elected leader
 //! computing and publishing maps (input from `gather.rs`, woken by `changes.rs`).
 //!
 //! Start here: [`Node::start`], then `service.rs`.
@@ -24,6 +26,7 @@
 pub mod admin;
 mod advertise;
 mod changes;
+mod collect;
 pub mod config;
 mod delete;
 mod devices;
@@ -43,11 +46,15 @@ mod server;
 mod service;
 #[cfg(test)]
 mod testing;
+mod volumes;
 mod write;
 
 pub use admin::{AdminRequest, DeviceStatus, NodeStatus};
 pub use basalt_engine::{DirLock, lock_dir};
-pub use config::{DEFAULT_DOWN_OUT_INTERVAL, DeviceConfig, NodeConfig};
+pub use config::{
+    DEFAULT_COLLECT_INTERVAL, DEFAULT_COLLECT_RATE, DEFAULT_DOWN_OUT_INTERVAL, DeviceConfig,
+    NodeConfig,
+};
 pub use error::NodeError;
 pub use node::Node;
 pub use pg::{PgStatusView, PgSummary, Tuning};

@@ -1,6 +1,7 @@
 //! [`Node`]: starting and stopping a storage node.
 
 use crate::admin::{AdminHandler, NodeStatus};
+use crate::collect::CollectConfig;
 use crate::config::NodeConfig;
 use crate::drain::{InFlight, Tracked};
 use crate::error::NodeError;
@@ -10,7 +11,8 @@ use crate::peers::Peers;
 use crate::pg::{Ctx, Pgs};
 use crate::server::Limits;
 use crate::service::{NodeService, NodeShared};
-use crate::{advertise, devices, identity, leader, lease, server};
+use crate::volumes::Volumes;
+use crate::{advertise, collect, devices, identity, leader, lease, server, volumes};
 use basalt_engine::DirLock;
 use basalt_meta::{Catalog, MetaStore, NodeRecord};
 use basalt_placement::ClusterMap;
@@ -39,8 +41,9 @@ pub struct Node {
 
 impl Node {
     /// Starts a node: locks its data directory, allocates or loads its id, opens (formatting if
-    /// blank) and registers its devices, listens, registers itself under a lease (and again
-    /// whenever it loses it, `lease.rs`), follows the cluster map and, if eligible, campaigns
+    /// blank) and registers its devices, lists the volume records, listens, registers itself
+    /// under a lease (and again whenever it loses it, `lease.rs`), follows the cluster map and
+    /// the volume records, collects the objects of deleted volumes and, if eligible, campaigns
     /// to be the leader that publishes maps.
     ///
     /// With `serve_meta`, the node also answers metadata requests for `meta` (single-process
@@ -96,10 +99,15 @@ impl Node {
             stopping: Default::default(),
             fence: Arc::new(Fence::new(id, config.lease_ttl)),
             server_stats: Arc::default(),
+            volumes: Volumes::new(Some(catalog.clone())),
+            collector: Default::default(),
         });
         if let Some((map, _)) = catalog.get_map::<ClusterMap>().await? {
             shared.maps.offer(map);
         }
+        // Writes are checked against the volume records: the node knows them all before it
+        // serves (the fence opens only after registration, below).
+        shared.volumes.list_now().await?;
         let (stop_tx, stop_rx) = watch::channel(false);
         let in_flight = Arc::new(InFlight::default());
         let service = Arc::new(Tracked {
@@ -117,6 +125,20 @@ impl Node {
                 stop_rx.clone(),
             )),
             tokio::spawn(drive_pgs(shared.clone(), stop_rx.clone())),
+            tokio::spawn(volumes::follow(
+                catalog.clone(),
+                shared.clone(),
+                stop_rx.clone(),
+            )),
+            tokio::spawn(collect::run(
+                catalog.clone(),
+                shared.clone(),
+                CollectConfig {
+                    interval: config.collect_interval,
+                    rate: config.collect_rate,
+                },
+                stop_rx.clone(),
+            )),
         ];
         tasks.push(tokio::spawn(server::serve(
             listener,

@@ -1,11 +1,13 @@
 //! [`NodeService`]: the node's answer to every request, whatever transport brought it.
 
 use crate::admin::AdminHandler;
+use crate::collect::CollectStats;
 use crate::lease::Fence;
 use crate::mapstate::MapState;
 use crate::pg::messages::PeerMsg;
 use crate::pg::{Pg, Pgs};
 use crate::server::ServerStats;
+use crate::volumes::Volumes;
 use crate::{delete, flush, read, write};
 use basalt_proto::{
     ErrorCode, PROTOCOL_VERSION, Request, Response, ResponseFuture, Service, WireError,
@@ -26,6 +28,11 @@ pub(crate) struct NodeShared {
     pub(crate) fence: Arc<Fence>,
     /// Counters of the TCP server (`server.rs`).
     pub(crate) server_stats: Arc<ServerStats>,
+    /// The volume records as the node knows them; writes are checked against them
+    /// (`volumes/`).
+    pub(crate) volumes: Volumes,
+    /// What the collector of deleted volumes' objects did (`collect.rs`).
+    pub(crate) collector: CollectStats,
 }
 
 /// The node as a [`Service`]: the TCP server calls it for each decoded frame, and a client in the

@@ -1,5 +1,5 @@
 //! Helpers for the node's unit tests: a node's shared state over simulated-disk stores, and the
-//! embedded metadata store with failures switched on and off.
+//! embedded metadata store with failures switched on and off (and its listings counted).
 
 use crate::admin::AdminHandler;
 use crate::lease::Fence;
@@ -7,12 +7,12 @@ use crate::mapstate::MapState;
 use crate::peers::Peers;
 use crate::pg::{Ctx, Pgs, Tuning};
 use crate::service::NodeShared;
+use crate::volumes::Volumes;
 use async_trait::async_trait;
 use basalt_engine::sim::SimDisk;
 use basalt_engine::{DeviceId, FormatOptions, OpenOptions, Store};
 use basalt_link::TcpConnector;
-use basalt_meta::Catalog;
-use basalt_meta::KeyValue;
+use basalt_meta::{Catalog, KeyValue};
 use basalt_meta::{
     EmbeddedStore, LeaseId, Listing, MetaError, MetaStore, Revision, Txn, TxnResult, WatchReceiver,
 };
@@ -20,7 +20,7 @@ use basalt_types::NodeId;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -48,6 +48,7 @@ pub(crate) fn shared(
         .map(|s| (s.info().device_id, s))
         .collect();
     let maps = Arc::new(MapState::new(stores.clone()));
+    let volumes = Volumes::new(Some(catalog.clone()));
     let ctx = Arc::new(Ctx {
         maps: maps.clone(),
         catalog,
@@ -71,6 +72,8 @@ pub(crate) fn shared(
         stopping: Default::default(),
         fence: Arc::new(Fence::new(id, ttl)),
         server_stats: Arc::default(),
+        volumes,
+        collector: Default::default(),
     })
 }
 
@@ -81,6 +84,7 @@ pub(crate) struct Flaky {
     inner: EmbeddedStore,
     down: AtomicBool,
     renewals: Mutex<Vec<Instant>>,
+    lists: AtomicUsize,
 }
 
 impl Flaky {
@@ -89,6 +93,7 @@ impl Flaky {
             inner: EmbeddedStore::open(path).await.unwrap(),
             down: AtomicBool::new(false),
             renewals: Mutex::new(Vec::new()),
+            lists: AtomicUsize::new(0),
         })
     }
 
@@ -103,6 +108,11 @@ impl Flaky {
 
     pub(crate) fn renewals(&self) -> usize {
         self.renewals.lock().len()
+    }
+
+    /// Prefix listings answered so far.
+    pub(crate) fn lists(&self) -> usize {
+        self.lists.load(Ordering::SeqCst)
     }
 
     fn check(&self) -> Result<(), MetaError> {
@@ -124,7 +134,9 @@ impl MetaStore for Flaky {
     }
     async fn list(&self, prefix: &str) -> Result<Listing, MetaError> {
         self.check()?;
-        self.inner.list(prefix).await
+        let listing = self.inner.list(prefix).await;
+        self.lists.fetch_add(1, Ordering::SeqCst);
+        listing
     }
     async fn put(
         &self,

@@ -1,5 +1,6 @@
-//! The write handlers: fence by epoch, find the PG this node is the primary of, and let it
-//! order, version and replicate the write (`pg/primary.rs`). With `fua`, or when the PG has other
+//! The write handlers: fence by epoch, find the PG this node is the primary of, check the volume
+//! (it exists, and a write ends within its size: `volumes/mod.rs`), and let the PG order,
+//! version and replicate the write (`pg/primary.rs`). With `fua`, or when the PG has other
 //! members, the write is acknowledged only once it is durable on every one of them.
 
 use crate::pg::WriteKind;
@@ -17,8 +18,16 @@ pub(crate) async fn write(
     fua: bool,
     data: Bytes,
 ) -> Result<Response, WireError> {
+    let pg = node.primary_pg(epoch, &oid).await?;
+    let object_size = pg.store.info().object_size;
+    // Held until the write is done: a volume delete waits for admitted writes.
+    let _admitted = node
+        .volumes
+        .admit_write(&oid, offset, data.len(), object_size)
+        .await?;
     let kind = WriteKind::Data { offset, data };
-    apply(node, epoch, oid, kind, fua).await
+    let version = pg.write(&node.pgs.ctx, epoch, oid, kind, fua).await?;
+    Ok(Response::Written { version })
 }
 
 pub(crate) async fn write_zeroes(
@@ -29,8 +38,7 @@ pub(crate) async fn write_zeroes(
     len: u32,
     fua: bool,
 ) -> Result<Response, WireError> {
-    let kind = WriteKind::Zeroes { offset, len };
-    apply(node, epoch, oid, kind, fua).await
+    zero(node, epoch, oid, WriteKind::Zeroes { offset, len }, fua).await
 }
 
 pub(crate) async fn trim(
@@ -40,11 +48,12 @@ pub(crate) async fn trim(
     offset: u32,
     len: u32,
 ) -> Result<Response, WireError> {
-    let kind = WriteKind::Zeroes { offset, len };
-    apply(node, epoch, oid, kind, false).await
+    zero(node, epoch, oid, WriteKind::Zeroes { offset, len }, false).await
 }
 
-async fn apply(
+/// Write-zeroes and trim may reach past a shrunk end (a discard does): only the volume's
+/// existence is checked.
+async fn zero(
     node: &NodeShared,
     epoch: Epoch,
     oid: ObjectId,
@@ -52,6 +61,7 @@ async fn apply(
     fua: bool,
 ) -> Result<Response, WireError> {
     let pg = node.primary_pg(epoch, &oid).await?;
+    node.volumes.admit_discard(&oid).await?;
     let version = pg.write(&node.pgs.ctx, epoch, oid, kind, fua).await?;
     Ok(Response::Written { version })
 }

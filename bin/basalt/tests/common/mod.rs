@@ -8,6 +8,7 @@ pub mod nbd;
 pub mod netcluster;
 pub mod netns;
 pub mod node;
+pub mod proxy;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};

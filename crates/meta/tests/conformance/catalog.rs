@@ -72,8 +72,15 @@ pub(crate) async fn catalog_ids_are_never_reused(h: Harness) -> Result<()> {
         "each kind counts on its own"
     );
 
+    ensure!(c.last_id(IdKind::Node).await? == 30, "the node counter");
+    ensure!(
+        c.last_id(IdKind::Volume).await? == 0,
+        "no volume id handed out yet"
+    );
+
     let pool = make_pool(&c, "p").await?;
     let v1 = c.create_volume("v", 4096, "p").await?;
+    ensure!(c.last_id(IdKind::Volume).await? == v1.id.0);
     c.mark_volume_deleting("v").await?;
     c.remove_volume("v").await?;
     let v2 = c.create_volume("v", 4096, "p").await?;
@@ -200,6 +207,13 @@ pub(crate) async fn catalog_volume_watch_follows_resize_and_delete(h: Harness) -
     h.store
         .put(&keys::volume("zz"), b"not a record".to_vec(), None)
         .await?;
+    let listed = c.list_volumes_at().await?;
+    ensure!(
+        listed.volumes == vec![a.clone()] && listed.unreadable == ["zz"],
+        "the listing counts the record it cannot read: {listed:?}"
+    );
+    let (_, a_at) = c.get_volume_at("a").await?.context("a")?;
+    ensure!(a_at <= listed.revision, "{listed:?} predates a at {a_at}");
     let mut rx = c.watch_volumes().await?;
     let mut next = async || -> Result<VolumeEvent> {
         tokio::time::timeout(Duration::from_secs(10), rx.recv())

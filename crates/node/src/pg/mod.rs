@@ -521,3 +521,33 @@ impl Pgs {
         out
     }
 }
+
+#[cfg(test)]
+impl Pg {
+    /// Makes this device the active primary of the PG with no other member, in `interval`
+    /// (unit tests of what runs on a primary, without peering).
+    pub(crate) fn serve_alone_for_test(&self, interval: Epoch) {
+        let mut st = self.st.lock();
+        let term = Term::new(interval, 0);
+        st.promised = term;
+        st.accepting = term;
+        st.generation += 1;
+        st.primary = Some(Primary {
+            term,
+            status: Status::Active,
+            members: Vec::new(),
+            targets: Vec::new(),
+            seq: 0,
+            inflight: BTreeSet::new(),
+            missing: BTreeMap::new(),
+            busy: BTreeSet::new(),
+            waiters: HashMap::new(),
+            min_size: 1,
+            up: vec![self.dev],
+            acting: vec![self.dev],
+            clean: true,
+            recovered_objects: 0,
+            recovered_bytes: 0,
+        });
+    }
+}

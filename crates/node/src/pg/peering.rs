@@ -162,14 +162,20 @@ impl Pg {
                 .max();
             match newer {
                 None => {
-                    let holdings = answers
+                    let holdings: BTreeMap<DeviceId, Holding> = answers
                         .into_iter()
                         .filter_map(|(d, a)| match a {
                             PeerAnswer::Holding(h) => Some((d, h)),
                             _ => None,
                         })
                         .collect();
-                    return Ok((term, holdings));
+                    // Promises are not persisted: after a restart this device may begin again
+                    // at a round whose versions members already hold. Take a round above every
+                    // version of this interval any member holds, so no version is reused.
+                    match used_round(&holdings, term.interval) {
+                        Some(r) if r >= term.round => self.raise_round(generation, r + 1)?,
+                        _ => return Ok((term, holdings)),
+                    }
                 }
                 Some(t) if t.interval > term.interval => {
                     return Err(format!(
@@ -623,6 +629,16 @@ fn sources(history: &PgHistory, holdings: &BTreeMap<DeviceId, Holding>) -> Vec<D
         .collect()
 }
 
+/// The highest round of `interval` whose versions some member holds.
+fn used_round(holdings: &BTreeMap<DeviceId, Holding>, interval: Epoch) -> Option<u64> {
+    holdings
+        .values()
+        .map(|h| h.last_update)
+        .filter(|v| v.epoch == interval.0)
+        .map(|v| v.seq >> Term::ROUND_SHIFT)
+        .max()
+}
+
 /// The history with `interval` appended (unless it is already the last).
 fn extend(history: &PgHistory, interval: Epoch, serving: &[DeviceId]) -> PgHistory {
     let mut h = history.clone();
@@ -736,5 +752,17 @@ mod tests {
             (4, holding(2, false)),
         ]);
         assert_eq!(sources(&h, &all), vec![DeviceId(1), DeviceId(2)]);
+    }
+
+    #[test]
+    fn a_new_round_is_above_every_version_members_hold() {
+        let mut h = holding(7, false);
+        let term = Term::new(Epoch(7), 3);
+        h.last_update = term.version(12).unwrap();
+        let mut older = holding(5, false);
+        older.last_update = Term::new(Epoch(5), 9).version(1).unwrap();
+        let all = holdings(&[(1, h), (2, older)]);
+        assert_eq!(used_round(&all, Epoch(7)), Some(3));
+        assert_eq!(used_round(&all, Epoch(8)), None);
     }
 }

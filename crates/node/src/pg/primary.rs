@@ -78,6 +78,14 @@ impl Pg {
         go(p, generation).map(Gate::Go)
     }
 
+    /// Whether this device serves the PG as its active primary now.
+    pub fn is_active_primary(&self) -> bool {
+        let st = self.st.lock();
+        st.primary
+            .as_ref()
+            .is_some_and(|p| p.status == Status::Active && p.term == st.promised)
+    }
+
     /// Whether `generation` is still current and active (a read that started in it may be
     /// answered).
     fn still_serving(&self, generation: u64) -> bool {
