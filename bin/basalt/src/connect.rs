@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 /// What every one-shot command takes: where the cluster is, and the output format.
-#[derive(Args)]
+#[derive(Args, Debug)]
 pub struct Common {
     /// Print JSON instead of a table.
     #[arg(long)]

@@ -5,6 +5,7 @@ mod children;
 mod clusterfile;
 mod connect;
 mod device;
+mod drain;
 mod duration;
 mod health;
 mod nbd_cmd;
@@ -58,10 +59,8 @@ fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     // Daemons log their progress; one-shot commands only report errors (their background
     // machinery, torn down at exit, has nothing to tell the user).
-    let daemon = matches!(
-        cli.command,
-        Command::Up(_) | Command::Node(_) | Command::Nbd(_)
-    );
+    let daemon = matches!(cli.command, Command::Up(_) | Command::Nbd(_))
+        || matches!(&cli.command, Command::Node(a) if a.action.is_none());
     init_logging(if daemon {
         "warn,basalt=info,basalt_node=info"
     } else {

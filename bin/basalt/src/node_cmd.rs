@@ -12,7 +12,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct NodeArgs {
+    /// Act on a node of the cluster instead of running one.
+    #[command(subcommand)]
+    pub action: Option<crate::drain::NodeAction>,
     /// etcd endpoints (comma-separated).
     #[arg(long, env = "BASALT_ETCD", value_delimiter = ',', required = true)]
     pub etcd: Vec<String>,
@@ -20,8 +24,8 @@ pub struct NodeArgs {
     #[arg(long, env = "BASALT_ETCD_PREFIX", default_value = "")]
     pub etcd_prefix: String,
     /// Directory for the node's own state (its id).
-    #[arg(long)]
-    pub data: PathBuf,
+    #[arg(long, required = true)]
+    pub data: Option<PathBuf>,
     /// Name shown in `basalt status` and logs. Default: the host name.
     #[arg(long)]
     pub name: Option<String>,
@@ -56,10 +60,14 @@ pub struct NodeArgs {
 }
 
 pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
+    if let Some(action) = args.action {
+        return crate::drain::run(action).await;
+    }
+    let data = args.data.clone().context("--data is required")?;
     let store = EtcdStore::connect(&args.etcd, &args.etcd_prefix)
         .await
         .with_context(|| format!("cannot reach etcd at {}", args.etcd.join(",")))?;
-    let mut config = NodeConfig::new(&args.data, args.listen);
+    let mut config = NodeConfig::new(&data, args.listen);
     if let Some(name) = &args.name {
         config.name.clone_from(name);
     }

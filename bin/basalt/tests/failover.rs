@@ -1,7 +1,8 @@
 //! A node dies in a two-node cluster (real etcd, two `basalt node` processes, a `basalt nbd`
 //! gateway, one copy per object): its data is unavailable, never zeros; the other node keeps
 //! serving reads and writes; when it comes back every byte written before and during the
-//! outage reads back.
+//! outage reads back; `basalt node drain` then moves b's data to a, and a serves all of it
+//! with b stopped.
 
 mod common;
 
@@ -259,49 +260,53 @@ fn a_dead_nodes_data_is_unavailable_never_zeros_and_comes_back_whole() {
         );
     }
 
-    // The operator drains b, and gives up one of its PGs for lost: that PG is served EMPTY
-    // from a; b's other PGs are still served by b, which holds their data.
-    c.json(&["device", "out", &db.to_string()]);
-    let lost_obj = on_b[0];
-    let lost_pg = basalt_placement::pg_of(&basalt_types::ObjectId::new(pool, vid, lost_obj), PGS);
+    // The operator drains b's node: its PGs are copied to a (backfill) while b still serves
+    // them, then move; the drain reports when nothing is left on b. With b stopped, a serves
+    // every object, b's included, at its latest generation.
+    let node_b = c
+        .json(&["device", "list"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["id"].as_u64() == Some(db))
+        .and_then(|d| d["node"].as_u64())
+        .expect("b's device in the device list");
     let out = Command::new(BASALT)
-        .args(["pg", "mark-lost", "default", &lost_pg.to_string()])
+        .args(["node", "drain", &node_b.to_string(), "--timeout", "120s"])
         .args(["--etcd", &c.endpoint])
         .output()
         .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
     assert!(
-        !out.status.success(),
-        "mark-lost without the confirmation flag"
-    );
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--yes-i-really-mean-it"));
-    wait_until("b's PGs remapped", Duration::from_secs(30), || {
-        c.json(&["pg", "list"]).as_array().unwrap()[lost_pg as usize]["up"][0].as_u64() == Some(da)
-    });
-    let out = Command::new(BASALT)
-        .args(["pg", "mark-lost", "default", &lost_pg.to_string()])
-        .args(["--yes-i-really-mean-it", "--etcd", &c.endpoint])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
+        out.status.success() && said.contains("may be stopped"),
+        "drain: {said}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    wait_until(
-        "the lost PG reads as zeros",
-        Duration::from_secs(30),
-        || nbd.read(lost_obj * OBJECT as u64, OBJECT as u32).unwrap() == Ok(vec![0; OBJECT]),
-    );
-    for &i in on_b.iter().filter(|&&i| {
-        basalt_placement::pg_of(&basalt_types::ObjectId::new(pool, vid, i), PGS) != lost_pg
-    }) {
+    let pgs = c.json(&["pg", "list"]);
+    for pg in pgs.as_array().unwrap() {
+        let names_b = |set: &str| {
+            pg[set]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|d| d.as_u64() == Some(db))
+        };
+        assert!(
+            !names_b("up") && !names_b("acting") && pg["acting"][0].as_u64() == Some(da),
+            "a PG still on b after the drain: {pg}"
+        );
+    }
+    drop(b);
+    wait_until("b's device down", Duration::from_secs(60), || !c.is_up(db));
+    for i in 0..OBJECTS {
+        let want = if on_b.contains(&i) { 1 } else { 2 };
         let got = nbd.read(i * OBJECT as u64, OBJECT as u32).unwrap();
         assert!(
-            got == Ok(pattern(i, 1)),
-            "object {i} of an out device still reads back"
+            got == Ok(pattern(i, want)),
+            "object {i} after b was drained and stopped\n{}",
+            log_of(tmp.path())
         );
     }
     nbd.disconnect();
-    drop(b);
     drop(etcd);
 }

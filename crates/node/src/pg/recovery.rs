@@ -139,6 +139,7 @@ impl Pg {
     /// tombstones. Then keeps members' completeness current while the generation lasts.
     pub(super) async fn settle(self: &Arc<Self>, ctx: &Arc<Ctx>, generation: u64) {
         let mut cleaned = false;
+        let mut trimmed = Version::NONE;
         loop {
             if !self.current(generation) {
                 return;
@@ -147,10 +148,12 @@ impl Pg {
                 tracing::warn!(pg = %self.id, "telling members how far they are complete: {e}");
             }
             if !cleaned {
-                match self.clean(ctx, generation).await {
+                match self.clean(ctx, generation, &mut trimmed).await {
                     Ok(c) => cleaned = c,
                     Err(e) => tracing::warn!(pg = %self.id, "cleaning: {e}"),
                 }
+            } else if let Err(e) = self.trim(ctx, &mut trimmed).await {
+                tracing::warn!(pg = %self.id, "trimming tombstones: {e}");
             }
             let deadline = Instant::now() + PUBLISH_COMPLETE;
             while Instant::now() < deadline && self.current(generation) {
@@ -274,10 +277,15 @@ impl Pg {
     /// missing): records it, and trims tombstones every member has (no device that could hold
     /// an older copy of a deleted object counts as a source any more). Returns whether it was
     /// clean.
-    async fn clean(self: &Arc<Self>, ctx: &Arc<Ctx>, generation: u64) -> Result<bool, String> {
+    async fn clean(
+        self: &Arc<Self>,
+        ctx: &Arc<Ctx>,
+        generation: u64,
+        trimmed: &mut Version,
+    ) -> Result<bool, String> {
         let map = ctx.maps.map();
         let (entry, _) = entry_of(&map, self.id)?;
-        let Some((term, complete, devs)) = self.committed() else {
+        let Some((term, _, _)) = self.committed() else {
             return Ok(false);
         };
         let serving: Vec<DeviceId> = map.serving(&entry).collect();
@@ -304,15 +312,7 @@ impl Pg {
                 .await
                 .map_err(|e| e.to_string())?;
         }
-        for dev in devs {
-            let msg = PeerMsg::Trim {
-                device: dev,
-                pg: self.id,
-                term,
-                upto: complete,
-            };
-            ask(ctx, &map, dev, &msg).await?;
-        }
+        self.trim(ctx, trimmed).await?;
         {
             let mut st = self.st.lock();
             if st.generation == generation
@@ -323,6 +323,31 @@ impl Pg {
         }
         tracing::info!(pg = %self.id, %term, "clean");
         Ok(true)
+    }
+}
+
+impl Pg {
+    /// On a clean PG (every member serves and has every committed write): tells every member to
+    /// forget tombstones up to the committed version, when it moved past `trimmed`.
+    async fn trim(self: &Arc<Self>, ctx: &Arc<Ctx>, trimmed: &mut Version) -> Result<(), String> {
+        let Some((term, complete, devs)) = self.committed() else {
+            return Ok(());
+        };
+        if complete <= *trimmed {
+            return Ok(());
+        }
+        let map = ctx.maps.map();
+        for dev in devs {
+            let msg = PeerMsg::Trim {
+                device: dev,
+                pg: self.id,
+                term,
+                upto: complete,
+            };
+            ask(ctx, &map, dev, &msg).await?;
+        }
+        *trimmed = complete;
+        Ok(())
     }
 }
 

@@ -1,0 +1,160 @@
+//! `basalt node drain|undrain ID`: move every placement group off a node (its devices marked
+//! out; placement moves their up sets, backfill copies the data, then the acting sets follow),
+//! wait until none is left on it, and say that it may be removed.
+
+use crate::connect::Common;
+use crate::output;
+use anyhow::{Context, bail};
+use basalt_meta::{Catalog, OutReason};
+use basalt_placement::ClusterMap;
+use basalt_types::{DeviceId, NodeId};
+use clap::Subcommand;
+use serde::Serialize;
+use std::time::{Duration, Instant};
+
+#[derive(Subcommand, Debug)]
+pub enum NodeAction {
+    /// Move every placement group off node ID: mark its devices out, then wait until no
+    /// placement group is placed on or served from them (copies are made before the old ones
+    /// go). Then the node may be stopped and removed.
+    Drain {
+        /// Node id, e.g. 2 or node.2.
+        #[arg(value_parser = parse_node_id)]
+        id: NodeId,
+        /// Return once the devices are marked out, without waiting for the data to move.
+        #[arg(long)]
+        no_wait: bool,
+        /// Give up waiting after this long (the drain goes on), e.g. 30m. Default: no limit.
+        #[arg(long, value_parser = crate::duration::parse_duration)]
+        timeout: Option<Duration>,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Mark node ID's devices in again (undoes a drain; placement groups move back).
+    Undrain {
+        #[arg(value_parser = parse_node_id)]
+        id: NodeId,
+        #[command(flatten)]
+        common: Common,
+    },
+}
+
+fn parse_node_id(s: &str) -> Result<NodeId, String> {
+    s.strip_prefix("node.")
+        .unwrap_or(s)
+        .parse()
+        .map(NodeId)
+        .map_err(|_| format!("'{s}' is not a node id (e.g. 2 or node.2)"))
+}
+
+/// How far a drain is, as printed (and as JSON).
+#[derive(Serialize)]
+struct Progress {
+    node: NodeId,
+    devices: Vec<DeviceId>,
+    /// Placement groups whose up or acting set still names one of the devices.
+    pgs_left: usize,
+    drained: bool,
+}
+
+pub async fn run(action: NodeAction) -> anyhow::Result<()> {
+    match action {
+        NodeAction::Drain {
+            id,
+            no_wait,
+            timeout,
+            common,
+        } => drain(id, no_wait, timeout, common).await,
+        NodeAction::Undrain { id, common } => {
+            let catalog = Catalog::new(common.cluster.meta().await?);
+            let devices = devices_of(&catalog, id).await?;
+            for d in &devices {
+                catalog.set_device_out(*d, None).await?;
+            }
+            println!("node {id}: devices {devices:?} are in again");
+            Ok(())
+        }
+    }
+}
+
+async fn devices_of(catalog: &Catalog, node: NodeId) -> anyhow::Result<Vec<DeviceId>> {
+    let devices: Vec<DeviceId> = catalog
+        .list_devices()
+        .await
+        .context("listing devices")?
+        .into_iter()
+        .filter(|d| d.node == node)
+        .map(|d| d.id)
+        .collect();
+    if devices.is_empty() {
+        bail!("node {node} has no registered device");
+    }
+    Ok(devices)
+}
+
+/// Placement groups whose up or acting set names one of `devices`.
+fn pgs_on(map: &ClusterMap, devices: &[DeviceId]) -> usize {
+    map.pools
+        .values()
+        .flat_map(|p| &p.pgs)
+        .filter(|pg| {
+            devices
+                .iter()
+                .any(|d| pg.up.contains(d) || pg.acting.contains(d))
+        })
+        .count()
+}
+
+async fn drain(
+    id: NodeId,
+    no_wait: bool,
+    timeout: Option<Duration>,
+    common: Common,
+) -> anyhow::Result<()> {
+    let cluster = common.cluster.connect().await?;
+    let catalog = cluster.catalog().clone();
+    let devices = devices_of(&catalog, id).await?;
+    for d in &devices {
+        catalog
+            .set_device_out(*d, Some(OutReason::Operator))
+            .await
+            .with_context(|| format!("marking {d} out"))?;
+    }
+    if !common.json {
+        println!("node {id}: devices {devices:?} marked out; placement groups move off it");
+    }
+    let start = Instant::now();
+    let mut last_print = None;
+    loop {
+        let left = pgs_on(&cluster.map(), &devices);
+        let drained = left == 0;
+        if no_wait || drained || timeout.is_some_and(|t| start.elapsed() >= t) {
+            let p = Progress {
+                node: id,
+                devices: devices.clone(),
+                pgs_left: left,
+                drained,
+            };
+            if common.json {
+                return output::json(&p);
+            }
+            if drained {
+                println!(
+                    "node {id} holds no placement group: it may be stopped (SIGTERM) and removed"
+                );
+            } else {
+                println!(
+                    "node {id}: {left} placement groups still on it (the drain goes on; run \
+                     `basalt node drain {}` again to wait)",
+                    id.0
+                );
+            }
+            return Ok(());
+        }
+        if last_print != Some(left) && !common.json {
+            println!("  {left} placement groups still on node {id}");
+            last_print = Some(left);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
