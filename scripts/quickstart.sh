@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Basalt in one command: installs what is needed (Debian packages, Rust), builds Basalt, starts a
-# local single-node cluster with a volume (`basalt up`), and exercises it with real block
-# clients: nbdinfo, fio (write + verify, then a short random read/write run), qemu-img. Then the
-# cluster keeps running in the foreground until Ctrl-C (set QUICKSTART_EXIT=1 to stop right
-# after the demo instead).
+# local cluster of three node processes keeping three copies of every object, with a volume
+# (`basalt up --nodes 3`), and exercises it with real block clients: nbdinfo, fio (write +
+# verify, then a short random read/write run), qemu-img; then kills one node with SIGKILL and
+# verifies every block again from the two surviving copies. The cluster keeps running in the
+# foreground until Ctrl-C (set QUICKSTART_EXIT=1 to stop right after the demo instead).
 #
 #   scripts/quickstart.sh [DATA_DIR]        default DATA_DIR: ./basalt-data
 set -euo pipefail
@@ -22,12 +23,14 @@ say "Building Basalt (release)"
 cargo build --release --locked -p basalt
 BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/basalt
 
-say "Starting a local cluster: $BIN up --data $DATA"
+NODES=${QUICKSTART_NODES:-3}
+say "Starting a local cluster of $NODES nodes: $BIN up --nodes $NODES --data $DATA"
 mkdir -p "$DATA"
-"$BIN" up --data "$DATA" --nbd "$NBD" --listen 127.0.0.1:0 >"$DATA/up.log" 2>&1 &
+"$BIN" up --nodes "$NODES" --device-size "${QUICKSTART_DEVICE_SIZE:-2GiB}" --data "$DATA" --nbd "$NBD" \
+  >"$DATA/up.log" 2>&1 &
 UP=$!
 trap 'kill -TERM $UP 2>/dev/null; wait $UP 2>/dev/null' EXIT
-for _ in $(seq 1 300); do
+for _ in $(seq 1 600); do
   grep -q "Stop with Ctrl-C" "$DATA/up.log" 2>/dev/null && break
   kill -0 $UP 2>/dev/null || { cat "$DATA/up.log"; exit 1; }
   sleep 0.1
@@ -44,7 +47,7 @@ nbdinfo "nbd://$NBD/vol0"
 say "fio: write 256 MiB of mixed block sizes (4K-1M) and verify every block (crc32c)"
 fio --name=write-verify --ioengine=nbd --uri="nbd://$NBD/vol0" --rw=randwrite \
     --bssplit=4k/40:64k/30:1m/30 --iodepth=16 --size=256m --verify=crc32c --verify_fatal=1 --verify_state_save=0 \
-    --group_reporting | grep -E "write:|read:|lat \(usec\): min|err="
+    --randseed=42 --group_reporting | grep -E "write:|read:|lat \(usec\): min|err="
 
 say "fio: 10 s of 4K random read/write 70/30 at QD32 (every write durable on ack)"
 fio --name=randrw --ioengine=nbd --uri="nbd://$NBD/vol0" --rw=randrw --rwmixread=70 --bs=4k \
@@ -62,6 +65,18 @@ rm -f "$DATA/demo.raw" "$DATA/demo.back"
 
 say "Cluster status (basalt status)"
 "$BIN" status
+
+if [ "$NODES" -ge 3 ]; then
+  VICTIM=$(grep -o '"pid": *[0-9]*' "$DATA/cluster.json" | grep -o '[0-9]*$' | sed -n 2p)
+  say "A failure: kill -9 of a node process (pid $VICTIM); its placement groups fail over"
+  kill -9 "$VICTIM"
+  say "fio: verify every block written above, now served by the two surviving copies"
+  fio --name=write-verify --ioengine=nbd --uri="nbd://$NBD/vol0" --rw=randwrite \
+      --bssplit=4k/40:64k/30:1m/30 --iodepth=16 --size=256m --verify=crc32c --verify_fatal=1 --verify_state_save=0 \
+      --randseed=42 --verify_only --group_reporting | grep -E "read:|err="
+  say "Cluster status after the failure (basalt status)"
+  "$BIN" status
+fi
 
 if [ -n "${QUICKSTART_EXIT:-}" ]; then
   say "Stopping (QUICKSTART_EXIT is set)"
