@@ -14,8 +14,7 @@ pub enum PoolCommand {
     Create {
         /// Pool name.
         name: String,
-        /// Copies of every object, 1 to 5. This version serves writes only to placement groups
-        /// with one copy (replication is not built yet): with more, writes are refused.
+        /// Copies of every object, 1 to 5.
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=5))]
         replicas: u8,
         /// Copies a placement group needs to accept writes (default: a majority,

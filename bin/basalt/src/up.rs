@@ -28,7 +28,7 @@ pub struct UpArgs {
           conflicts_with_all = ["listen", "device", "etcd_endpoints"])]
     pub nodes: Option<u32>,
     /// With --nodes: copies of every object in the default pool, 1 to 5 (default: 3, or N if
-    /// fewer nodes). This version refuses writes to pools with more than one copy.
+    /// fewer nodes).
     #[arg(long, requires = "nodes", value_parser = clap::value_parser!(u8).range(1..=5))]
     pub replicas: Option<u8>,
     /// With --nodes: the lease of each node's registration (how long after a node dies its

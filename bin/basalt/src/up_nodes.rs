@@ -574,12 +574,6 @@ async fn banner(
         p.min_size,
         p.pg_count
     );
-    if p.replicas > 1 {
-        println!(
-            "  note: this version refuses writes to pools with more than one copy (replication \
-             is not built yet); start a new data directory with --replicas 1 to write"
-        );
-    }
     up::print_durability(args);
     up::print_exports(&running.cluster, running.gateway.addr).await?;
     println!("  basalt status --data {}", data.display());

@@ -28,8 +28,7 @@ pub struct ClusterMap {
 pub struct PoolMap {
     pub pg_count: u32,
     pub replicas: u8,
-    /// Copies a PG needs to accept writes once replication exists (not enforced by this
-    /// version, which refuses writes to PGs with more than one acting member).
+    /// Serving copies a PG needs to go active (and accept I/O): below it, its I/O waits.
     pub min_size: u8,
     pub object_size: u32,
     pub failure_domain: FailureDomain,
