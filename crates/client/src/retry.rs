@@ -56,10 +56,12 @@ async fn with_retry(
         attempts += 1;
         let map = cluster.map();
         let failure = match route(&map) {
-            Ok(node) => match call_node(cluster, &map, node, make(map.epoch), deadline).await {
-                Ok(resp) => return Ok((node, resp)),
-                Err(f) => f,
-            },
+            Ok(node) => {
+                match call_node(cluster, &map, node, make(map.epoch), deadline, &route).await {
+                    Ok(resp) => return Ok((node, resp)),
+                    Err(f) => f,
+                }
+            }
             Err(e @ ClientError::Unavailable(_)) => Failure::Unavailable(e),
             Err(e) => Failure::Wait(e.to_string()),
         };
@@ -153,13 +155,18 @@ fn list(devices: &[basalt_types::DeviceId]) -> String {
 /// One attempt, ending by `deadline` at the latest: a node that does not answer by then (a
 /// network partition holds the connection attempt, the request or its answer) fails the
 /// attempt, and a connection it does not answer on is dropped so that the next request to
-/// it connects anew.
+/// it connects anew. An attempt also ends when a newer map routes the request to another node
+/// (the node was marked down, say, while partitioned: it gives no reset, and the request
+/// would otherwise wait out the whole timeout). Sending it again is safe: the old node can no
+/// longer acknowledge it (its members promised the new primary's term, and its lease fence
+/// stopped it), and peering decided whatever of it the members had applied.
 async fn call_node(
     cluster: &Cluster,
     map: &ClusterMap,
     node: NodeId,
     req: Request,
     deadline: Instant,
+    route: &impl Fn(&ClusterMap) -> Result<NodeId, ClientError>,
 ) -> Result<Response, Failure> {
     let connected = tokio::time::timeout_at(deadline, cluster.service(map, node)).await;
     let Ok(connected) = connected else {
@@ -175,7 +182,17 @@ async fn call_node(
         Err(e @ ClientError::Unavailable(_)) => return Err(Failure::Unavailable(e)),
         Err(e) => return Err(Failure::Fatal(e)),
     };
-    match tokio::time::timeout_at(deadline, svc.call(req)).await {
+    let answer = tokio::select! {
+        biased;
+        a = tokio::time::timeout_at(deadline, svc.call(req)) => a,
+        epoch = rerouted(cluster, map.epoch, node, route) => {
+            return Err(Failure::NewerMap(
+                epoch,
+                format!("map epoch {} routes the request away from {node}", epoch.0),
+            ));
+        }
+    };
+    match answer {
         Ok(Ok(resp)) => Ok(resp),
         Ok(Err(e)) => Err(classify(cluster, node, map.epoch, e)),
         Err(_) => {
@@ -184,6 +201,30 @@ async fn call_node(
                 "{node} did not answer within the operation timeout ({:?})",
                 cluster.config().op_timeout
             )))
+        }
+    }
+}
+
+/// Resolves (with its epoch) once a map newer than `sent` routes the request to a node other
+/// than `node`, or to none.
+async fn rerouted(
+    cluster: &Cluster,
+    sent: Epoch,
+    node: NodeId,
+    route: &impl Fn(&ClusterMap) -> Result<NodeId, ClientError>,
+) -> Epoch {
+    let mut seen = sent;
+    loop {
+        cluster
+            .wait_for_map(seen.next(), Duration::from_secs(3600))
+            .await;
+        let map = cluster.map();
+        if map.epoch <= seen {
+            continue;
+        }
+        seen = map.epoch;
+        if route(&map).ok() != Some(node) {
+            return seen;
         }
     }
 }
@@ -303,6 +344,37 @@ mod tests {
             Err(_) => panic!("the call still waits {:?} later", timeout * 10),
         }
         assert_eq!(start.elapsed(), timeout);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_to_a_silent_node_moves_when_a_new_map_routes_it_elsewhere() {
+        // The primary is partitioned (no answer, no reset); the leader publishes a map with
+        // another primary: the request goes there at once, not after the operation timeout.
+        let config = ClusterConfig {
+            op_timeout: std::time::Duration::from_secs(30),
+            ..ClusterConfig::default()
+        };
+        let fx = fixture(1, config).await;
+        let silent = FakeNode::install(&fx.cluster, 1);
+        let next = FakeNode::install(&fx.cluster, 2);
+        fx.cluster.inner.maps.offer(map(1, &[1]));
+        *silent.before_answer.lock() = Some(Box::pin(std::future::pending()));
+        let start = tokio::time::Instant::now();
+        let call = tokio::spawn({
+            let c = fx.cluster.clone();
+            async move { call_primary_at(&c, OID, read).await }
+        });
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        assert_eq!(silent.seen.lock().len(), 1, "the request reached the silent node");
+        fx.cluster.inner.maps.offer(map(2, &[2]));
+        let (answered_by, resp) = call.await.unwrap().unwrap();
+        assert_eq!(answered_by, NodeId(2));
+        assert!(matches!(resp, Response::Read { .. }));
+        assert!(matches!(
+            next.seen.lock().as_slice(),
+            [Request::Read { epoch: Epoch(2), .. }]
+        ));
+        assert!(start.elapsed() < std::time::Duration::from_secs(2));
     }
 
     #[tokio::test(start_paused = true)]

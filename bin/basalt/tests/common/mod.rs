@@ -3,12 +3,15 @@
 //! in network namespaces for multi-host clusters (`netns.rs`, `netcluster.rs`).
 #![allow(dead_code)]
 
+pub mod fio;
 pub mod host;
 pub mod nbd;
 pub mod netcluster;
 pub mod netns;
 pub mod node;
 pub mod proxy;
+pub mod upcluster;
+pub mod writer;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};

@@ -1,0 +1,542 @@
+//! Failures of a replicated pool with real processes: `basalt up --nodes 3` (its own etcd,
+//! three `basalt node` processes, the NBD gateway), pool `default` with 3 copies on different
+//! nodes and `min_size` 2, a 3 s lease. Through the gateway, fio (`ioengine=nbd`, every block
+//! checked with crc32c) and a checking writer (`common/writer.rs`: every acknowledged write is
+//! recorded and read back at the end) run while a node is killed (SIGKILL), two nodes are
+//! killed, or etcd is killed and started again. No I/O fails, no acknowledged write is lost,
+//! a returning node is caught up.
+//!
+//! `net::` runs the cluster on hosts in network namespaces (needs root, iproute2, nftables)
+//! and partitions the primary of most PGs: no acknowledged write is lost, and it catches up
+//! when the partition heals.
+//!
+//! The longest I/O stall is printed (`STALL ...`, shown with `--nocapture`); it is not
+//! asserted beyond the I/O timeout.
+
+mod common;
+
+use common::fio::{FioRun, io_bytes, max_write_latency};
+use common::nbd::NbdClient;
+use common::upcluster::UpCluster;
+use common::wait_until;
+use common::writer::{Log, Writer};
+use serde_json::Value;
+use std::time::{Duration, Instant};
+
+/// `--lease-ttl` of the nodes: how long after a node dies its devices go down.
+const TTL: &str = "3s";
+/// `--io-timeout` of the gateway: an I/O waits this long before it fails (EIO).
+const IO_TIMEOUT: Duration = Duration::from_secs(60);
+const VOLUME: &str = "128MiB";
+/// fio writes (and checks) the first 48 MiB of the volume; the writer objects past 64 MiB.
+const FIO_SIZE: &str = "48m";
+const WRITER_FROM: u64 = 64 << 20;
+const WRITER_OBJECTS: usize = 16;
+const WAIT: Duration = Duration::from_secs(60);
+
+fn start(dir: &std::path::Path) -> UpCluster {
+    let timeout = format!("{}s", IO_TIMEOUT.as_secs());
+    let c = UpCluster::start(
+        dir,
+        3,
+        VOLUME,
+        &["--lease-ttl", TTL, "--io-timeout", &timeout],
+    );
+    let pool = c.up.cli_json(&["pool", "info", "default"]);
+    assert_eq!(pool["replicas"], 3, "{pool}");
+    assert_eq!(pool["min_size"], 2, "{pool}");
+    c.wait_clean(WAIT);
+    c
+}
+
+/// fio over the first [`FIO_SIZE`] of the volume: random writes of mixed sizes, each block
+/// with a crc32c checksum that fio checks after writing (or only checks, `verify_only`).
+fn fio_args(c: &UpCluster, verify_only: bool) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "--name=rep",
+        "--ioengine=nbd",
+        "--rw=randwrite",
+        "--bssplit=4k/50:64k/30:256k/20",
+        "--iodepth=16",
+        "--verify=crc32c",
+        "--randseed=17",
+        // Writes slow enough that a failure strikes while fio writes; checks at full speed.
+        "--rate=,6m",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.push(format!("--size={FIO_SIZE}"));
+    args.push(format!("--uri={}", c.up.uri("vol0")));
+    if verify_only {
+        args.push("--verify_only".into());
+    }
+    args
+}
+
+fn nbd(c: &UpCluster) -> NbdClient {
+    NbdClient::connect(&c.up.nbd, "vol0").expect("connect to the gateway")
+}
+
+/// The writer's objects: past [`WRITER_FROM`], those whose PG `keep` accepts.
+fn writer_objects(c: &UpCluster, keep: impl Fn(usize) -> bool) -> Vec<u64> {
+    let first = WRITER_FROM / c.object_size;
+    let objects: Vec<u64> = (first..first * 2)
+        .filter(|&o| keep(c.pg_of(o)))
+        .take(WRITER_OBJECTS)
+        .collect();
+    assert_eq!(objects.len(), WRITER_OBJECTS, "not enough objects");
+    objects
+}
+
+/// A node of `candidates` that does not lead, else the first.
+fn not_leader(c: &UpCluster, candidates: &[u64]) -> u64 {
+    let leader = c.leader();
+    *candidates
+        .iter()
+        .find(|id| Some(**id) != leader)
+        .unwrap_or(&candidates[0])
+}
+
+/// What a run of I/O across a failure saw.
+struct Run {
+    fio: Value,
+    log: Log,
+    nbd: NbdClient,
+}
+
+/// Runs fio (write and check) and the writer on `objects`, calls `strike` once both write, and
+/// waits until the writer is acknowledged again after `resumed` says the failure is in place
+/// (`strike` returns when it struck). fio must finish without an error.
+fn io_across(
+    c: &mut UpCluster,
+    objects: Vec<u64>,
+    strike: impl FnOnce(&mut UpCluster) -> Instant,
+) -> Run {
+    let writer = Writer::start(nbd(c), objects, c.object_size);
+    let mut fio = FioRun::start(&fio_args(c, false));
+    wait_until("fio and the writer to write", WAIT, || {
+        fio.percent().is_some_and(|p| p >= 15.0) && writer.peek(Log::acks) > 0
+    });
+    assert!(fio.running(), "fio finished before the failure");
+    let struck = strike(c);
+    wait_until("the writer acknowledged after the failure", WAIT, || {
+        writer.peek(|l| l.acks_sent_after(struck)) > 0
+    });
+    let fio = fio.finish(Duration::from_secs(180));
+    let (nbd, log) = writer.finish();
+    assert_eq!(log.errors(), Vec::new(), "failed writes");
+    Run { fio, log, nbd }
+}
+
+/// Prints the longest stalls fio and the writer saw, relative to `origin`.
+fn report_stall(what: &str, run: &Run, origin: Instant) {
+    let slowest = run.log.slowest().unwrap();
+    let (written, read) = io_bytes(&run.fio);
+    eprintln!(
+        "STALL {what}: fio's slowest write {:.3?} ({} MiB written, {} MiB checked); the \
+         writer's slowest write {:.3?}, sent at {} (the failure at 0); {} writes acknowledged",
+        max_write_latency(&run.fio),
+        written >> 20,
+        read >> 20,
+        slowest.latency(),
+        since(slowest.sent, origin),
+        run.log.acks()
+    );
+    assert!(
+        slowest.latency() < IO_TIMEOUT,
+        "a write waited {:?}",
+        slowest.latency()
+    );
+}
+
+/// `t` relative to `origin`, signed.
+fn since(t: Instant, origin: Instant) -> String {
+    match t.checked_duration_since(origin) {
+        Some(d) => format!("+{d:.3?}"),
+        None => format!("-{:.3?}", origin - t),
+    }
+}
+
+/// Kills `victim` with SIGKILL; returns when, after waiting until its device is down.
+fn kill_and_wait_down(c: &mut UpCluster, victim: u64) -> Instant {
+    let at = Instant::now();
+    c.kill(victim);
+    let device = c.node(victim).device;
+    wait_until("the victim's device down", WAIT, || !c.device_up(device));
+    at
+}
+
+#[test]
+fn a_replica_killed_during_fio_loses_nothing_and_is_caught_up_when_it_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = start(dir.path());
+    // Every node holds a copy of every PG and is the primary of about a third of them: the
+    // victim is the node (not the leader) that is primary of the fewest, and the writer
+    // writes only to PGs it holds a copy of but does not serve.
+    let mut by_primaries = c.primaries();
+    by_primaries.sort_by_key(|(_, n)| *n);
+    let ids: Vec<u64> = by_primaries.iter().map(|(id, _)| *id).collect();
+    let victim = not_leader(&c, &ids);
+    let device = c.node(victim).device;
+    let acting = c.acting();
+    let objects = writer_objects(&c, |pg| {
+        acting[pg].contains(&device) && acting[pg][0] != device
+    });
+    let mut killed = None;
+    let run = io_across(&mut c, objects, |c| {
+        let at = kill_and_wait_down(c, victim);
+        killed = Some(at);
+        at
+    });
+    report_stall("replica killed", &run, killed.unwrap());
+    let Run { log, mut nbd, .. } = run;
+    log.verify(&mut nbd, c.object_size);
+
+    // It returns and is caught up: every PG clean again.
+    c.restart(victim);
+    c.wait_clean(WAIT);
+    // It alone has everything: with min_size 1, the two others killed, it serves every byte.
+    let epoch = c.up.cli_json(&["status"])["epoch"].as_u64().unwrap();
+    c.up.cli_json(&["pool", "set", "default", "--min-size", "1"]);
+    wait_until("a map with min_size 1", WAIT, || {
+        c.up.cli_json(&["status"])["epoch"].as_u64().unwrap() > epoch
+    });
+    for other in c.nodes.iter().map(|n| n.id).collect::<Vec<_>>() {
+        if other != victim {
+            c.kill(other);
+        }
+    }
+    let others: Vec<u64> = c.nodes.iter().map(|n| n.device).collect();
+    wait_until("only the returned node's device up", WAIT, || {
+        others.iter().all(|d| (*d == device) == c.device_up(*d))
+    });
+    common::tool_ok("fio", &to_str(&fio_args(&c, true)), WAIT * 3);
+    log.verify(&mut nbd, c.object_size);
+    nbd.disconnect();
+    c.stop();
+}
+
+fn to_str(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
+#[test]
+fn the_primary_of_most_pgs_killed_during_fio_io_stalls_then_resumes_and_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = start(dir.path());
+    let primaries = c.primaries();
+    let (victim, count) = *primaries.iter().max_by_key(|(_, n)| *n).unwrap();
+    let device = c.node(victim).device;
+    let leader = c.leader();
+    eprintln!(
+        "primaries by node: {primaries:?}; victim node {victim} ({count} PGs), leader {leader:?}"
+    );
+    // The writer writes to PGs the victim serves.
+    let acting = c.acting();
+    let objects = writer_objects(&c, |pg| acting[pg][0] == device);
+    let mut killed = None;
+    let run = io_across(&mut c, objects, |c| {
+        let at = kill_and_wait_down(c, victim);
+        killed = Some(at);
+        at
+    });
+    report_stall("primary killed", &run, killed.unwrap());
+    let Run { log, mut nbd, .. } = run;
+    log.verify(&mut nbd, c.object_size);
+
+    c.restart(victim);
+    c.wait_clean(WAIT);
+    common::tool_ok("fio", &to_str(&fio_args(&c, true)), WAIT * 3);
+    log.verify(&mut nbd, c.object_size);
+    nbd.disconnect();
+    c.stop();
+}
+
+#[test]
+fn with_two_of_three_nodes_down_writes_wait_and_complete_when_one_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = start(dir.path());
+    common::tool_ok("fio", &to_str(&fio_args(&c, false)), WAIT * 3);
+    let writer = Writer::start(nbd(&c), writer_objects(&c, |_| true), c.object_size);
+    wait_until("the writer to write", WAIT, || writer.peek(Log::acks) > 0);
+    let ids: Vec<u64> = c.nodes.iter().map(|n| n.id).collect();
+    // Both victims are nodes that do not lead, so the survivor marks their devices down.
+    let leader = c.leader();
+    let victims: Vec<u64> = ids
+        .iter()
+        .copied()
+        .filter(|id| Some(*id) != leader)
+        .take(2)
+        .collect();
+    let (first, second) = (victims[0], victims[1]);
+
+    // The first goes: the PGs go on with two copies.
+    let t1 = kill_and_wait_down(&mut c, first);
+    wait_until("the writer acknowledged with one node down", WAIT, || {
+        writer.peek(|l| l.acks_sent_after(t1)) > 0
+    });
+    // The second goes: one copy is below min_size, nothing sent from then on is acknowledged.
+    c.kill(second);
+    let t2 = Instant::now();
+    let device = c.node(second).device;
+    wait_until("the second victim's device down", WAIT, || {
+        !c.device_up(device)
+    });
+    let survivor = ids
+        .iter()
+        .copied()
+        .find(|id| !victims.contains(id))
+        .unwrap();
+    wait_until("the survivor's PGs incomplete", WAIT, || {
+        let s = c.up.cli_json(&["status"]);
+        let pgs = s["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["id"].as_u64() == Some(survivor))
+            .and_then(|n| n["status"]["pgs"].as_array().cloned())
+            .unwrap_or_default();
+        pgs.len() == c.pg_count as usize && pgs.iter().all(|p| p["state"] != "active")
+    });
+    let (acked_after, pending) = writer.peek(|l| (l.acks_sent_after(t2), l.in_flight));
+    assert_eq!(
+        acked_after, 0,
+        "writes acknowledged with one copy of min_size 2"
+    );
+    let (object, generation, sent) =
+        pending.expect("the writer has a write waiting with two nodes down");
+
+    // The first returns (it missed writes): the waiting write completes, nothing is lost.
+    let back = Instant::now();
+    c.restart(first);
+    wait_until("the waiting write to complete", WAIT, || {
+        writer.peek(|l| {
+            l.writes
+                .iter()
+                .any(|w| w.object == object && w.generation == generation)
+        })
+    });
+    let (mut nbd, log) = writer.finish();
+    let done = *log
+        .writes
+        .iter()
+        .find(|w| w.object == object && w.generation == generation)
+        .unwrap();
+    assert_eq!(done.error, 0, "the waiting write failed");
+    assert!(done.got > back, "it completed before a node returned");
+    eprintln!(
+        "STALL two down: the waiting write took {:.3?}, {:.3?} after the node was started \
+         again",
+        done.got - sent,
+        done.got - back
+    );
+    assert_eq!(log.errors(), Vec::new(), "failed writes");
+    log.verify(&mut nbd, c.object_size);
+
+    c.restart(second);
+    c.wait_clean(WAIT);
+    common::tool_ok("fio", &to_str(&fio_args(&c, true)), WAIT * 3);
+    log.verify(&mut nbd, c.object_size);
+    nbd.disconnect();
+    c.stop();
+}
+
+#[test]
+fn etcd_killed_and_started_again_during_fio_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = start(dir.path());
+    let objects = writer_objects(&c, |_| true);
+    let mut restarted = None;
+    let run = io_across(&mut c, objects, |c| {
+        let at = Instant::now();
+        c.restart_etcd();
+        restarted = Some(at);
+        at
+    });
+    report_stall("etcd restarted", &run, restarted.unwrap());
+    let Run { log, mut nbd, .. } = run;
+    log.verify(&mut nbd, c.object_size);
+    c.wait_clean(WAIT);
+    assert!(
+        c.nodes
+            .iter()
+            .all(|n| n.pid.is_some_and(common::upcluster::alive)),
+        "a node exited:\n{}",
+        c.logs()
+    );
+    common::tool_ok("fio", &to_str(&fio_args(&c, true)), WAIT * 3);
+    nbd.disconnect();
+    c.stop();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hosts in network namespaces (`common/netns.rs`; needs root): etcd, a gateway and three
+// storage nodes, each on a host of its own. The node that is primary of most PGs loses its
+// link (partition) while the writer writes to its PGs, then the link comes back.
+
+mod net {
+    use super::*;
+    use common::netcluster::NetCluster;
+    use common::upcluster::pgs_clean;
+
+    const PGS: u32 = 32;
+    const OBJECT: u64 = 128 << 10;
+
+    fn fio_args(addr: std::net::SocketAddr, verify_only: bool) -> Vec<String> {
+        let mut args: Vec<String> = [
+            "--name=fill",
+            "--ioengine=nbd",
+            "--rw=randwrite",
+            "--bssplit=4k/40:64k/30:128k/30",
+            "--iodepth=8",
+            "--size=16m",
+            "--verify=crc32c",
+            "--randseed=23",
+        ]
+        .map(String::from)
+        .to_vec();
+        args.push(format!("--uri=nbd://{addr}/v"));
+        if verify_only {
+            args.push("--verify_only".into());
+        }
+        args
+    }
+
+    fn clean(c: &NetCluster) -> bool {
+        let out = c.cli_output(&["status", "--json"]);
+        out.status.success() && pgs_clean(&serde_json::from_slice(&out.stdout).unwrap(), PGS)
+    }
+
+    /// The survivors' primaries all report their PGs active (as `status` shows them).
+    fn survivors_active(c: &NetCluster) -> bool {
+        let out = c.cli_output(&["status", "--json"]);
+        if !out.status.success() {
+            return false;
+        }
+        let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let pgs: Vec<&Value> = s["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|n| n["status"]["pgs"].as_array())
+            .flatten()
+            .filter(|p| p["state"] == "active")
+            .collect();
+        pgs.len() == PGS as usize
+    }
+
+    /// Partitions the node that is primary of most PGs while the writer writes to its PGs
+    /// through a gateway with `io_timeout`, heals it, and checks every acknowledged write.
+    /// `strict`: no write may fail; else a write may fail (EIO) after waiting `io_timeout`
+    /// for the partitioned node, if it was sent before the node's device went down.
+    fn partition_primary(io_timeout: Duration, strict: bool) {
+        let c = NetCluster::start(&["etcd", "gw", "n1", "n2", "n3"], Duration::from_secs(3));
+        let nodes = [c.start_node("n1"), c.start_node("n2"), c.start_node("n3")];
+        wait_until("three devices up", WAIT, || {
+            let devs = c.devices();
+            devs.len() == 3 && devs.iter().all(|d| d.up)
+        });
+        let pgs = PGS.to_string();
+        let pool = c.cli(&[
+            "pool",
+            "create",
+            "default",
+            "--replicas",
+            "3",
+            "--pgs",
+            &pgs,
+        ]);
+        assert_eq!(pool["min_size"], 2, "{pool}");
+        c.cli(&["volume", "create", "v", "--size", "32MiB"]);
+        wait_until("every PG clean", WAIT, || clean(&c));
+        let pool = c.cli(&["pool", "info", "default"]);
+        let volume = c.cli(&["volume", "info", "v"]);
+        let (pool_id, volume_id) = (
+            basalt_types::PoolId(pool["id"].as_u64().unwrap() as u32),
+            basalt_types::VolumeId(volume["id"].as_u64().unwrap()),
+        );
+        let gw = c.start_gateway("gw", io_timeout);
+        c.fio("gw", &fio_args(gw.addr, false));
+
+        // The victim: the node whose device is primary of most PGs.
+        let primaries = c.pg_primaries("default");
+        let devices: Vec<u64> = nodes.iter().map(|n| c.device_of(n).id).collect();
+        let count = |d: u64| primaries.iter().filter(|p| **p == d).count();
+        let at = (0..3).max_by_key(|i| count(devices[*i])).unwrap();
+        let victim = &nodes[at];
+        let objects: Vec<u64> = (128..256)
+            .filter(|&o| {
+                let oid = basalt_types::ObjectId::new(pool_id, volume_id, o);
+                primaries[basalt_placement::pg_of(&oid, PGS) as usize] == devices[at]
+            })
+            .take(WRITER_OBJECTS)
+            .collect();
+        assert_eq!(objects.len(), WRITER_OBJECTS);
+        eprintln!(
+            "primaries by device: {:?}; partitioning {} (device {})",
+            devices.iter().map(|d| (*d, count(*d))).collect::<Vec<_>>(),
+            victim.host,
+            devices[at]
+        );
+        let writer = Writer::start(c.nbd("gw", &gw, "v"), objects, OBJECT);
+        wait_until("the writer to write", WAIT, || writer.peek(Log::acks) > 0);
+
+        let cut = Instant::now();
+        c.net.partition(&victim.host);
+        c.wait_device(victim, "the victim's device down", false, WAIT);
+        let down = Instant::now();
+        wait_until("the survivors serve every PG", WAIT, || {
+            survivors_active(&c)
+        });
+        let active = Instant::now();
+        wait_until("the writer acknowledged on the others", WAIT * 2, || {
+            writer.peek(|l| l.acks_sent_after(cut)) > 0
+        });
+        let resumed = Instant::now();
+        let healed = Instant::now();
+        c.net.heal(&victim.host);
+        c.wait_device(victim, "the victim's device up", true, WAIT);
+        wait_until("every PG clean after the heal", WAIT, || clean(&c));
+        wait_until("the writer acknowledged after the heal", WAIT, || {
+            writer.peek(|l| l.acks_sent_after(healed)) > 0
+        });
+        let (mut nbd, log) = writer.finish();
+        let slowest = log.slowest().unwrap();
+        eprintln!(
+            "STALL partitioned primary (I/O timeout {io_timeout:?}): device down at {}, every \
+             PG active on the survivors at {}, the writer acknowledged again by {}; its slowest \
+             write {:.3?}, sent at {}, error {} (the partition at 0); {} writes acknowledged, \
+             {} failed",
+            since(down, cut),
+            since(active, cut),
+            since(resumed, cut),
+            slowest.latency(),
+            since(slowest.sent, cut),
+            slowest.error,
+            log.acks(),
+            log.errors().len()
+        );
+        if strict {
+            assert_eq!(log.errors(), Vec::new(), "failed writes");
+        }
+        for w in log.errors() {
+            assert!(
+                w.error == 5 && w.latency() >= io_timeout && w.sent < down,
+                "only a write stuck on the partitioned node may fail, after the I/O timeout: \
+                 {w:?}"
+            );
+        }
+        log.verify(&mut nbd, OBJECT);
+        nbd.disconnect();
+        assert!(c.net.running(&victim.proc), "the victim exited");
+        c.fio("gw", &fio_args(gw.addr, true));
+    }
+
+    /// The gateway's request in flight to the partitioned primary gets no reset; it moves to
+    /// the new primary as soon as a map names one (`client/src/retry.rs::call_node`), so no
+    /// write fails and none is lost.
+    #[test]
+    fn a_partitioned_primary_loses_no_acknowledged_write_and_catches_up_when_healed() {
+        partition_primary(IO_TIMEOUT, true);
+    }
+}
