@@ -277,6 +277,142 @@ fn compare_ratios_come_from_fios_numbers() {
     );
 }
 
+/// `cluster`: a real `basalt up --nodes 3` (3 copies) beside single-node Basalt and
+/// `nbdkit memory`, one job. The cluster's server CPU is summed over `up`, its 3 nodes and etcd
+/// (5 pids); its ratios to the other two are the quotients of fio's own numbers; everything the
+/// bench started is gone afterwards.
+#[test]
+fn cluster_profile_puts_a_replicated_cluster_beside_one_node() {
+    let out = tempfile::tempdir().expect("out");
+    let scratch = tempfile::tempdir().expect("scratch");
+    let bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_basalt"));
+    let dir = run(
+        &[
+            "cluster",
+            "--only",
+            "randwrite-4k-qd64",
+            "--no-baseline",
+            "--basalt-bin",
+            bin.to_str().expect("utf8"),
+        ],
+        out.path(),
+        scratch.path(),
+    )
+    .expect("the run completes");
+    let results: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("results.json")).expect("json"))
+            .expect("parses");
+    let targets = results["env"]["targets"].as_array().expect("targets");
+    let kinds: Vec<&str> = targets
+        .iter()
+        .map(|t| t["kind"].as_str().expect("kind"))
+        .collect();
+    assert_eq!(kinds, ["basalt-cluster", "basalt-local", "nbdkit-memory"]);
+    assert_eq!(targets[0]["label"], "basalt-rep3");
+    assert!(
+        targets[0]["description"]
+            .as_str()
+            .is_some_and(|d| d.contains(" up ") && d.contains(" --nodes 3 ")),
+        "{}",
+        targets[0]["description"]
+    );
+    let pids = |t: &Value| -> Vec<u32> {
+        t["server_pids"]
+            .as_array()
+            .expect("pids")
+            .iter()
+            .map(|p| p.as_u64().expect("pid") as u32)
+            .collect()
+    };
+    let cluster_pids = pids(&targets[0]);
+    assert_eq!(cluster_pids.len(), 5, "up, 3 nodes, etcd: {cluster_pids:?}");
+
+    let section = results["sections"]
+        .as_array()
+        .expect("sections")
+        .iter()
+        .find(|s| s["id"] == "cluster")
+        .expect("cluster section");
+    let steps = section["steps"].as_array().expect("steps");
+    assert_eq!(steps.len(), 3, "one job on three targets");
+    for s in steps {
+        assert_eq!(s["status"], "ok", "{s}");
+        assert!(
+            s["cpu"]["server_us_per_io"]
+                .as_f64()
+                .is_some_and(|v| v > 0.0),
+            "server CPU per IO of {}: {}",
+            s["target"],
+            s["cpu"]
+        );
+    }
+    let row = |title: &str| {
+        let t = section["tables"]
+            .as_array()
+            .expect("tables")
+            .iter()
+            .find(|t| t["title"] == title)
+            .unwrap_or_else(|| panic!("table {title}"))
+            .clone();
+        let cols: Vec<String> = t["columns"]
+            .as_array()
+            .expect("columns")
+            .iter()
+            .map(|c| c.as_str().expect("column").to_string())
+            .collect();
+        (cols, t["rows"][0].clone())
+    };
+    // Ratios of the cluster to each other target, from fio's JSON (IOPS) and from the steps'
+    // own CPU figures (server CPU per IO).
+    let (cols, r) = row("Cluster: IOPS");
+    let col = |name: &str| cols.iter().position(|c| c == name).expect(name);
+    let iops = |target: &str| {
+        let step = r[col(target)]["step"].as_str().expect("step");
+        assert!(
+            step.ends_with(&format!("-cluster-randwrite-4k-qd64-{target}")),
+            "{step}"
+        );
+        let j = &fio_json(&dir, step)["jobs"][0];
+        j["read"]["iops"].as_f64().unwrap_or(0.0) + j["write"]["iops"].as_f64().unwrap_or(0.0)
+    };
+    for other in ["basalt", "nbdkit-memory"] {
+        let got = r[col(&format!("basalt-rep3 / {other}"))]["value"]
+            .as_f64()
+            .expect("ratio");
+        let want = iops("basalt-rep3") / iops(other);
+        assert!(
+            (got - want).abs() <= want * 1e-9,
+            "{other}: {got} vs {want}"
+        );
+    }
+    let (cols, r) = row("Cluster: server CPU µs per IO");
+    let cpu = |target: &str| {
+        steps
+            .iter()
+            .find(|s| s["target"] == target)
+            .and_then(|s| s["cpu"]["server_us_per_io"].as_f64())
+            .expect("cpu")
+    };
+    let c = cols
+        .iter()
+        .position(|c| c == "basalt-rep3 / basalt")
+        .expect("cpu ratio column");
+    let got = r[c]["value"].as_f64().expect("cpu ratio");
+    let want = cpu("basalt-rep3") / cpu("basalt");
+    assert!((got - want).abs() <= want * 1e-9, "cpu: {got} vs {want}");
+
+    // Nothing the bench started is left: up, its nodes and etcd, the single node, nbdkit.
+    for t in targets {
+        for p in pids(t) {
+            assert!(
+                !alive(p),
+                "{} pid {p} still running after the bench",
+                t["label"]
+            );
+        }
+    }
+}
+
 /// Children of `pid` (all its threads).
 fn children(pid: u32) -> Vec<u32> {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {

@@ -36,6 +36,9 @@ pub enum ProfileCmd {
     Autotune(AutotuneArgs),
     /// Basalt vs `nbdkit file` vs raw file (io_uring O_DIRECT), seven jobs, one run.
     Compare(CompareArgs),
+    /// A local replicated cluster (`basalt up --nodes 3`: 3 copies, one disk) beside single-node
+    /// Basalt and `nbdkit memory` (and Ceph with --ceph-conf): compare's seven jobs, one run.
+    Cluster(ClusterArgs),
 }
 
 /// Options of every profile.
@@ -248,6 +251,25 @@ pub struct CompareArgs {
     /// Leave out the `nbdkit file` column.
     #[arg(long)]
     pub no_nbdkit: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ClusterArgs {
+    /// Node processes of the replicated cluster (`basalt up --nodes N`).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(2..=64))]
+    pub nodes: u32,
+    /// Copies in its pool (default: `basalt up`'s, 3 or N if fewer).
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=5))]
+    pub replicas: Option<u8>,
+    /// Leave out the single-node Basalt column.
+    #[arg(long)]
+    pub no_single: bool,
+    /// Leave out the `nbdkit memory` column.
+    #[arg(long)]
+    pub no_nbdkit: bool,
+    /// Run only these of compare's jobs, comma-separated (e.g. randwrite-4k-qd64,randread-4k-qd1).
+    #[arg(long)]
+    pub only: Option<String>,
 }
 
 #[derive(Debug, Parser)]

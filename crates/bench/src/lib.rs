@@ -43,7 +43,7 @@ use runner::{RunOpts, Runner};
 use search::{LatStat, LatencyGoal};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-use target::{Target, TargetSpec};
+use target::{LocalCluster, Target, TargetSpec};
 
 /// Runs `basalt bench` with parsed arguments; returns when the report is written.
 pub fn run(args: BenchArgs) -> Result<(), BenchError> {
@@ -85,23 +85,13 @@ pub fn run_to_dir(args: BenchArgs) -> Result<PathBuf, BenchError> {
     env.client =
         "fio on the same host as the servers, over loopback TCP (NBD) or local io_uring (raw file)"
             .into();
-    let compare = matches!(args.profile, ProfileCmd::Compare(_) | ProfileCmd::Full)
-        || matches!(&args.profile, ProfileCmd::Quick(q) if q.with_compare);
-    let want_nbdkit = c.peer_nbdkit
-        || (compare && !matches!(&args.profile, ProfileCmd::Compare(a) if a.no_nbdkit));
+    let extras = extras_of(&args.profile, c)?;
     let device_size = match &c.device_size {
         Some(d) => basalt_types::size::parse_size(d)
             .map_err(|e| BenchError::InvalidOption(format!("--device-size: {e}")))?,
         None => device_size_for(size, volumes_planned(&args.profile)?),
     };
-    let targets = start_targets(
-        c,
-        (size, device_size),
-        &scratch,
-        &out.join("logs"),
-        want_nbdkit,
-        !c.no_baseline || compare,
-    )?;
+    let targets = start_targets(c, (size, device_size), &scratch, &out.join("logs"), extras)?;
     let raw = targets.iter().position(|t| t.info.kind == "raw-file");
     let opts = RunOpts {
         fio: c.fio.clone(),
@@ -191,6 +181,7 @@ fn profile_name(p: &ProfileCmd) -> &'static str {
         ProfileCmd::Mix(_) => "mix",
         ProfileCmd::Autotune(_) => "autotune",
         ProfileCmd::Compare(_) => "compare",
+        ProfileCmd::Cluster(_) => "cluster",
     }
 }
 
@@ -235,25 +226,92 @@ pub fn device_size_for(size: u64, volumes: usize) -> u64 {
         .next_multiple_of(1 << 20)
 }
 
+/// The targets a run starts beside the main one.
+#[derive(Debug, Clone, Copy, Default)]
+struct Extras {
+    /// A replicated local cluster, started first (the `cluster` profile's main target).
+    cluster: Option<LocalCluster>,
+    /// Leave out the main (single-node or --uri) target (`cluster --no-single`).
+    no_primary: bool,
+    nbdkit_file: bool,
+    nbdkit_memory: bool,
+    raw: bool,
+}
+
+/// What the targets of a profile are.
+fn extras_of(p: &ProfileCmd, c: &CommonArgs) -> Result<Extras, BenchError> {
+    let compare = matches!(p, ProfileCmd::Compare(_) | ProfileCmd::Full)
+        || matches!(p, ProfileCmd::Quick(q) if q.with_compare);
+    let mut e = Extras {
+        nbdkit_file: c.peer_nbdkit
+            || (compare && !matches!(p, ProfileCmd::Compare(a) if a.no_nbdkit)),
+        raw: !c.no_baseline || compare,
+        ..Extras::default()
+    };
+    if let ProfileCmd::Cluster(a) = p {
+        if !c.uris.is_empty() {
+            return Err(BenchError::InvalidOption(
+                "the cluster profile starts its own clusters; --uri does not apply (use --peer-uri to add a running export beside them)".into(),
+            ));
+        }
+        if a.replicas.is_some_and(|r| u32::from(r) > a.nodes) {
+            return Err(BenchError::InvalidOption(format!(
+                "--replicas {} needs at least as many --nodes (every copy on another node)",
+                a.replicas.unwrap_or_default()
+            )));
+        }
+        e.cluster = Some(LocalCluster {
+            nodes: a.nodes,
+            replicas: a.replicas,
+        });
+        e.no_primary = a.no_single;
+        e.nbdkit_memory = !a.no_nbdkit;
+    }
+    Ok(e)
+}
+
+/// The cluster's label: `basalt-rep3`, or `basalt-4n-rep3` when nodes and copies differ.
+pub fn cluster_label(c: &LocalCluster) -> String {
+    if c.nodes == c.copies() {
+        format!("basalt-rep{}", c.copies())
+    } else {
+        format!("basalt-{}n-rep{}", c.nodes, c.copies())
+    }
+}
+
+fn basalt_bin(c: &CommonArgs) -> Result<PathBuf, BenchError> {
+    match &c.basalt_bin {
+        Some(b) => Ok(b.clone()),
+        None => std::env::current_exe()
+            .map_err(|e| BenchError::io("finding the basalt binary", "current_exe", e)),
+    }
+}
+
 fn start_targets(
     c: &CommonArgs,
     (size, device_size): (u64, u64),
     scratch: &Path,
     logs: &Path,
-    nbdkit: bool,
-    raw: bool,
+    x: Extras,
 ) -> Result<Vec<Target>, BenchError> {
     let mut v = Vec::new();
-    let primary = if c.uris.is_empty() {
-        let bin = match &c.basalt_bin {
-            Some(b) => b.clone(),
-            None => std::env::current_exe()
-                .map_err(|e| BenchError::io("finding the basalt binary", "current_exe", e))?,
-        };
-        TargetSpec::LocalBasalt {
-            bin,
+    if let Some(cluster) = x.cluster {
+        let spec = TargetSpec::LocalBasalt {
+            bin: basalt_bin(c)?,
             size,
             device_size,
+            cluster: Some(cluster),
+        };
+        let durability = c.durability.clone().unwrap_or_else(|| "sync".into());
+        let label = cluster_label(&cluster);
+        v.push(Target::start(spec, &label, scratch, logs, &durability)?);
+    }
+    let primary = if c.uris.is_empty() {
+        TargetSpec::LocalBasalt {
+            bin: basalt_bin(c)?,
+            size,
+            device_size,
+            cluster: None,
         }
     } else {
         TargetSpec::Nbd {
@@ -268,13 +326,28 @@ fn start_targets(
         (TargetSpec::LocalBasalt { .. }, None) => "sync".into(),
         (_, None) => "as configured by the target (not given with --durability)".into(),
     };
-    v.push(Target::start(
-        primary,
-        &c.label,
-        scratch,
-        logs,
-        &durability,
-    )?);
+    if !x.no_primary {
+        v.push(Target::start(
+            primary,
+            &c.label,
+            scratch,
+            logs,
+            &durability,
+        )?);
+    }
+    start_peers(c, size, scratch, logs, x, &mut v)?;
+    Ok(v)
+}
+
+/// Peers (--peer-uri, --ceph-conf), nbdkit and the raw file.
+fn start_peers(
+    c: &CommonArgs,
+    size: u64,
+    scratch: &Path,
+    logs: &Path,
+    x: Extras,
+    v: &mut Vec<Target>,
+) -> Result<(), BenchError> {
     if !c.peer_uris.is_empty() {
         let spec = TargetSpec::Nbd {
             uris: c.peer_uris.clone(),
@@ -308,7 +381,16 @@ fn start_targets(
             "Ceph pool replication (see the pool's size)",
         )?);
     }
-    if nbdkit {
+    if x.nbdkit_memory {
+        v.push(Target::start(
+            TargetSpec::NbdkitMemory { size },
+            "nbdkit-memory",
+            scratch,
+            logs,
+            "none: RAM",
+        )?);
+    }
+    if x.nbdkit_file {
         v.push(Target::start(
             TargetSpec::NbdkitFile { size },
             "nbdkit-file",
@@ -317,7 +399,7 @@ fn start_targets(
             "none: page cache, writes not flushed",
         )?);
     }
-    if raw {
+    if x.raw {
         v.push(Target::start(
             TargetSpec::RawFile { size },
             "raw-file",
@@ -326,7 +408,7 @@ fn start_targets(
             "O_DIRECT without flush (disk write cache volatile)",
         )?);
     }
-    Ok(v)
+    Ok(())
 }
 
 fn bs_arg(s: &str) -> Result<u64, BenchError> {
@@ -419,8 +501,34 @@ fn run_profile(r: &mut Runner, p: &ProfileCmd, c: &CommonArgs) -> Result<Vec<Sec
         ProfileCmd::Mix(a) => out.push(profiles::mix::run(r, &mix_opts(a)?)?),
         ProfileCmd::Autotune(a) => out.push(profiles::autotune::run(r, &autotune_opts(a)?)?),
         ProfileCmd::Compare(_) => out.push(profiles::compare::run(r)?),
+        ProfileCmd::Cluster(a) => out.push(profiles::cluster::run(r, &cluster_opts(a)?)?),
     }
     Ok(out)
+}
+
+fn cluster_opts(a: &cli::ClusterArgs) -> Result<profiles::cluster::ClusterOpts, BenchError> {
+    let known: Vec<&str> = profiles::compare::JOBS.iter().map(|j| j.0).collect();
+    let jobs = match &a.only {
+        None => known.iter().map(|j| j.to_string()).collect(),
+        Some(list) => {
+            let v: Vec<String> = list
+                .split(',')
+                .map(|j| j.trim().to_string())
+                .filter(|j| !j.is_empty())
+                .collect();
+            if let Some(bad) = v.iter().find(|j| !known.contains(&j.as_str())) {
+                return Err(BenchError::InvalidOption(format!(
+                    "--only {bad}: not a job; the jobs are {}",
+                    known.join(", ")
+                )));
+            }
+            if v.is_empty() {
+                return Err(BenchError::InvalidOption("--only names no job".into()));
+            }
+            v
+        }
+    };
+    Ok(profiles::cluster::ClusterOpts { jobs })
 }
 
 fn matrix_opts(a: &cli::MatrixArgs) -> Result<profiles::matrix::MatrixOpts, BenchError> {

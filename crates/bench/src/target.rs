@@ -15,11 +15,13 @@ use std::time::{Duration, Instant};
 #[non_exhaustive]
 pub enum TargetSpec {
     /// Spawn `BIN up --data DIR --nbd 127.0.0.1:PORT --volume bench-0 --volume-size SIZE
-    /// --device-size DEVICE_SIZE`.
+    /// --device-size DEVICE_SIZE`, with `--nodes N [--replicas R]` when `cluster` is set (then
+    /// DEVICE_SIZE is each node's).
     LocalBasalt {
         bin: PathBuf,
         size: u64,
         device_size: u64,
+        cluster: Option<LocalCluster>,
     },
     /// NBD exports that are already served; `server_pids` name the server's processes.
     Nbd {
@@ -39,6 +41,21 @@ pub enum TargetSpec {
         images: Vec<String>,
         server_pids: Vec<u32>,
     },
+}
+
+/// The shape of a multi-process local cluster (`basalt up --nodes N`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocalCluster {
+    pub nodes: u32,
+    /// Copies in the default pool (None: `basalt up`'s default, min(3, nodes)).
+    pub replicas: Option<u8>,
+}
+
+impl LocalCluster {
+    /// The copies the default pool gets.
+    pub fn copies(&self) -> u32 {
+        self.replicas.map_or(self.nodes.min(3), u32::from)
+    }
 }
 
 /// What the report says about a target.
@@ -117,7 +134,8 @@ impl Target {
                 bin,
                 size,
                 device_size,
-            } => self.start_basalt(&bin, size, device_size)?,
+                cluster,
+            } => self.start_basalt(&bin, (size, device_size), cluster)?,
             TargetSpec::Nbd { uris, server_pids } => {
                 self.info.kind = "nbd".into();
                 self.info.description =
@@ -278,6 +296,7 @@ impl Target {
         let mut guard = ChildGuard {
             child,
             name: "nbdkit".into(),
+            grace: STOP_GRACE,
         };
         wait_for_port(SocketAddr::from(([127, 0, 0, 1], port)), &mut guard, &log)?;
         self.children.push(guard);
@@ -286,8 +305,21 @@ impl Target {
         Ok(())
     }
 
-    fn start_basalt(&mut self, bin: &Path, size: u64, device: u64) -> Result<(), BenchError> {
-        self.info.kind = "basalt-local".into();
+    /// `basalt up` (one process), or `basalt up --nodes N` (etcd, N `basalt node` processes and
+    /// the gateway in `up`); its server processes are `up` and, for a cluster, every node and
+    /// etcd as `<data>/cluster.json` names them.
+    fn start_basalt(
+        &mut self,
+        bin: &Path,
+        (size, device): (u64, u64),
+        cluster: Option<LocalCluster>,
+    ) -> Result<(), BenchError> {
+        self.info.kind = if cluster.is_some() {
+            "basalt-cluster"
+        } else {
+            "basalt-local"
+        }
+        .into();
         self.info.size_bytes = Some(size);
         self.info.version = tool_version(&bin.display().to_string(), &["--version"]);
         let data = self.scratch.join("data");
@@ -296,18 +328,22 @@ impl Target {
         let port = free_port()?;
         let addr = SocketAddr::from(([127, 0, 0, 1], port));
         let mut cmd = Command::new(bin);
-        cmd.arg("up").arg("--data").arg(&data).args([
-            "--nbd",
-            &addr.to_string(),
-            "--listen",
-            "127.0.0.1:0",
-            "--volume",
-            "bench-0",
-            "--volume-size",
-            &size.to_string(),
-            "--device-size",
-            &device.to_string(),
-        ]);
+        cmd.arg("up").arg("--data").arg(&data);
+        cmd.args(["--nbd", &addr.to_string()]);
+        match cluster {
+            // Every node listens on a port the OS picks.
+            Some(c) => {
+                cmd.args(["--nodes", &c.nodes.to_string()]);
+                if let Some(r) = c.replicas {
+                    cmd.args(["--replicas", &r.to_string()]);
+                }
+            }
+            None => {
+                cmd.args(["--listen", "127.0.0.1:0"]);
+            }
+        }
+        cmd.args(["--volume", "bench-0", "--volume-size", &size.to_string()]);
+        cmd.args(["--device-size", &device.to_string()]);
         if matches!(self.info.durability.as_str(), "sync" | "flush") {
             cmd.args(["--durability", &self.info.durability]);
         }
@@ -330,14 +366,35 @@ impl Target {
         let mut guard = ChildGuard {
             child,
             name: "basalt up".into(),
+            grace: if cluster.is_some() {
+                CLUSTER_STOP_GRACE
+            } else {
+                STOP_GRACE
+            },
         };
         wait_for_port(addr, &mut guard, &log)?;
-        self.children.push(guard);
         self.info.server_pids.push(pid);
-        self.info.description = format!(
-            "single-node cluster started by the bench: {} (client on the same host, loopback)",
-            command_line.join(" ")
-        );
+        self.info.description = match cluster {
+            None => format!(
+                "single-node cluster started by the bench: {} (client on the same host, loopback)",
+                command_line.join(" ")
+            ),
+            Some(c) => {
+                let pids = wait_cluster_pids(&data, &mut guard, &log)?;
+                self.info.server_pids.extend(pids);
+                self.info.logs.extend(
+                    (1..=c.nodes)
+                        .map(|k| data.join(format!("node{k}/node.log")).display().to_string()),
+                );
+                format!(
+                    "{} node processes, pool of {} copies on different nodes, all on this host and disk, started by the bench: {} (server CPU: up with its NBD gateway, every node, etcd; client on the same host, loopback)",
+                    c.nodes,
+                    c.copies(),
+                    command_line.join(" ")
+                )
+            }
+        };
+        self.children.push(guard);
         let uri = std::fs::read_to_string(&log)
             .ok()
             .and_then(|l| {
@@ -374,17 +431,43 @@ impl Target {
         Ok(())
     }
 
-    /// Stops everything this target started (also done on drop).
+    /// Stops everything this target started (also done on drop), and copies the node logs of
+    /// a cluster it started into the log directory (its data directory is removed with it).
     pub fn stop(&mut self) {
         self.children.clear();
+        let Some((_, data, _)) = &self.basalt else {
+            return;
+        };
+        for log in &mut self.info.logs {
+            let from = PathBuf::from(&*log);
+            let Some(node) = from
+                .strip_prefix(data)
+                .ok()
+                .and_then(|p| p.parent())
+                .and_then(|p| p.to_str())
+            else {
+                continue;
+            };
+            let to = self.log_dir.join(format!("{}-{node}.log", self.info.label));
+            if std::fs::copy(&from, &to).is_ok() {
+                *log = to.display().to_string();
+            }
+        }
     }
 }
 
-/// A child process that is stopped (SIGTERM, then SIGKILL after 5 s) when dropped.
+/// How long a server the bench started may take to stop after SIGTERM before it is killed.
+pub const STOP_GRACE: Duration = Duration::from_secs(5);
+/// The same for `basalt up --nodes`: it stops its gateway, then every node (each leaves the
+/// cluster), then etcd; killed, it would leave its nodes to the kernel's SIGTERM.
+pub const CLUSTER_STOP_GRACE: Duration = Duration::from_secs(40);
+
+/// A child process that is stopped (SIGTERM, then SIGKILL after `grace`) when dropped.
 #[derive(Debug)]
 pub struct ChildGuard {
     pub child: Child,
     pub name: String,
+    pub grace: Duration,
 }
 
 impl Drop for ChildGuard {
@@ -392,7 +475,7 @@ impl Drop for ChildGuard {
         if let Ok(None) = self.child.try_wait() {
             // SAFETY: kill(2) with a pid we spawned and have not reaped yet (try_wait saw it alive).
             unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
-            let deadline = Instant::now() + Duration::from_secs(5);
+            let deadline = Instant::now() + self.grace;
             while Instant::now() < deadline {
                 if let Ok(Some(_)) = self.child.try_wait() {
                     return;
@@ -485,6 +568,59 @@ fn wait_for_port(addr: SocketAddr, guard: &mut ChildGuard, log: &Path) -> Result
     }
 }
 
+/// The node and etcd pids of a `basalt up --nodes` (as `guard`), from the `<data>/cluster.json`
+/// it writes once it serves (just after its NBD port opens): waits up to 60 s, failing early if
+/// `up` exits.
+fn wait_cluster_pids(
+    data: &Path,
+    guard: &mut ChildGuard,
+    log: &Path,
+) -> Result<Vec<u32>, BenchError> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(pids) = cluster_pids(data, guard.child.id()) {
+            return Ok(pids);
+        }
+        if let Ok(Some(status)) = guard.child.try_wait() {
+            return Err(BenchError::TargetStart(format!(
+                "{} exited ({status}) before writing {}; see {}",
+                guard.name,
+                data.join("cluster.json").display(),
+                log.display()
+            )));
+        }
+        if Instant::now() > deadline {
+            return Err(BenchError::TargetStart(format!(
+                "{} did not write {} within 60 s; see {}",
+                guard.name,
+                data.join("cluster.json").display(),
+                log.display()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Every node's pid and etcd's from `<data>/cluster.json`, if it is there and written by `up_pid`.
+pub fn cluster_pids(data: &Path, up_pid: u32) -> Option<Vec<u32>> {
+    let text = std::fs::read_to_string(data.join("cluster.json")).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    if v["pid"].as_u64() != Some(u64::from(up_pid)) {
+        return None;
+    }
+    let pid = |x: &serde_json::Value| x.as_u64().and_then(|p| u32::try_from(p).ok());
+    let mut pids: Vec<u32> = v["nodes"]
+        .as_array()?
+        .iter()
+        .map(|n| pid(&n["pid"]))
+        .collect::<Option<_>>()?;
+    if pids.is_empty() {
+        return None;
+    }
+    pids.extend(pid(&v["etcd_pid"]));
+    Some(pids)
+}
+
 fn make_file(path: &Path, size: u64) -> Result<(), BenchError> {
     let f =
         std::fs::File::create(path).map_err(|e| BenchError::io("creating a data file", path, e))?;
@@ -547,4 +683,26 @@ fn ceph_pids(conf: &Path) -> Vec<u32> {
         .filter_map(|e| std::fs::read_to_string(e.path()).ok())
         .filter_map(|s| s.trim().parse().ok())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_pids_are_every_node_and_etcd_of_this_up() {
+        let dir = tempfile::tempdir().expect("dir");
+        assert_eq!(cluster_pids(dir.path(), 10), None, "no file yet");
+        let file = r#"{"v":1,"pid":10,"node_addr":"127.0.0.1:1","nbd_addr":"127.0.0.1:2",
+            "etcd":["http://127.0.0.1:3"],"etcd_pid":14,
+            "nodes":[{"id":1,"name":"node1","addr":"a","data":"d","pid":11},
+                     {"id":2,"name":"node2","addr":"a","data":"d","pid":12},
+                     {"id":3,"name":"node3","addr":"a","data":"d","pid":13}]}"#;
+        std::fs::write(dir.path().join("cluster.json"), file).expect("write");
+        assert_eq!(cluster_pids(dir.path(), 10), Some(vec![11, 12, 13, 14]));
+        assert_eq!(cluster_pids(dir.path(), 99), None, "written by another up");
+        let no_nodes = r#"{"v":1,"pid":10,"nodes":[]}"#;
+        std::fs::write(dir.path().join("cluster.json"), no_nodes).expect("write");
+        assert_eq!(cluster_pids(dir.path(), 10), None);
+    }
 }

@@ -22,6 +22,36 @@ pub const JOBS: [(&str, Pattern, u64, u8, u32); 7] = [
 
 const DURABLE: &str = "randwrite-4k-qd64-fdatasync32";
 
+/// The tables of [`run`]: (metric, title, caption).
+const METRICS: [(Metric, &str, &str); 6] = [
+    (
+        Metric::Iops,
+        "IOPS",
+        "IOPS over the measured window; ratio columns divide the first target by the named one.",
+    ),
+    (Metric::MibS, "MiB/s", "MiB/s = 2^20 bytes per second."),
+    (
+        Metric::LatMean,
+        "mean latency",
+        "fio total latency (submission + completion); for the 70/30 mix the mean over reads and writes.",
+    ),
+    (
+        Metric::LatP99,
+        "p99 latency",
+        "99th percentile of fio total latency; for the 70/30 mix the worse of read and write.",
+    ),
+    (
+        Metric::ServerUsPerIo,
+        "server CPU µs per IO",
+        "CPU-microseconds of the server processes per completed IO (utime+stime from /proc over the measured window). The raw file has no server.",
+    ),
+    (
+        Metric::ClientUsPerIo,
+        "client (fio) CPU µs per IO",
+        "CPU-microseconds of the fio process, all threads (libnbd/librbd included), per IO.",
+    ),
+];
+
 /// Runs the comparison over all targets (Basalt first, then peers, nbdkit, raw).
 pub fn run(r: &mut Runner) -> Result<Section, BenchError> {
     let mut s = Section::new(
@@ -44,78 +74,26 @@ pub fn run(r: &mut Runner) -> Result<Section, BenchError> {
         r.measure(&mut s, DURABLE, raw, &job)?;
     }
     let labels: Vec<String> = r.target_labels();
-    let primary = labels[0].clone();
     let raw_label = raw.map(|i| labels[i].clone());
     let mut points: Vec<&str> = JOBS.iter().map(|j| j.0).collect();
     if raw.is_some() {
         points.push(DURABLE);
     }
-    for (metric, title, caption) in [
-        (
+    let no_server: Vec<String> = raw_label.iter().cloned().collect();
+    s.tables.extend(metric_tables(
+        &s,
+        &points,
+        &labels,
+        &no_server,
+        &[
             Metric::Iops,
-            "IOPS",
-            "IOPS over the measured window; ratio columns divide the first target by the named one.",
-        ),
-        (Metric::MibS, "MiB/s", "MiB/s = 2^20 bytes per second."),
-        (
+            Metric::MibS,
             Metric::LatMean,
-            "mean latency",
-            "fio total latency (submission + completion); for the 70/30 mix the mean over reads and writes.",
-        ),
-        (
-            Metric::LatP99,
-            "p99 latency",
-            "99th percentile of fio total latency; for the 70/30 mix the worse of read and write.",
-        ),
-        (
             Metric::ServerUsPerIo,
-            "server CPU µs per IO",
-            "CPU-microseconds of the server processes per completed IO (utime+stime from /proc over the measured window). The raw file has no server.",
-        ),
-        (
-            Metric::ClientUsPerIo,
-            "client (fio) CPU µs per IO",
-            "CPU-microseconds of the fio process, all threads (libnbd/librbd included), per IO.",
-        ),
-    ] {
-        let mut cols = vec!["job".to_string()];
-        cols.extend(labels.iter().cloned());
-        // The first target against every other one (peers included); the raw file has no
-        // server, so no CPU ratio against it.
-        let ratio_to: Vec<&String> = labels
-            .iter()
-            .filter(|l| **l != primary)
-            .filter(|l| metric != Metric::ServerUsPerIo || Some(*l) != raw_label.as_ref())
-            .collect();
-        let with_ratio = matches!(
-            metric,
-            Metric::Iops | Metric::MibS | Metric::LatMean | Metric::ServerUsPerIo
-        );
-        if with_ratio {
-            cols.extend(ratio_to.iter().map(|l| format!("{primary} / {l}")));
-        }
-        let rows = points
-            .iter()
-            .map(|pt| {
-                let mut row = vec![Cell::text(*pt)];
-                row.extend(labels.iter().map(|l| cell(s.step(pt, l), metric)));
-                if with_ratio {
-                    row.extend(
-                        ratio_to
-                            .iter()
-                            .map(|l| ratio_cell(s.step(pt, &primary), s.step(pt, l), metric)),
-                    );
-                }
-                row
-            })
-            .collect();
-        s.tables.push(Table {
-            title: format!("Compare: {title}"),
-            caption: caption.into(),
-            columns: cols,
-            rows,
-        });
-    }
+        ],
+        "Compare",
+        &METRICS,
+    ));
     let fr_rows = JOBS
         .iter()
         .map(|j| {
@@ -141,42 +119,9 @@ pub fn run(r: &mut Runner) -> Result<Section, BenchError> {
     if let Some(raw) = &raw_label {
         s.tables.push(durable_table(&s, &labels, raw, r));
     }
-    let cats: Vec<String> = JOBS
-        .iter()
-        .map(|j| j.0.replace("-qd", " QD").replace('-', " "))
-        .collect();
-    for (metric, id, ylab) in [
-        (Metric::Iops, "compare-iops", "IOPS"),
-        (Metric::ServerUsPerIo, "compare-cpu", "server CPU µs per IO"),
-    ] {
-        let series = labels
-            .iter()
-            .filter(|l| metric != Metric::ServerUsPerIo || Some(*l) != raw_label.as_ref())
-            .map(|l| Series {
-                name: l.clone(),
-                points: JOBS
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, j)| {
-                        s.step(j.0, l)
-                            .and_then(|st| metric.value(st))
-                            .map(|v| (i as f64, v))
-                    })
-                    .collect(),
-            })
-            .collect();
-        s.plots.push(PlotSpec {
-            id: id.into(),
-            title: format!("Compare: {ylab} per job"),
-            x_label: "job".into(),
-            y_label: ylab.into(),
-            kind: PlotKind::Bar {
-                categories: cats.clone(),
-            },
-            series,
-            hlines: Vec::new(),
-        });
-    }
+    let jobs: Vec<&str> = JOBS.iter().map(|j| j.0).collect();
+    s.plots
+        .extend(bar_plots(&s, &jobs, &labels, &no_server, "compare"));
     Ok(s)
 }
 
@@ -207,4 +152,112 @@ fn durable_table(s: &Section, labels: &[String], raw: &str, r: &Runner) -> Table
             .to_vec(),
         rows,
     }
+}
+
+/// One table per metric of `specs` (metric, title, caption): a row per point, a column per
+/// target, and for the metrics in `ratios` a column of the first target over every other one
+/// (targets in `no_server` have no server, so no CPU ratio against them).
+pub(super) fn metric_tables(
+    s: &Section,
+    points: &[&str],
+    labels: &[String],
+    no_server: &[String],
+    ratios: &[Metric],
+    prefix: &str,
+    specs: &[(Metric, &str, &str)],
+) -> Vec<Table> {
+    let primary = &labels[0];
+    let mut tables = Vec::new();
+    for &(metric, title, caption) in specs {
+        let mut cols = vec!["job".to_string()];
+        cols.extend(labels.iter().cloned());
+        let ratio_to: Vec<&String> = labels
+            .iter()
+            .filter(|l| *l != primary)
+            .filter(|l| metric != Metric::ServerUsPerIo || !no_server.contains(l))
+            .collect();
+        let with_ratio = ratios.contains(&metric);
+        if with_ratio {
+            cols.extend(ratio_to.iter().map(|l| format!("{primary} / {l}")));
+        }
+        let rows = points
+            .iter()
+            .map(|pt| {
+                let mut row = vec![Cell::text(*pt)];
+                row.extend(labels.iter().map(|l| cell(s.step(pt, l), metric)));
+                if with_ratio {
+                    row.extend(
+                        ratio_to
+                            .iter()
+                            .map(|l| ratio_cell(s.step(pt, primary), s.step(pt, l), metric)),
+                    );
+                }
+                row
+            })
+            .collect();
+        tables.push(Table {
+            title: format!("{prefix}: {title}"),
+            caption: caption.into(),
+            columns: cols,
+            rows,
+        });
+    }
+    tables
+}
+
+/// Bar plots of IOPS and server CPU per IO by job, one series per target (`no_server`
+/// targets left out of the CPU plot); plot ids `<id>-iops` and `<id>-cpu`.
+pub(super) fn bar_plots(
+    s: &Section,
+    jobs: &[&str],
+    labels: &[String],
+    no_server: &[String],
+    id: &str,
+) -> Vec<PlotSpec> {
+    let cats: Vec<String> = jobs
+        .iter()
+        .map(|j| j.replace("-qd", " QD").replace('-', " "))
+        .collect();
+    let mut plots = Vec::new();
+    for (metric, suffix, ylab) in [
+        (Metric::Iops, "iops", "IOPS"),
+        (Metric::ServerUsPerIo, "cpu", "server CPU µs per IO"),
+    ] {
+        let series = labels
+            .iter()
+            .filter(|l| metric != Metric::ServerUsPerIo || !no_server.contains(l))
+            .map(|l| Series {
+                name: l.clone(),
+                points: jobs
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, j)| {
+                        s.step(j, l)
+                            .and_then(|st| metric.value(st))
+                            .map(|v| (i as f64, v))
+                    })
+                    .collect(),
+            })
+            .collect();
+        plots.push(PlotSpec {
+            id: format!("{id}-{suffix}"),
+            title: format!("{}: {ylab} per job", capitalised(id)),
+            x_label: "job".into(),
+            y_label: ylab.into(),
+            kind: PlotKind::Bar {
+                categories: cats.clone(),
+            },
+            series,
+            hlines: Vec::new(),
+        });
+    }
+    plots
+}
+
+/// `compare` -> `Compare`.
+fn capitalised(s: &str) -> String {
+    let mut c = s.chars();
+    c.next()
+        .map(|f| f.to_uppercase().chain(c).collect())
+        .unwrap_or_default()
 }

@@ -10,12 +10,14 @@
 //! | [`mix`] | RAID review | 0-100% reads in 10% steps at several QDs, 4K random and 128K sequential |
 //! | [`autotune`] | MinIO speedtest | concurrency where throughput stops growing (the knee) |
 //! | [`compare`] | data-path issue | Basalt vs nbdkit vs raw file, 7 jobs + durable-write baseline |
+//! | [`cluster`] | cluster issue | `basalt up --nodes 3` (3 copies) vs single-node Basalt vs `nbdkit memory`, compare's 7 jobs |
 //!
 //! Every profile runs each point on every benchmarked target, so a peer (`--peer-*`) appears beside
 //! Basalt in every table with ratios.
 
 pub mod autotune;
 pub mod baseline;
+pub mod cluster;
 pub mod compare;
 pub mod latency_load;
 pub mod latency_target;
