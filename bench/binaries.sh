@@ -5,6 +5,7 @@
 # Prints IOPS and mean latency per job and binary, and new/old ratios.
 #
 #   bench/binaries.sh OLD_BINARY NEW_BINARY [RUNTIME_SECONDS] [ROUNDS]
+#   (results of one run on the 2-vCPU development VM are in the foundations issue's note)
 #
 # Needs fio with its nbd engine. Each binary's device file is 2 GiB in a temporary directory;
 # the volume is filled once before measuring so that reads hit written data.
@@ -47,7 +48,8 @@ for port in 10901 10902; do
     --iodepth=8 --size=1g >/dev/null
 done
 
-JOBS=("randread 4k 64" "randwrite 4k 64" "randwrite 4k 1" "randread 4k 1" "write 128k 16")
+# BINARIES_JOBS="randwrite 4k 64;write 128k 16" picks jobs ("rw bs iodepth", ';'-separated).
+IFS=';' read -r -a JOBS <<<"${BINARIES_JOBS:-randread 4k 64;randwrite 4k 64;randwrite 4k 1;randread 4k 1;write 128k 16}"
 printf '%-22s %12s %12s %12s %12s %8s\n' job "old IOPS" "new IOPS" "old mean µs" "new mean µs" new/old
 for spec in "${JOBS[@]}"; do
   read -r rw bs qd <<<"$spec"
