@@ -189,16 +189,17 @@ fn known_bug(seed: u64, known: sim::known::KnownBugs) {
     }
 }
 
-/// Known engine bug (docs/design/simulation.md): `verify_tail` ignores later entries of the
-/// same record and drops acknowledged durable writes. Fails until fixed.
+/// Fixed engine bug (docs/design/simulation.md, "Engine bugs found and fixed"): recovery's
+/// tail check ignored later entries of the same record, took the blocks they rewrote in place
+/// for "not on disk" and dropped acknowledged durable writes (68, 305) or kept the object
+/// unreadable (1216).
 #[test]
-#[ignore = "known engine bug: fails until fixed (docs/design/simulation.md)"]
-fn known_bug_same_record_verify_tail() {
+fn same_record_verify_tail() {
     let known = sim::known::KnownBugs {
         same_record: true,
         ..Default::default()
     };
-    for seed in [67, 100] {
+    for seed in [68, 305, 1216] {
         known_bug(seed, known);
     }
 }

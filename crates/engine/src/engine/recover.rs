@@ -306,7 +306,8 @@ impl Engine {
 
     /// Records newer than the newest durable claim may have lost the data of their
     /// whole-object writes; check it and cut the journal at the first record that did.
-    /// Blocks rewritten by a later record are not checked: write-back may already have written
+    /// Blocks rewritten by a later record (or a later entry of the same record) are not
+    /// checked: write-back may already have written
     /// that later content in place, and replay takes it from the journal anyway.
     fn verify_tail(&self, dev: &Dev, found: &mut Vec<Found>) -> Result<(), EngineError> {
         let durable = found.iter().map(|f| f.hdr.durable_seq).max().unwrap_or(0);
@@ -316,8 +317,18 @@ impl Engine {
         let mut cut = None;
         for i in (0..found.len()).rev() {
             let f = &found[i];
-            if f.hdr.seq > durable {
-                for e in &f.hdr.entries {
+            // Entries in reverse too: a later entry of the same record (group commit puts a
+            // whole-object write and later writes to its object in one record) may have been
+            // written back in place before the crash, like a later record.
+            for e in f.hdr.entries.iter().rev() {
+                if let EntryKind::Write(items) = &e.kind {
+                    rewritten
+                        .entry(e.slot)
+                        .or_default()
+                        .extend(items.iter().map(|it| it.block));
+                    continue;
+                }
+                if f.hdr.seq > durable {
                     let EntryKind::Full { crcs, alloc } = &e.kind else {
                         continue;
                     };
@@ -339,14 +350,6 @@ impl Engine {
                     if bad {
                         cut = Some(i);
                     }
-                }
-            }
-            for e in &f.hdr.entries {
-                if let EntryKind::Write(items) = &e.kind {
-                    rewritten
-                        .entry(e.slot)
-                        .or_default()
-                        .extend(items.iter().map(|it| it.block));
                 }
             }
         }

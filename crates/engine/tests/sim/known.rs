@@ -7,15 +7,10 @@
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct KnownBugs {
     /// "same-record": a whole-object write and later operations on the same object in one
-    /// journal record.
-    /// - Recovery's tail check (`recover.rs::verify_tail`) ignores later entries of the same
-    ///   record: after a crash between write-back's data flush and its header flush it takes
-    ///   the blocks they rewrote for "not on disk" and drops the record and everything after it
-    ///   (acknowledged durable writes).
-    /// - Two whole-object writes in one record: the first one's data completion
-    ///   (`journal.rs::full_data_done`, matched by record only) drops the in-memory copy of the
-    ///   second before its data is on disk, so reads and read-modify-writes fail with checksum
-    ///   errors.
+    /// journal record. Two whole-object writes in one record: the first one's data completion
+    /// (`journal.rs::full_data_done`, matched by record only) drops the in-memory copy of the
+    /// second before its data is on disk, so reads and read-modify-writes fail with checksum
+    /// errors. (Recovery's tail check ignoring later entries of the same record is fixed.)
     ///
     /// Steered around by making a whole-object write a barrier for later operations on its
     /// object until it is acknowledged.
