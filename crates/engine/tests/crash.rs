@@ -204,16 +204,16 @@ fn same_record_verify_tail() {
     }
 }
 
-/// Known engine bug: two whole-object writes in one record, reads and read-modify-writes of
-/// the second fail with checksum errors. Fails until fixed.
+/// Fixed engine bug: two whole-object writes to one object in one record; the first one's
+/// data completion dropped the second's in-memory copy, and reads and read-modify-writes of it
+/// failed with checksum errors (seed 1511).
 #[test]
-#[ignore = "known engine bug: fails until fixed (docs/design/simulation.md)"]
-fn known_bug_same_record_full_data_done() {
+fn same_record_full_data_done() {
     let known = sim::known::KnownBugs {
         same_record: true,
         ..Default::default()
     };
-    known_bug(2208, known);
+    known_bug(1511, known);
 }
 
 /// Known engine bug: `verify_tail` excuses blocks rewritten by records it then cuts, and

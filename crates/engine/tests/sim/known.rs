@@ -7,13 +7,8 @@
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct KnownBugs {
     /// "same-record": a whole-object write and later operations on the same object in one
-    /// journal record. Two whole-object writes in one record: the first one's data completion
-    /// (`journal.rs::full_data_done`, matched by record only) drops the in-memory copy of the
-    /// second before its data is on disk, so reads and read-modify-writes fail with checksum
-    /// errors. (Recovery's tail check ignoring later entries of the same record is fixed.)
-    ///
-    /// Steered around by making a whole-object write a barrier for later operations on its
-    /// object until it is acknowledged.
+    /// journal record. Both bugs found there are fixed (`verify_tail` and `full_data_done`);
+    /// the steering stays only because "excused-cut" relies on the same barrier.
     pub same_record: bool,
     /// "excused-cut": `verify_tail` excuses blocks of a whole-object write that later records
     /// rewrote, also when it then cuts those records itself (their own whole-object data is not
