@@ -189,43 +189,37 @@ fn known_bug(seed: u64, known: sim::known::KnownBugs) {
     }
 }
 
-/// Fixed engine bug (docs/design/simulation.md, "Engine bugs found and fixed"): recovery's
-/// tail check ignored later entries of the same record, took the blocks they rewrote in place
-/// for "not on disk" and dropped acknowledged durable writes (68, 305) or kept the object
-/// unreadable (1216).
-#[test]
-fn same_record_verify_tail() {
-    let known = sim::known::KnownBugs {
-        same_record: true,
-        ..Default::default()
-    };
-    for seed in [68, 305, 1216] {
-        known_bug(seed, known);
+/// Replays seeds that failed before an engine bug was fixed (docs/design/simulation.md,
+/// "Engine bugs found and fixed"), with the default configuration.
+fn fixed_bug(seeds: &[u64]) {
+    for &seed in seeds {
+        if let Err(e) = sim::run_config(Config::draw(seed)) {
+            panic!("seed {seed}: {e}");
+        }
     }
 }
 
-/// Fixed engine bug: two whole-object writes to one object in one record; the first one's
-/// data completion dropped the second's in-memory copy, and reads and read-modify-writes of it
-/// failed with checksum errors (seed 1511).
+/// Recovery's tail check ignored later entries of the same record, took the blocks they
+/// rewrote in place for "not on disk" and dropped acknowledged durable writes (68, 305) or
+/// left the object unreadable (1216).
 #[test]
-fn same_record_full_data_done() {
-    let known = sim::known::KnownBugs {
-        same_record: true,
-        ..Default::default()
-    };
-    known_bug(1511, known);
+fn same_record_verify_tail() {
+    fixed_bug(&[68, 305, 1216]);
 }
 
-/// Known engine bug: `verify_tail` excuses blocks rewritten by records it then cuts, and
-/// keeps a record whose whole-object data is not on disk. Fails until fixed.
+/// Two whole-object writes to one object in one record: the first one's data completion
+/// dropped the second's in-memory copy, and reads and read-modify-writes of it failed with
+/// checksum errors (1511).
 #[test]
-#[ignore = "known engine bug: fails until fixed (docs/design/simulation.md)"]
-fn known_bug_excused_cut() {
-    let known = sim::known::KnownBugs {
-        excused_cut: true,
-        ..Default::default()
-    };
-    known_bug(13614518450268799261, known);
+fn same_record_full_data_done() {
+    fixed_bug(&[1511]);
+}
+
+/// Recovery's tail check excused blocks rewritten by records it then cut, and kept a record
+/// whose whole-object data was not on disk: the object was unreadable after recovery (1151).
+#[test]
+fn excused_cut() {
+    fixed_bug(&[1151]);
 }
 
 /// Known engine bug: a bit flip in a slot of a recent whole-object write or in the journal

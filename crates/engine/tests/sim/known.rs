@@ -6,16 +6,6 @@
 /// Which known bugs the seeds may reach.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct KnownBugs {
-    /// "same-record": a whole-object write and later operations on the same object in one
-    /// journal record. Both bugs found there are fixed (`verify_tail` and `full_data_done`);
-    /// the steering stays only because "excused-cut" relies on the same barrier.
-    pub same_record: bool,
-    /// "excused-cut": `verify_tail` excuses blocks of a whole-object write that later records
-    /// rewrote, also when it then cuts those records itself (their own whole-object data is not
-    /// on disk). It keeps the first record although its data is not on disk either: after the
-    /// crash the object reads as checksum errors. Steered around by keeping the barrier of a
-    /// whole-object write until it is durable (a flush follows a non-durable one).
-    pub excused_cut: bool,
     /// "media-loss": a bit flip on a crash image whose journal holds records (in the slot of a
     /// recent whole-object write, or in a record) makes recovery cut the journal there; a flip
     /// in the newest journal header makes it start from the older one and replay stale records.
@@ -35,8 +25,6 @@ impl KnownBugs {
         let v = std::env::var("SIM_KNOWN_BUGS").unwrap_or_default();
         let on = |name: &str| v.split(',').any(|x| x.trim() == name || x.trim() == "all");
         KnownBugs {
-            same_record: on("same-record"),
-            excused_cut: on("excused-cut"),
             media_loss: on("media-loss"),
             meta_rollback: on("meta-rollback"),
         }
