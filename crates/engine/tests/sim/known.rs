@@ -13,10 +13,6 @@ pub struct KnownBugs {
     /// show states that never existed. Steered around by flipping bits only in slots, and only
     /// on an image whose journal write-back has emptied.
     pub media_loss: bool,
-    /// "meta-rollback": a bit flip in the newest copy of a slot-table page makes recovery use
-    /// the older copy: objects lose acknowledged writes or show states that never existed.
-    /// Steered around by not flipping bits in slot-table pages (read errors there are fine).
-    pub meta_rollback: bool,
 }
 
 impl KnownBugs {
@@ -26,7 +22,6 @@ impl KnownBugs {
         let on = |name: &str| v.split(',').any(|x| x.trim() == name || x.trim() == "all");
         KnownBugs {
             media_loss: on("media-loss"),
-            meta_rollback: on("meta-rollback"),
         }
     }
 }
