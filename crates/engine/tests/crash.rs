@@ -164,7 +164,7 @@ fn media_corruption_and_crash() {
 }
 
 /// Latent read errors in the journal and the slot table: recovery refuses with an error, or
-/// the store works. (Bit flips there are known engine bugs: `sim/known.rs`.)
+/// the store works. (Bit flips in the journal are a known engine bug: `sim/known.rs`.)
 #[test]
 fn metadata_read_errors_and_crash() {
     let reports = targeted(5000..5060, |c| {
@@ -189,42 +189,37 @@ fn known_bug(seed: u64, known: sim::known::KnownBugs) {
     }
 }
 
-/// Known engine bug (docs/design/simulation.md): `verify_tail` ignores later entries of the
-/// same record and drops acknowledged durable writes. Fails until fixed.
-#[test]
-#[ignore = "known engine bug: fails until fixed (docs/design/simulation.md)"]
-fn known_bug_same_record_verify_tail() {
-    let known = sim::known::KnownBugs {
-        same_record: true,
-        ..Default::default()
-    };
-    for seed in [67, 100] {
-        known_bug(seed, known);
+/// Replays seeds that failed before an engine bug was fixed (docs/design/simulation.md,
+/// "Engine bugs found and fixed"), with the default configuration.
+fn fixed_bug(seeds: &[u64]) {
+    for &seed in seeds {
+        if let Err(e) = sim::run_config(Config::draw(seed)) {
+            panic!("seed {seed}: {e}");
+        }
     }
 }
 
-/// Known engine bug: two whole-object writes in one record, reads and read-modify-writes of
-/// the second fail with checksum errors. Fails until fixed.
+/// Recovery's tail check ignored later entries of the same record, took the blocks they
+/// rewrote in place for "not on disk" and dropped acknowledged durable writes (68, 305) or
+/// left the object unreadable (1216).
 #[test]
-#[ignore = "known engine bug: fails until fixed (docs/design/simulation.md)"]
-fn known_bug_same_record_full_data_done() {
-    let known = sim::known::KnownBugs {
-        same_record: true,
-        ..Default::default()
-    };
-    known_bug(2208, known);
+fn same_record_verify_tail() {
+    fixed_bug(&[68, 305, 1216]);
 }
 
-/// Known engine bug: `verify_tail` excuses blocks rewritten by records it then cuts, and
-/// keeps a record whose whole-object data is not on disk. Fails until fixed.
+/// Two whole-object writes to one object in one record: the first one's data completion
+/// dropped the second's in-memory copy, and reads and read-modify-writes of it failed with
+/// checksum errors (1511).
 #[test]
-#[ignore = "known engine bug: fails until fixed (docs/design/simulation.md)"]
-fn known_bug_excused_cut() {
-    let known = sim::known::KnownBugs {
-        excused_cut: true,
-        ..Default::default()
-    };
-    known_bug(13614518450268799261, known);
+fn same_record_full_data_done() {
+    fixed_bug(&[1511]);
+}
+
+/// Recovery's tail check excused blocks rewritten by records it then cut, and kept a record
+/// whose whole-object data was not on disk: the object was unreadable after recovery (1151).
+#[test]
+fn excused_cut() {
+    fixed_bug(&[1151]);
 }
 
 /// Known engine bug: a bit flip in a slot of a recent whole-object write or in the journal
@@ -232,27 +227,29 @@ fn known_bug_excused_cut() {
 #[test]
 #[ignore = "known engine bug: fails until fixed (docs/design/simulation.md)"]
 fn known_bug_media_loss() {
-    let known = sim::known::KnownBugs {
-        media_loss: true,
-        ..Default::default()
-    };
-    for seed in [2, 119, 467] {
+    let known = sim::known::KnownBugs { media_loss: true };
+    for seed in [2, 135, 467] {
         known_bug(seed, known);
     }
 }
 
-/// Known engine bug: a bit flip in the newest slot-table page copy rolls objects back. Fails
-/// until fixed.
+/// Bit flips in the table pages (slot table, tombstones, PG records) plus a crash: recovery
+/// refuses with an error, or every object is in a state the model allows. Before format v2
+/// a flip in the newest copy of a slot-table page made recovery take the older copy and roll
+/// objects back (the journal header's tables hash now catches it).
 #[test]
-#[ignore = "known engine bug: fails until fixed (docs/design/simulation.md)"]
-fn known_bug_meta_rollback() {
-    let known = sim::known::KnownBugs {
-        meta_rollback: true,
-        ..Default::default()
-    };
-    for seed in [220, 234] {
-        known_bug(seed, known);
-    }
+fn meta_corruption_and_crash() {
+    let reports = targeted(6000..6080, |c| {
+        c.corrupt = Some((Region::Meta, 1 + (c.seed % 2) as u32));
+        c.read_errors = None;
+        c.recovery_crash = None;
+    });
+    let damaged = reports.iter().filter(|r| r.media_faults).count();
+    let refused = reports.iter().filter(|r| r.refused).count();
+    assert!(
+        damaged > 40 && refused > 5,
+        "{damaged} of 80 seeds damaged, {refused} refused"
+    );
 }
 
 /// Soak: `SIM_SECONDS` (default 600) of seeds from `SIM_SEED_BASE` (default: drawn from the

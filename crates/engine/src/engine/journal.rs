@@ -315,7 +315,11 @@ impl Engine {
         for (oid, slot, data) in b.fulls {
             let off = self.sb.slot_offset(slot, 0);
             self.submit(
-                IoCtx::FullData { seq: b.seq, oid },
+                IoCtx::FullData {
+                    seq: b.seq,
+                    oid,
+                    slot,
+                },
                 IoReq::Write {
                     off,
                     bufs: vec![IoBuf::Shared(data)],
@@ -345,9 +349,14 @@ impl Engine {
         self.jr.writing += 1;
     }
 
-    /// The data of a whole-object write reached the device: reads may now go there.
-    pub fn full_data_done(&mut self, seq: u64, oid: ObjectId) {
+    /// The data of the whole-object write of record `seq` into `slot` reached the device:
+    /// reads may now go there. A record may hold two whole-object writes to one object (in
+    /// different slots: a released slot is not reused before the slot table says it is free),
+    /// so the slot must match too, or the first one's completion would drop the in-memory copy
+    /// of the second while its data is still in flight.
+    pub fn full_data_done(&mut self, seq: u64, oid: ObjectId, slot: u32) {
         if let Some(obj) = self.st.objs.get_mut(&oid)
+            && obj.slot == slot
             && let Some(base) = &mut obj.base
             && base.seq == seq
         {

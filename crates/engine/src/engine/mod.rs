@@ -224,7 +224,7 @@ pub(crate) enum IoCtx {
     Read { rid: usize, first: usize, n: usize },
     Rmw { oid: ObjectId, block: u32, crc: u32 },
     Record { seq: u64 },
-    FullData { seq: u64, oid: ObjectId },
+    FullData { seq: u64, oid: ObjectId, slot: u32 },
     Flush { no: u64 },
     WriteBack,
 }
@@ -471,8 +471,8 @@ impl Engine {
             IoCtx::Read { rid, first, n } => self.read_done(rid, first, n, d),
             IoCtx::Rmw { oid, block, crc } => self.rmw_done(oid, block, crc, d),
             IoCtx::Record { seq } => self.record_io_done(seq, d.res),
-            IoCtx::FullData { seq, oid } => {
-                self.full_data_done(seq, oid);
+            IoCtx::FullData { seq, oid, slot } => {
+                self.full_data_done(seq, oid, slot);
                 self.record_io_done(seq, d.res);
             }
             IoCtx::Flush { no } => self.flush_done(no, d.res),

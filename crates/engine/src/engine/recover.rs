@@ -306,58 +306,60 @@ impl Engine {
 
     /// Records newer than the newest durable claim may have lost the data of their
     /// whole-object writes; check it and cut the journal at the first record that did.
-    /// Blocks rewritten by a later record are not checked: write-back may already have written
-    /// that later content in place, and replay takes it from the journal anyway.
+    /// Blocks rewritten by a later entry of a kept record (a later record, or a later entry of
+    /// the same record) are excused: write-back may already have written that later content in
+    /// place, and replay takes it from the journal anyway. A cut can remove the records that
+    /// excused blocks of earlier ones, so the check is repeated on what is kept until no
+    /// record is cut.
     fn verify_tail(&self, dev: &Dev, found: &mut Vec<Found>) -> Result<(), EngineError> {
-        let durable = found.iter().map(|f| f.hdr.durable_seq).max().unwrap_or(0);
-        // Blocks of each slot that records after the one being checked rewrite, built from the
-        // end backwards: linear in the number of entries.
-        let mut rewritten: HashMap<u32, HashSet<u16>> = HashMap::new();
-        let mut cut = None;
-        for i in (0..found.len()).rev() {
-            let f = &found[i];
-            if f.hdr.seq > durable {
-                for e in &f.hdr.entries {
-                    let EntryKind::Full { crcs, alloc } = &e.kind else {
-                        continue;
-                    };
-                    let later = rewritten.get(&e.slot);
-                    let mut buf = AlignedBuf::zeroed(self.sb.object_size as usize);
-                    dev.read_at(self.sb.slot_offset(e.slot, 0), &mut buf)?;
-                    let bad = buf
-                        .chunks(B)
-                        .zip(crcs.iter())
-                        .enumerate()
-                        .any(|(b, (blk, c))| {
-                            let allocated = alloc
-                                .as_ref()
-                                .is_none_or(|w| w[b / 64] & (1 << (b % 64)) != 0);
-                            allocated
-                                && !later.is_some_and(|l| l.contains(&(b as u16)))
-                                && crc32c(blk) != *c
-                        });
-                    if bad {
-                        cut = Some(i);
-                    }
-                }
-            }
-            for e in &f.hdr.entries {
-                if let EntryKind::Write(items) = &e.kind {
-                    rewritten
-                        .entry(e.slot)
-                        .or_default()
-                        .extend(items.iter().map(|it| it.block));
-                }
-            }
+        let missing = self.missing_blocks(dev, found)?;
+        let mut keep = found.len();
+        while let Some(i) = first_unexcused(&found[..keep], &missing) {
+            keep = i;
         }
-        if let Some(i) = cut {
+        if keep < found.len() {
             tracing::info!(
                 "journal replay stops at record {}: its object data is not on disk",
-                found[i].hdr.seq
+                found[keep].hdr.seq
             );
-            found.truncate(i);
+            found.truncate(keep);
         }
         Ok(())
+    }
+
+    /// For each whole-object write of a record newer than the newest durable claim (keyed by
+    /// record and entry index), the allocated blocks whose data in the slot does not match.
+    fn missing_blocks(&self, dev: &Dev, found: &[Found]) -> Result<Missing, EngineError> {
+        let durable = found.iter().map(|f| f.hdr.durable_seq).max().unwrap_or(0);
+        let mut missing = Missing::new();
+        let mut buf = AlignedBuf::zeroed(self.sb.object_size as usize);
+        for (i, f) in found.iter().enumerate() {
+            if f.hdr.seq <= durable {
+                continue;
+            }
+            for (j, e) in f.hdr.entries.iter().enumerate() {
+                let EntryKind::Full { crcs, alloc } = &e.kind else {
+                    continue;
+                };
+                dev.read_at(self.sb.slot_offset(e.slot, 0), &mut buf)?;
+                let bad: Vec<u16> = buf
+                    .chunks(B)
+                    .zip(crcs.iter())
+                    .enumerate()
+                    .filter(|(b, (blk, c))| {
+                        let allocated = alloc
+                            .as_ref()
+                            .is_none_or(|w| w[b / 64] & (1 << (b % 64)) != 0);
+                        allocated && crc32c(blk) != **c
+                    })
+                    .map(|(b, _)| b as u16)
+                    .collect();
+                if !bad.is_empty() {
+                    missing.insert((i, j), bad);
+                }
+            }
+        }
+        Ok(missing)
     }
 
     /// The live index from the table images: objects from the slot table (newest claim of each
@@ -486,6 +488,32 @@ fn repair_superblocks(dev: &Dev, sbs: &Superblocks) -> Result<(), EngineError> {
     dev.sync()?;
     tracing::warn!("repaired a damaged superblock copy");
     Ok(())
+}
+
+/// Blocks of whole-object writes whose data in the slot does not match, by (record index,
+/// entry index) in the found records.
+type Missing = HashMap<(usize, usize), Vec<u16>>;
+
+/// The first of `kept` records holding a whole-object write with a block that is not on disk
+/// and that no later entry of `kept` rewrites. Walks the entries backwards, so it is linear in
+/// their number.
+fn first_unexcused(kept: &[Found], missing: &Missing) -> Option<usize> {
+    let mut rewritten: HashMap<u32, HashSet<u16>> = HashMap::new();
+    let mut cut = None;
+    for (i, f) in kept.iter().enumerate().rev() {
+        for (j, e) in f.hdr.entries.iter().enumerate().rev() {
+            if let EntryKind::Write(items) = &e.kind {
+                let r = rewritten.entry(e.slot).or_default();
+                r.extend(items.iter().map(|it| it.block));
+            } else if let Some(bad) = missing.get(&(i, j)) {
+                let later = rewritten.get(&e.slot);
+                if bad.iter().any(|b| !later.is_some_and(|l| l.contains(b))) {
+                    cut = Some(i);
+                }
+            }
+        }
+    }
+    cut
 }
 
 fn read_journal_header(dev: &Dev, sb: &Superblock) -> Result<JournalHeader, EngineError> {

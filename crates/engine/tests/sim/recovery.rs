@@ -285,12 +285,7 @@ fn damage(
             let Some((mut region, mut range)) = region_range(image, region, rng) else {
                 break;
             };
-            let allowed = match region {
-                Region::Journal => cfg.known.media_loss,
-                Region::Meta => cfg.known.meta_rollback,
-                _ => true,
-            };
-            if !allowed {
+            if region == Region::Journal && !cfg.known.media_loss {
                 // Steer around the known bug: flip a bit in a slot instead.
                 (region, range) = region_range(image, Region::Slots, rng).expect("formatted");
             }

@@ -72,9 +72,6 @@ pub struct Recorder {
     pub poisoned: bool,
     /// `SIM_LOG=1`: print every reply to stderr.
     pub log: bool,
-    /// Whole-object writes in flight per object, and a signal when one ends.
-    pub full_in_flight: Vec<usize>,
-    pub full_done: Rc<tokio::sync::Notify>,
 }
 
 impl Recorder {
@@ -95,8 +92,6 @@ impl Recorder {
             poison_expected: cfg.poison.is_some(),
             poisoned: false,
             log: super::log_enabled(),
-            full_in_flight: vec![0; cfg.objects],
-            full_done: Rc::new(tokio::sync::Notify::new()),
         }
     }
 
@@ -405,12 +400,6 @@ enum Action {
     },
 }
 
-impl Action {
-    fn is_full_write(&self, size: usize) -> bool {
-        matches!(self, Action::Op { kind: OpKind::Write { off: 0, data }, .. } if data.len() == size)
-    }
-}
-
 /// One client: rounds of up to `pipeline` operations submitted back to back, then awaited
 /// together, with a think time before each round.
 pub async fn client(
@@ -422,10 +411,6 @@ pub async fn client(
 ) {
     let mut rng =
         StdRng::seed_from_u64(cfg.seed ^ (id as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
-    // Unless the known bugs are wanted, a whole-object write is a barrier for later operations
-    // on its object, so that they never share its journal record (`KnownBugs::same_record`)
-    // nor rewrite its blocks before it is durable (`KnownBugs::excused_cut`).
-    let barrier = !cfg.known.same_record;
     for _ in 0..cfg.rounds {
         let think = rng.random_range(0..=cfg.think.as_micros() as u64);
         tokio::time::sleep(std::time::Duration::from_micros(think)).await;
@@ -433,21 +418,7 @@ pub async fn client(
         let mut waits: Vec<LocalBoxFuture<'static, ()>> = Vec::new();
         for _ in 0..n {
             let action = draw(&cfg, &mut rng, &pool);
-            if barrier && let Action::Op { obj, .. } = &action {
-                let obj = *obj;
-                if rec.borrow().full_in_flight[obj] > 0 {
-                    join_all(std::mem::take(&mut waits)).await;
-                    loop {
-                        let notify = rec.borrow().full_done.clone();
-                        let n = notify.notified();
-                        if rec.borrow().full_in_flight[obj] == 0 {
-                            break;
-                        }
-                        n.await;
-                    }
-                }
-            }
-            waits.push(start(&cfg, &store, &rec, action));
+            waits.push(start(&store, &rec, action));
         }
         join_all(waits).await;
     }
@@ -530,12 +501,10 @@ fn draw(cfg: &Config, rng: &mut StdRng, pool: &[u8]) -> Action {
 
 /// Submits `action` now; the future records its reply.
 fn start(
-    cfg: &Config,
     store: &Store,
     rec: &Rc<RefCell<Recorder>>,
     action: Action,
 ) -> LocalBoxFuture<'static, ()> {
-    let full = action.is_full_write(cfg.object_size);
     let (obj, kind, durable, version_step, aligned) = match action {
         Action::Flush => {
             let issued = rec.borrow_mut().tick();
@@ -587,26 +556,9 @@ fn start(
             v.seq
         })
     });
-    // A whole-object write stays a barrier for its object until it is acknowledged, and
-    // (unless `KnownBugs::excused_cut` is wanted) until it is durable: a flush follows it.
-    let barrier = full && !cfg.known.same_record;
-    let flush_after = barrier && !durable && !cfg.known.excused_cut;
-    if barrier {
-        rec.borrow_mut().full_in_flight[obj] += 1;
-    }
-    let (rec, store) = (rec.clone(), store.clone());
+    let rec = rec.clone();
     Box::pin(async move {
         let res = fut.await;
         rec.borrow_mut().finish_op(id, res);
-        if flush_after {
-            let issued = rec.borrow_mut().tick();
-            let res = store.submit_flush().await;
-            rec.borrow_mut().finish_flush(issued, res);
-        }
-        if barrier {
-            let mut r = rec.borrow_mut();
-            r.full_in_flight[obj] -= 1;
-            r.full_done.notify_waiters();
-        }
     })
 }
