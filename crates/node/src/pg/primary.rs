@@ -240,7 +240,11 @@ impl Pg {
                 format!("{}: a member failed a write ({why})", self.id),
             ));
         }
-        self.store.commit(oid, version).map_err(engine_to_wire)?;
+        if replicated {
+            // Held until every copy was durable: visible from now on. (An unreplicated write
+            // was never held: no extra message to the device thread.)
+            self.store.commit(oid, version).map_err(engine_to_wire)?;
+        }
         done(self);
         Ok(version)
     }
