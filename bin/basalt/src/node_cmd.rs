@@ -64,6 +64,8 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
         return crate::drain::run(action).await;
     }
     let data = args.data.clone().context("--data is required")?;
+    // Caught from here on: a SIGTERM during startup makes the node leave once it has started.
+    let mut signals = crate::up::Signals::new()?;
     let store = EtcdStore::connect(&args.etcd, &args.etcd_prefix)
         .await
         .with_context(|| format!("cannot reach etcd at {}", args.etcd.join(",")))?;
@@ -85,7 +87,7 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     }
     let node = Node::start(config, Arc::new(store), false).await?;
     println!("node {} serving on {}", node.id(), node.status().addr);
-    crate::up::wait_for_signal().await;
+    signals.recv().await;
     // A clean stop leaves the cluster at once: requests in flight finish, then the lease is
     // revoked (the leader marks the node's devices down now, not when the lease would expire).
     node.shutdown().await;

@@ -129,6 +129,8 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     if let Some(nodes) = args.nodes {
         return crate::up_nodes::run(args, nodes).await;
     }
+    // Caught from here on: a SIGTERM during startup stops the cluster cleanly once it is up.
+    let mut signals = Signals::new()?;
     let data = args
         .data
         .clone()
@@ -173,7 +175,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     )?;
     banner(&cluster, &data, &node, gateway.addr, &args).await?;
 
-    wait_for_signal().await;
+    signals.recv().await;
     eprintln!("stopping...");
     gateway.stop().await;
     drop(cluster);

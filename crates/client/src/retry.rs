@@ -365,14 +365,21 @@ mod tests {
             async move { call_primary_at(&c, OID, read).await }
         });
         tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-        assert_eq!(silent.seen.lock().len(), 1, "the request reached the silent node");
+        assert_eq!(
+            silent.seen.lock().len(),
+            1,
+            "the request reached the silent node"
+        );
         fx.cluster.inner.maps.offer(map(2, &[2]));
         let (answered_by, resp) = call.await.unwrap().unwrap();
         assert_eq!(answered_by, NodeId(2));
         assert!(matches!(resp, Response::Read { .. }));
         assert!(matches!(
             next.seen.lock().as_slice(),
-            [Request::Read { epoch: Epoch(2), .. }]
+            [Request::Read {
+                epoch: Epoch(2),
+                ..
+            }]
         ));
         assert!(start.elapsed() < std::time::Duration::from_secs(2));
     }
