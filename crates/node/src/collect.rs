@@ -1,4 +1,4 @@
-//! The collector: removes from this node's stores the objects and tombstones of volumes that no
+//! The collector: deletes from this node's PGs the objects of volumes that no
 //! longer exist (a delete whose removal did not reach a store, objects a stale writer left
 //! behind before an older version fenced it, volumes deleted while a device was elsewhere).
 //!
@@ -21,7 +21,7 @@
 use crate::pg::Pg;
 use crate::service::NodeShared;
 use crate::volumes::Collect;
-use basalt_engine::{EngineError, Store};
+use basalt_engine::EngineError;
 use basalt_meta::{Catalog, IdKind, MetaError};
 use basalt_proto::WireError;
 use basalt_types::ObjectId;
@@ -91,7 +91,7 @@ pub(crate) async fn run(
     }
 }
 
-/// One pass over every store. Returns how many objects and tombstones it removed.
+/// One pass over every store. Returns how many objects it deleted.
 async fn pass(
     catalog: &Catalog,
     shared: &NodeShared,
@@ -110,7 +110,7 @@ async fn pass(
                 continue;
             };
             if primary.is_active_primary() {
-                removed += walk(shared, store, &primary, last_id, pacer).await?;
+                removed += walk(shared, &primary, last_id, pacer).await?;
             }
         }
     }
@@ -121,7 +121,6 @@ async fn pass(
 /// Visits each volume with objects in `pg` once, deleting the objects of dead ones.
 async fn walk(
     shared: &NodeShared,
-    store: &Store,
     pg: &Arc<Pg>,
     last_id: u64,
     pacer: &mut Pacer,
@@ -130,7 +129,7 @@ async fn walk(
     let mut removed = 0;
     loop {
         pacer.tick().await;
-        let page = store.list(pg.id, after, 1).await?;
+        let page = pg.store.list(pg.id, after, 1).await?;
         let Some(first) = page.into_iter().next() else {
             return Ok(removed);
         };
@@ -150,7 +149,7 @@ async fn walk(
             Collect::NeverAllocated => tracing::warn!(
                 "{} holds objects of volume {volume}, above the last volume id handed out \
                  ({last_id}): was the metadata store restored from an older copy? Left in place",
-                store.info().device_id
+                pg.dev
             ),
             Collect::Exists | Collect::Undecided => {}
         }

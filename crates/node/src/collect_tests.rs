@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::testing::{Flaky, shared, sim_store};
-use basalt_engine::{DeviceId, ObjectInfo, WriteOptions};
+use basalt_engine::{DeviceId, ObjectInfo, Store, WriteOptions};
 use basalt_meta::{PoolSpec, keys};
 use basalt_proto::ErrorCode;
 use basalt_types::{Epoch, NodeId, PgId, PoolId, VolumeId};
