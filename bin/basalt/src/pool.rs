@@ -7,6 +7,7 @@ use basalt_placement::ClusterMap;
 use basalt_types::size::{format_size, parse_size};
 use clap::{Subcommand, ValueEnum};
 use serde::Serialize;
+use std::collections::HashSet;
 
 #[derive(Subcommand)]
 pub enum PoolCommand {
@@ -15,9 +16,11 @@ pub enum PoolCommand {
         /// Pool name.
         name: String,
         /// Copies of every object, 1 to 5, each on another failure domain; a write is
-        /// acknowledged once every serving copy has it durable.
-        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=5))]
-        replicas: u8,
+        /// acknowledged once every serving copy has it durable. Default: 3, or as many as
+        /// there are failure domains (hosts, or devices) among the registered devices that can
+        /// hold the pool, if that is fewer.
+        #[arg(long, value_parser = clap::value_parser!(u8).range(1..=5))]
+        replicas: Option<u8>,
         /// Copies a placement group needs to accept writes (default: a majority,
         /// replicas - replicas/2).
         #[arg(long)]
@@ -105,9 +108,10 @@ pub async fn run(cmd: PoolCommand) -> anyhow::Result<()> {
             common,
         } => {
             let catalog = Catalog::new(common.cluster.meta().await?);
-            let spec = PoolSpec {
+            let devices = catalog.list_devices().await?;
+            let mut spec = PoolSpec {
                 name,
-                replicas,
+                replicas: replicas.unwrap_or(DEFAULT_REPLICAS),
                 min_size,
                 pg_count: pgs,
                 object_size: u32::try_from(object_size)
@@ -118,16 +122,13 @@ pub async fn run(cmd: PoolCommand) -> anyhow::Result<()> {
                 },
                 device_class,
             };
-            spec.validate()?;
-            check_devices(&catalog, &spec, force).await?;
-            let rec = catalog.create_pool(&spec).await?;
-            if rec.replicas > 1 {
-                eprintln!(
-                    "note: this version serves writes only to placement groups with one copy; \
-                     writes to pool {} are refused until replication is built",
-                    rec.name
-                );
+            if replicas.is_none() {
+                spec.replicas = default_replicas(&devices, &spec);
             }
+            spec.validate()?;
+            check_devices(&devices, &spec, force)?;
+            let rec = catalog.create_pool(&spec).await?;
+            note_domains(&devices, &rec, replicas.is_none());
             if common.json {
                 return output::json(&rec);
             }
@@ -169,10 +170,68 @@ fn matches(d: &DeviceRecord, spec: &PoolSpec) -> bool {
         && spec.device_class.as_ref().is_none_or(|c| *c == d.class)
 }
 
+/// Copies of a pool created without `--replicas` where enough failure domains exist.
+const DEFAULT_REPLICAS: u8 = 3;
+
+/// The failure domains (hosts, or devices) among the devices that can hold a pool's data.
+fn domains(devices: &[DeviceRecord], spec: &PoolSpec) -> usize {
+    let held = devices.iter().filter(|d| matches(d, spec));
+    match spec.failure_domain {
+        FailureDomain::Host => held.map(|d| d.node).collect::<HashSet<_>>().len(),
+        _ => held.count(),
+    }
+}
+
+/// [`DEFAULT_REPLICAS`], or fewer when fewer failure domains can hold the pool today (a
+/// one-host cluster gets one copy). With no such device registered yet, the default.
+fn default_replicas(devices: &[DeviceRecord], spec: &PoolSpec) -> u8 {
+    match domains(devices, spec) {
+        0 => DEFAULT_REPLICAS,
+        n => DEFAULT_REPLICAS.min(u8::try_from(n).unwrap_or(u8::MAX)),
+    }
+}
+
+/// Tells the operator how many copies a pool got and when its PGs lack failure domains.
+fn note_domains(devices: &[DeviceRecord], rec: &PoolRecord, defaulted: bool) {
+    let spec = PoolSpec {
+        name: rec.name.clone(),
+        replicas: rec.replicas,
+        min_size: Some(rec.min_size),
+        pg_count: rec.pg_count,
+        object_size: rec.object_size,
+        failure_domain: rec.failure_domain,
+        device_class: rec.device_class.clone(),
+    };
+    let have = domains(devices, &spec);
+    let kind = match rec.failure_domain {
+        FailureDomain::Host => "host",
+        _ => "device",
+    };
+    if defaulted {
+        eprintln!(
+            "note: pool {} keeps {} cop{} (min_size {}){}; --replicas sets it",
+            rec.name,
+            rec.replicas,
+            if rec.replicas == 1 { "y" } else { "ies" },
+            rec.min_size,
+            if rec.replicas < DEFAULT_REPLICAS {
+                format!(", one per {kind}: the cluster has {have} {kind}(s) that can hold it")
+            } else {
+                String::new()
+            }
+        );
+    } else if have > 0 && have < usize::from(rec.replicas) {
+        eprintln!(
+            "note: pool {} wants {} copies on distinct {kind}s but {have} can hold it now: its \
+             placement groups stay degraded (and below min_size {} they wait) until more join",
+            rec.name, rec.replicas, rec.min_size
+        );
+    }
+}
+
 /// Refuses a pool no registered device can hold (unless `force`); with no device registered
 /// yet, only notes it.
-async fn check_devices(catalog: &Catalog, spec: &PoolSpec, force: bool) -> anyhow::Result<()> {
-    let devices = catalog.list_devices().await?;
+fn check_devices(devices: &[DeviceRecord], spec: &PoolSpec, force: bool) -> anyhow::Result<()> {
     if devices.is_empty() {
         eprintln!(
             "note: no device is registered yet; pool {} is placed once nodes with {} object \

@@ -87,8 +87,8 @@ fn node_and_gateway_processes_share_an_etcd() {
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     // A pool must exist before volumes; the node's leader places it once the node registers.
-    // Replicated pools are accepted (their writes are refused until replication exists);
-    // more than 5 copies are not.
+    // Replicated pools are accepted; more than 5 copies are not. With no device registered
+    // yet, a pool created without --replicas keeps 3 copies (asserted below).
     let out = Command::new(BASALT)
         .args([
             "pool",
@@ -102,9 +102,23 @@ fn node_and_gateway_processes_share_an_etcd() {
         .output()
         .unwrap();
     assert!(!out.status.success(), "6 copies were accepted");
-    cli(&["pool", "create", "triple", "--replicas", "3"]);
+    let triple: serde_json::Value =
+        serde_json::from_str(&cli(&["pool", "create", "triple", "--json"])).unwrap();
+    assert_eq!(
+        (&triple["replicas"], &triple["min_size"]),
+        (&serde_json::json!(3), &serde_json::json!(2)),
+        "{triple}"
+    );
     cli(&["pool", "delete", "triple"]);
-    cli(&["pool", "create", "default", "--pg-count", "16"]);
+    cli(&[
+        "pool",
+        "create",
+        "default",
+        "--replicas",
+        "1",
+        "--pg-count",
+        "16",
+    ]);
     assert!(cli(&["pool", "list"]).contains("default"));
     let node_log = std::fs::File::create(dir.path().join("node.log")).unwrap();
     let device = format!("{}:512MiB", dir.path().join("dev0.img").display());

@@ -32,7 +32,15 @@ impl Cluster {
             .expect("start etcd");
         let endpoint = etcd.endpoint();
         let out = Command::new(BASALT)
-            .args(["pool", "create", "default", "--pg-count", "8"])
+            .args([
+                "pool",
+                "create",
+                "default",
+                "--replicas",
+                "1",
+                "--pg-count",
+                "8",
+            ])
             .args(["--etcd", &endpoint])
             .output()
             .unwrap();

@@ -144,7 +144,15 @@ fn a_dead_nodes_data_is_unavailable_never_zeros_and_comes_back_whole() {
         devs.len() == 2 && devs.iter().all(|d| d.1)
     });
     // The pool comes after both devices, so its placement groups start on both.
-    c.json(&["pool", "create", "default", "--pgs", &PGS.to_string()]);
+    c.json(&[
+        "pool",
+        "create",
+        "default",
+        "--replicas",
+        "1",
+        "--pgs",
+        &PGS.to_string(),
+    ]);
     let (da, db) = (c.device_of("a"), c.device_of("b"));
     let acting = || -> Vec<u64> {
         c.json(&["pg", "list"])

@@ -70,7 +70,15 @@ impl Cluster {
             etcd,
             catalog,
         };
-        c.cli(&["pool", "create", "default", "--pg-count", "8"]);
+        c.cli(&[
+            "pool",
+            "create",
+            "default",
+            "--replicas",
+            "1",
+            "--pg-count",
+            "8",
+        ]);
         wait_until("the node to be placed", Duration::from_secs(60), || {
             c.status()["nodes"][0]["status"]["devices"][0]["id"].is_u64()
                 && c.rt

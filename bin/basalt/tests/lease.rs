@@ -113,7 +113,15 @@ fn a_node_fences_itself_while_cut_off_and_rejoins_after_its_lease_expired() {
         rt,
         endpoint,
     };
-    fx.cli(&["pool", "create", "default", "--pg-count", "8"]);
+    fx.cli(&[
+        "pool",
+        "create",
+        "default",
+        "--replicas",
+        "1",
+        "--pg-count",
+        "8",
+    ]);
     let device = format!("{}:256MiB", dir.path().join("dev0.img").display());
     let ttl = format!("{}s", TTL.as_secs());
     let mut node = Proc(

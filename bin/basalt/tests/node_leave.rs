@@ -128,7 +128,16 @@ fn a_node_stopped_with_sigterm_leaves_at_once_whether_it_leads_or_not() {
             .is_some_and(|m| m.devices.len() == 3 && m.devices.values().all(|d| d.up))
     });
     let out = Command::new(BASALT)
-        .args(["pool", "create", "default", "--pgs", "16", "--etcd"])
+        .args([
+            "pool",
+            "create",
+            "default",
+            "--replicas",
+            "1",
+            "--pgs",
+            "16",
+            "--etcd",
+        ])
         .arg(&fx.endpoint)
         .output()
         .unwrap();

@@ -34,6 +34,14 @@ fn pool_device_and_pg_commands() {
         &["pool", "create", "wide", "--replicas", "6"],
         "6 is not in 1..=5",
     );
+    // Without --replicas: 3 copies, or one per host when fewer hosts can hold the pool.
+    let one = up.cli_json(&["pool", "create", "one", "--pgs", "8"]);
+    assert_eq!(
+        (&one["replicas"], &one["min_size"]),
+        (&1.into(), &1.into()),
+        "{one}"
+    );
+    up.cli_json(&["pool", "delete", "one"]);
     let r3 = up.cli_json(&["pool", "create", "r3", "--replicas", "3", "--pgs", "8"]);
     assert_eq!(r3["min_size"], 2, "{r3}");
     fails_with(
