@@ -42,19 +42,14 @@ pub fn crc32c(data: &[u8]) -> u32 {
     crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, data) as u32
 }
 
-/// CRC-32C over two buffers as if they were one, without concatenating them.
+/// CRC-32C over two buffers as if they were one, without concatenating them: the second
+/// continues the first's state (combining two separate CRCs cost a quarter of a replicated
+/// write's CPU).
 pub fn crc32c_two(a: &[u8], b: &[u8]) -> u32 {
-    let crc_a = crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, a);
-    if b.is_empty() {
-        return crc_a as u32;
-    }
-    let crc_b = crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, b);
-    crc_fast::checksum_combine(
-        crc_fast::CrcAlgorithm::Crc32Iscsi,
-        crc_a,
-        crc_b,
-        b.len() as u64,
-    ) as u32
+    let mut digest = crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi);
+    digest.update(a);
+    digest.update(b);
+    digest.finalize() as u32
 }
 
 #[cfg(test)]
