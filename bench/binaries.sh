@@ -2,9 +2,11 @@
 # Side by side: two `basalt` binaries (say, the last release and this build), each serving a
 # single-node `basalt up` on a fresh data directory, measured with the same fio jobs in
 # alternation (old, new, old, new ...) so that the shared machine's noise hits both alike.
-# Prints IOPS and mean latency per job and binary, and new/old ratios.
+# Prints IOPS, mean latency and server CPU per I/O (user + system time of `up` and its node
+# processes, etcd excluded) per job and binary, and new/old ratios.
 #
 #   bench/binaries.sh OLD_BINARY NEW_BINARY [RUNTIME_SECONDS] [ROUNDS]
+#   BINARIES_NODES=3 bench/binaries.sh ...   # each binary serves `basalt up --nodes 3` (3 copies)
 #   (results of one run on the 2-vCPU development VM are in the foundations issue's note)
 #
 # Needs fio with its nbd engine. Each binary's device file is 2 GiB in a temporary directory;
@@ -19,8 +21,10 @@ trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$WORK"' EXIT
 
 start() { # name binary port
   mkdir -p "$WORK/$1"
+  local shape=(--listen 127.0.0.1:0)
+  [ -n "${BINARIES_NODES:-}" ] && shape=(--nodes "$BINARIES_NODES")
   "$2" up --data "$WORK/$1" --device-size 2GiB --volume-size 1GiB --nbd "127.0.0.1:$3" \
-    --listen 127.0.0.1:0 >"$WORK/$1/up.log" 2>&1 &
+    "${shape[@]}" >"$WORK/$1/up.log" 2>&1 &
   for _ in $(seq 1 300); do
     grep -q "Stop with Ctrl-C" "$WORK/$1/up.log" 2>/dev/null && return 0
     sleep 0.1
@@ -29,7 +33,18 @@ start() { # name binary port
   exit 1
 }
 
-job() { # port rw bs iodepth runtime -> "iops mean_us"
+ticks() { # name -> CPU ticks used so far by its `up` process and that process's children
+  local pids total=0 t
+  pids=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pid"])' "$WORK/$1/cluster.json" 2>/dev/null ||
+    pgrep -f -- "--data $WORK/$1 " | head -1)
+  for p in $pids $(pgrep -P "$pids" | xargs -r -n1 sh -c 'cat /proc/$0/comm | grep -qx etcd || echo $0'); do
+    t=$(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0)
+    total=$((total + t))
+  done
+  echo "$total"
+}
+
+job() { # port rw bs iodepth runtime -> "iops mean_us ios"
   fio --name=j --ioengine=nbd --uri="nbd://127.0.0.1:$1/vol0" --rw="$2" --bs="$3" \
     --iodepth="$4" --size=1g --runtime="$5" --time_based --ramp_time=2 --randseed=1 \
     --output-format=json |
@@ -38,7 +53,7 @@ import json, sys
 text = sys.stdin.read()
 j = json.loads(text[text.index("{"):])["jobs"][0]  # fio may print a line before its JSON
 side = j["write"] if j["write"]["io_bytes"] > 0 else j["read"]
-print("%.0f %.0f" % (side["iops"], side["clat_ns"]["mean"] / 1000))'
+print("%.0f %.0f %d" % (side["iops"], side["clat_ns"]["mean"] / 1000, side["total_ios"]))'
 }
 
 start old "$OLD" 10901
@@ -50,14 +65,24 @@ done
 
 # BINARIES_JOBS="randwrite 4k 64;write 128k 16" picks jobs ("rw bs iodepth", ';'-separated).
 IFS=';' read -r -a JOBS <<<"${BINARIES_JOBS:-randread 4k 64;randwrite 4k 64;randwrite 4k 1;randread 4k 1;write 128k 16}"
-printf '%-22s %12s %12s %12s %12s %8s\n' job "old IOPS" "new IOPS" "old mean µs" "new mean µs" new/old
+HZ=$(getconf CLK_TCK)
+cpu_us() { # ticks ios -> µs of server CPU per I/O (includes the ramp's I/O-less share)
+  python3 -c "import sys; print('%.0f' % ($1 * 1e6 / $HZ / max($2, 1)))"
+}
+printf '%-22s %10s %10s %11s %11s %9s %9s %8s\n' job "old IOPS" "new IOPS" "old mean µs" \
+  "new mean µs" "old CPU/IO" "new CPU/IO" new/old
 for spec in "${JOBS[@]}"; do
   read -r rw bs qd <<<"$spec"
-  o_iops=0 n_iops=0 o_lat=0 n_lat=0
+  o_iops=0 n_iops=0 o_lat=0 n_lat=0 o_t=0 n_t=0 o_n=0 n_n=0
   for _ in $(seq 1 "$ROUNDS"); do
-    read -r i l < <(job 10901 "$rw" "$bs" "$qd" "$RUNTIME"); o_iops=$((o_iops + i)); o_lat=$((o_lat + l))
-    read -r i l < <(job 10902 "$rw" "$bs" "$qd" "$RUNTIME"); n_iops=$((n_iops + i)); n_lat=$((n_lat + l))
+    t0=$(ticks old)
+    read -r i l n < <(job 10901 "$rw" "$bs" "$qd" "$RUNTIME")
+    o_t=$((o_t + $(ticks old) - t0)) o_iops=$((o_iops + i)) o_lat=$((o_lat + l)) o_n=$((o_n + n))
+    t0=$(ticks new)
+    read -r i l n < <(job 10902 "$rw" "$bs" "$qd" "$RUNTIME")
+    n_t=$((n_t + $(ticks new) - t0)) n_iops=$((n_iops + i)) n_lat=$((n_lat + l)) n_n=$((n_n + n))
   done
-  printf '%-22s %12d %12d %12d %12d %8s\n' "$rw $bs QD$qd" $((o_iops / ROUNDS)) $((n_iops / ROUNDS)) \
-    $((o_lat / ROUNDS)) $((n_lat / ROUNDS)) "$(python3 -c "print('%.2f' % ($n_iops / max($o_iops, 1)))")"
+  printf '%-22s %10d %10d %11d %11d %9s %9s %8s\n' "$rw $bs QD$qd" $((o_iops / ROUNDS)) \
+    $((n_iops / ROUNDS)) $((o_lat / ROUNDS)) $((n_lat / ROUNDS)) "$(cpu_us $o_t $o_n)" \
+    "$(cpu_us $n_t $n_n)" "$(python3 -c "print('%.2f' % ($n_iops / max($o_iops, 1)))")"
 done
