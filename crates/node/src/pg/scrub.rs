@@ -18,7 +18,7 @@ use crate::peers::PeerError;
 use basalt_engine::EngineError;
 use basalt_placement::ClusterMap;
 use basalt_proto::ErrorCode;
-use basalt_types::{DeviceId, ObjectId, PgId, PoolId};
+use basalt_types::{DeviceId, ObjectId, PgId, PoolId, Version};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -96,6 +96,8 @@ enum Seen {
 
 /// Every copy of one object: the primary's (with its data when it verified) and the members'.
 struct View {
+    /// The primary's version of the object (its index, even when the data is bad).
+    version: Version,
     local: Seen,
     local_image: Option<(ImageMeta, Bytes)>,
     members: BTreeMap<DeviceId, Seen>,
@@ -237,9 +239,18 @@ impl Pg {
         else {
             return Ok(Outcome::Skipped);
         };
-        let devs: Vec<DeviceId> = held.members.iter().map(|m| m.dev).collect();
-        let view = self.view(ctx, &map, &devs, oid).await?;
-        let bytes = view.bytes().max(first.bytes());
+        // Every write of the object changes the primary's version (and is on every member
+        // before the primary's copy shows it); the held object takes none: when the version is
+        // still the one compared, so are the copies (no second read of them, nor a second
+        // checksum error counted against their devices).
+        let now = self.version_of(oid).await?;
+        let bytes = first.bytes();
+        let view = if now == first.version && held.members.len() == first.members.len() {
+            first
+        } else {
+            let devs: Vec<DeviceId> = held.members.iter().map(|m| m.dev).collect();
+            self.view(ctx, &map, &devs, oid).await?
+        };
         if view.consistent() {
             return Ok(Outcome::Consistent(bytes));
         }
@@ -257,15 +268,13 @@ impl Pg {
         members: &[DeviceId],
         oid: ObjectId,
     ) -> Result<View, String> {
-        let (local, local_image) = match self.store.read_object(oid).await {
+        let (version, local, local_image) = match self.store.read_object(oid).await {
             Ok(image) => {
                 let (meta, data) = ImageMeta::of(image);
-                (
-                    Seen::Good(ObjectDigest::of(&meta, &data)),
-                    Some((meta, data)),
-                )
+                let digest = ObjectDigest::of(&meta, &data);
+                (meta.version, Seen::Good(digest), Some((meta, data)))
             }
-            Err(EngineError::Checksum { .. }) => (Seen::Bad, None),
+            Err(EngineError::Checksum { .. }) => (self.version_of(oid).await?, Seen::Bad, None),
             Err(e) => return Err(format!("reading {oid} here: {e}")),
         };
         let mut copies = BTreeMap::new();
@@ -284,10 +293,21 @@ impl Pg {
             copies.insert(dev, copy);
         }
         Ok(View {
+            version,
             local,
             local_image,
             members: copies,
         })
+    }
+
+    /// This device's version of `oid` (none: `Version::NONE`).
+    async fn version_of(&self, oid: ObjectId) -> Result<Version, String> {
+        let info = self
+            .store
+            .object_info(oid)
+            .await
+            .map_err(|e| format!("{oid} here: {e}"))?;
+        Ok(info.map_or(Version::NONE, |i| i.version))
     }
 
     /// Replaces every bad copy with a good one; returns whether every copy is good now.
@@ -346,7 +366,7 @@ impl Pg {
         oid: ObjectId,
         members: &BTreeMap<DeviceId, Seen>,
     ) -> Option<((ImageMeta, Bytes), ObjectDigest)> {
-        let version = self.store.object_info(oid).await.ok()??.version;
+        let version = self.version_of(oid).await.ok()?;
         let mut votes: Vec<(usize, &ObjectDigest, DeviceId)> = Vec::new();
         for (dev, c) in members {
             let Seen::Good(d) = c else { continue };
