@@ -332,6 +332,51 @@ async fn an_object_bad_on_every_member_fails_its_read() {
     }
 }
 
+/// The background scrub, turned on at run time, finds and repairs a replica's bad copy that no
+/// read touched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_background_scrub_repairs_a_copy_no_read_touched() {
+    let t = three(|c| c.tuning.scrub_start_delay = Duration::ZERO).await;
+    let client = t.c.client().await;
+    let objects = 16;
+    let vol = t.c.volume(&client, "v", objects * OBJECT).await;
+    write_all(&vol, objects, 1).await;
+    let dev = device_of(&t.nodes[0]);
+    let map = t.c.map().await;
+    let bad: Vec<u64> = (0..objects)
+        .filter(|i| map.primary(&oid(&vol, *i)) != Some(dev))
+        .take(2)
+        .collect();
+    for &i in &bad {
+        corrupt(&t.disks[0], i, 1);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        repaired(&t.nodes),
+        0,
+        "the background scrub is off (rate 0)"
+    );
+    for n in &t.nodes {
+        let body = serde_json::to_vec(&AdminRequest::SetScrubRate {
+            bytes_per_sec: 64 << 20,
+        })
+        .unwrap();
+        client
+            .call_node(n.id(), Request::Admin { body: body.into() })
+            .await
+            .unwrap();
+    }
+    until("the background scrub repaired both copies", || {
+        repaired(&t.nodes) == bad.len() as u64
+    })
+    .await;
+    let report = scrub(&client, &t.nodes).await;
+    assert_eq!(report.inconsistent(), 0, "{report:?}");
+    for n in t.nodes {
+        n.shutdown().await;
+    }
+}
+
 /// A store whose writes fail is poisoned: its node reports the device down, the leader's map
 /// marks it down, its PGs are served by the other two, and the device stays down (the node
 /// reports it again if anything marks it up while the store stays poisoned).

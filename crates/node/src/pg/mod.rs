@@ -59,6 +59,10 @@ pub struct Tuning {
     pub recovery_parallel: usize,
     /// How long an incomplete PG waits before peering again on its own.
     pub retry: Duration,
+    /// How long after the node starts the background scrub begins (peering and recovery
+    /// first), and the least time between two of its passes over the node's PGs.
+    pub scrub_start_delay: Duration,
+    pub scrub_pass_pause: Duration,
 }
 
 impl Default for Tuning {
@@ -67,6 +71,8 @@ impl Default for Tuning {
             recovery_bytes_per_sec: 256 << 20,
             recovery_parallel: 4,
             retry: Duration::from_secs(1),
+            scrub_start_delay: Duration::from_secs(30),
+            scrub_pass_pause: Duration::from_secs(60),
         }
     }
 }

@@ -29,10 +29,6 @@ use tokio::sync::watch;
 
 /// Objects listed per page while walking a PG.
 const PAGE: usize = 64;
-/// The background scrub starts this long after the node (peering and recovery first).
-const START_DELAY: Duration = Duration::from_secs(30);
-/// And waits at least this long between two passes over the node's PGs.
-const PASS_PAUSE: Duration = Duration::from_secs(60);
 
 /// What scrubbing one PG found.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -431,7 +427,7 @@ pub(crate) async fn background(pgs: Arc<Pgs>, mut stop: watch::Receiver<bool>) {
             }
         }
     };
-    if pause(START_DELAY, &mut stop).await {
+    if pause(pgs.ctx.tuning.scrub_start_delay, &mut stop).await {
         return;
     }
     let mut last: Option<(PgId, DeviceId)> = None;
@@ -455,7 +451,7 @@ pub(crate) async fn background(pgs: Arc<Pgs>, mut stop: watch::Receiver<bool>) {
         let Some(pg) = next else {
             // A pass is over (or there is nothing to scrub): start again later.
             last = None;
-            if pause(PASS_PAUSE, &mut stop).await {
+            if pause(pgs.ctx.tuning.scrub_pass_pause, &mut stop).await {
                 return;
             }
             continue;
