@@ -68,6 +68,7 @@ pub struct NodeArgs {
     /// it down at once.
     #[arg(long, default_value_t = basalt_node::DEFAULT_CHECKSUM_ERROR_LIMIT)]
     pub checksum_error_limit: u32,
+    /// The window of --checksum-error-limit, e.g. 10m.
     #[arg(long, value_parser = crate::duration::parse_duration, default_value = "10m")]
     pub checksum_error_window: Duration,
 }

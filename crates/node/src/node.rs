@@ -43,8 +43,9 @@ impl Node {
     /// Starts a node: locks its data directory, allocates or loads its id, opens (formatting if
     /// blank) and registers its devices, lists the volume records, listens, registers itself
     /// under a lease (and again whenever it loses it, `lease.rs`), follows the cluster map and
-    /// the volume records, collects the objects of deleted volumes and, if eligible, campaigns
-    /// to be the leader that publishes maps.
+    /// the volume records, collects the objects of deleted volumes, scrubs its PGs in the
+    /// background (`pg/scrub.rs`), reports faulty devices down (`faults.rs`) and, if eligible,
+    /// campaigns to be the leader that publishes maps.
     ///
     /// With `serve_meta`, the node also answers metadata requests for `meta` (single-process
     /// clusters, whose embedded store other processes cannot open).
