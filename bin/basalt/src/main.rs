@@ -13,6 +13,7 @@ mod node_cmd;
 mod output;
 mod pg;
 mod pool;
+mod scrub;
 mod status;
 mod up;
 mod up_nodes;
@@ -51,6 +52,8 @@ enum Command {
     Pg(pg::PgCommand),
     /// Show the cluster: health, nodes, devices, placement groups by state, pools, volumes.
     Status(status::StatusArgs),
+    /// Compare the copies of every object (of a pool) and repair bad ones from a good copy.
+    Scrub(scrub::ScrubArgs),
     /// Benchmark a cluster (or any NBD target) and write reports.
     Bench(Box<basalt_bench::BenchArgs>),
 }
@@ -105,6 +108,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
         Command::Device(cmd) => device::run(cmd).await,
         Command::Pg(cmd) => pg::run(cmd).await,
         Command::Status(args) => status::run(args).await,
+        Command::Scrub(args) => scrub::run(args).await,
         Command::Bench(_) => unreachable!("handled before the runtime starts"),
     }
 }

@@ -57,6 +57,20 @@ pub struct NodeArgs {
     /// this node's devices (in the background, at a low rate), e.g. 5m.
     #[arg(long, value_parser = crate::duration::parse_duration, default_value = "5m")]
     pub collect_interval: Duration,
+    /// Bytes of object data per second the background scrub compares (every copy of every
+    /// object of the PGs this node is primary of, one PG at a time; bad copies are repaired),
+    /// e.g. 4MiB; 0 turns it off. `basalt scrub --background-rate` changes it at run time.
+    #[arg(long, value_parser = crate::scrub::parse_rate, default_value = "4MiB")]
+    pub scrub_rate: u64,
+    /// A device whose reads fail their checksums more than this many times within
+    /// --checksum-error-window is reported down (its placement groups fail over; restart the
+    /// node to bring it back); 0: never for checksum errors. A failed write or flush reports
+    /// it down at once.
+    #[arg(long, default_value_t = basalt_node::DEFAULT_CHECKSUM_ERROR_LIMIT)]
+    pub checksum_error_limit: u32,
+    /// The window of --checksum-error-limit, e.g. 10m.
+    #[arg(long, value_parser = crate::duration::parse_duration, default_value = "10m")]
+    pub checksum_error_window: Duration,
 }
 
 pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
@@ -78,6 +92,9 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     config.lease_ttl = args.lease_ttl;
     config.down_out_interval = args.down_out_interval;
     config.collect_interval = args.collect_interval;
+    config.scrub_bytes_per_sec = args.scrub_rate;
+    config.checksum_error_limit = args.checksum_error_limit;
+    config.checksum_error_window = args.checksum_error_window;
     for spec in &args.devices {
         config.devices.push(DeviceConfig {
             force_format: args.format.force_format,

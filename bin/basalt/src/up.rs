@@ -83,6 +83,10 @@ pub struct UpArgs {
     /// this node's devices (in the background, at a low rate), e.g. 5m.
     #[arg(long, value_parser = crate::duration::parse_duration, default_value = "5m")]
     pub collect_interval: Duration,
+    /// Bytes of object data per second each node's background scrub compares (every copy of
+    /// every object, repairing bad ones), e.g. 4MiB; 0 turns it off.
+    #[arg(long, value_parser = crate::scrub::parse_rate, default_value = "4MiB")]
+    pub scrub_rate: u64,
 }
 
 /// How a device that is not yet a Basalt store may be formatted (shared by `up` and `node`).
@@ -300,6 +304,7 @@ async fn start_node(args: &UpArgs, data: &Path, meta: &Meta) -> anyhow::Result<N
     config.io = args.io.into();
     config.down_out_interval = args.down_out_interval;
     config.collect_interval = args.collect_interval;
+    config.scrub_bytes_per_sec = args.scrub_rate;
     config.devices.push(DeviceConfig {
         size,
         force_format: args.format.force_format,

@@ -275,6 +275,7 @@ async fn start_node(
         .args(["--io", io_name(args.io)])
         .args(["--lease-ttl", &millis(ttl)])
         .args(["--down-out-interval", &millis(args.down_out_interval)])
+        .args(["--scrub-rate", &args.scrub_rate.to_string()])
         .arg("--data")
         .arg(&dir)
         .env_remove("BASALT_ETCD_PREFIX")

@@ -218,6 +218,12 @@ impl Store {
         }
     }
 
+    /// Whether an earlier write or flush failed: the store refuses every read, write and flush
+    /// from then on (see [`EngineError::Poisoned`]); only reopening it (recovery) ends that.
+    pub fn is_poisoned(&self) -> bool {
+        self.inner.shared.poisoned.load(Ordering::Acquire)
+    }
+
     fn send(&self, msg: Msg) -> Result<(), EngineError> {
         self.inner.tx.send(msg).map_err(|_| EngineError::Closed)?;
         self.inner.waker.wake();

@@ -1,4 +1,5 @@
-//! Control-plane requests carried as JSON in `Admin` frames: node status, and — on a node that
+//! Control-plane requests carried as JSON in `Admin` frames: node status, scrub (`basalt
+//! scrub`) and the background scrub's rate, and — on a node that
 //! owns an embedded metadata store (`basalt up`) — a proxy to that store, so that CLI commands and
 //! gateways in other processes can use it.
 
@@ -6,7 +7,7 @@ use crate::pg::PgSummary;
 use crate::service::NodeShared;
 use basalt_meta::MetaStore;
 use basalt_proto::{ErrorCode, Response, WireError};
-use basalt_types::{DeviceId, Epoch, NodeId};
+use basalt_types::{DeviceId, Epoch, NodeId, PoolId};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -19,6 +20,15 @@ use std::time::Instant;
 pub enum AdminRequest {
     /// The node's identity, map epoch and devices.
     Status,
+    /// Scrub now every PG (of `pool`, if given) a device of this node is the active primary
+    /// of: compare the copies of every object and repair bad ones. Answer: a `ScrubReport`.
+    Scrub {
+        #[serde(default)]
+        pool: Option<PoolId>,
+    },
+    /// Set the background scrub's rate (bytes of object data per second; 0: off) until the node
+    /// restarts. Answer: `Status`.
+    SetScrubRate { bytes_per_sec: u64 },
 }
 
 /// What `Status` returns.
@@ -48,6 +58,20 @@ pub struct NodeStatus {
     /// Objects and tombstones of deleted volumes the collector removed since the node started.
     #[serde(default)]
     pub collected_objects: u64,
+    /// Copies this node repaired as a PG primary (read repair and scrub), and objects it found
+    /// with no good copy, since it started.
+    #[serde(default)]
+    pub repaired_objects: u64,
+    #[serde(default)]
+    pub unrepairable_objects: u64,
+    /// The background scrub's rate (bytes of object data per second; 0: off).
+    #[serde(default)]
+    pub scrub_bytes_per_sec: u64,
+    /// PGs and objects scrubbed (background and `basalt scrub`) since the node started.
+    #[serde(default)]
+    pub scrubbed_pgs: u64,
+    #[serde(default)]
+    pub scrubbed_objects: u64,
     pub devices: Vec<DeviceStatus>,
     /// The PGs whose primary is a device of this node: state, missing objects, recovery.
     #[serde(default)]
@@ -96,6 +120,12 @@ impl AdminHandler {
         })?;
         let answer = match req {
             AdminRequest::Status => serde_json::to_vec(&self.status(node)),
+            AdminRequest::Scrub { pool } => serde_json::to_vec(&node.pgs.scrub_now(pool).await),
+            AdminRequest::SetScrubRate { bytes_per_sec } => {
+                node.pgs.scrub.rate.store(bytes_per_sec, Relaxed);
+                tracing::info!(bytes_per_sec, "background scrub rate set");
+                serde_json::to_vec(&self.status(node))
+            }
         };
         let body = answer
             .map_err(|e| WireError::new(ErrorCode::Internal, format!("encoding answer: {e}")))?;
@@ -164,6 +194,11 @@ impl AdminHandler {
                 .load(std::sync::atomic::Ordering::Relaxed),
             collector_passes: node.collector.passes.load(Relaxed),
             collected_objects: node.collector.objects.load(Relaxed),
+            repaired_objects: node.pgs.repaired(),
+            unrepairable_objects: node.pgs.unrepairable(),
+            scrub_bytes_per_sec: node.pgs.scrub.rate.load(Relaxed),
+            scrubbed_pgs: node.pgs.scrub.pgs.load(Relaxed),
+            scrubbed_objects: node.pgs.scrub.objects.load(Relaxed),
             devices,
             pgs: node.pgs.summaries(),
         }

@@ -26,6 +26,10 @@ pub struct DeviceConfig {
     /// Accept a device file its file system cannot preallocate (see
     /// `basalt_engine::FormatOptions::allow_sparse`).
     pub allow_sparse: bool,
+    /// Tests: the store lives on this simulated disk instead of `path` (which only names it in
+    /// the catalog and logs); formatted when blank. Its faults (`flip_bit`, `fail_writes`, ...)
+    /// reach the running node.
+    pub sim: Option<basalt_engine::sim::SimDisk>,
 }
 
 impl DeviceConfig {
@@ -39,6 +43,7 @@ impl DeviceConfig {
             journal_size: None,
             force_format: false,
             allow_sparse: false,
+            sim: None,
         }
     }
 }
@@ -80,6 +85,14 @@ pub struct NodeConfig {
     pub collect_interval: Duration,
     /// Store calls (listings and removals) per second the collector makes at most.
     pub collect_rate: u32,
+    /// Bytes of object data per second the background scrub compares (each PG's primary
+    /// reads its copy, every member its own; `pg/scrub.rs`); 0 turns it off. Settable at run
+    /// time (`AdminRequest::SetScrubRate`, `basalt scrub --background-rate`).
+    pub scrub_bytes_per_sec: u64,
+    /// A device whose reads fail their checksums more than this many times within
+    /// `checksum_error_window` is reported down (`faults.rs`); 0: never for checksum errors.
+    pub checksum_error_limit: u32,
+    pub checksum_error_window: Duration,
 }
 
 /// The default down-out interval: 10 minutes, like Ceph's `mon_osd_down_out_interval`.
@@ -90,6 +103,18 @@ pub const DEFAULT_COLLECT_INTERVAL: Duration = Duration::from_secs(300);
 
 /// The default pace of the collector: 500 store calls per second.
 pub const DEFAULT_COLLECT_RATE: u32 = 500;
+
+/// The default rate of the background scrub: 4 MiB of object data per second per node (a
+/// 1 TiB device is compared in about three days).
+pub const DEFAULT_SCRUB_RATE: u64 = 4 << 20;
+
+/// The default checksum-error limit: more than 50 errors within 10 minutes mark a device down.
+/// Every bad block costs one error before read repair or scrub replaces it, so this is far
+/// above a few damaged sectors and well below a drive returning garbage.
+pub const DEFAULT_CHECKSUM_ERROR_LIMIT: u32 = 50;
+
+/// The window of the checksum-error limit.
+pub const DEFAULT_CHECKSUM_ERROR_WINDOW: Duration = Duration::from_secs(600);
 
 impl NodeConfig {
     pub fn new(data_dir: impl Into<PathBuf>, listen: SocketAddr) -> NodeConfig {
@@ -109,6 +134,9 @@ impl NodeConfig {
             tuning: Tuning::default(),
             collect_interval: DEFAULT_COLLECT_INTERVAL,
             collect_rate: DEFAULT_COLLECT_RATE,
+            scrub_bytes_per_sec: DEFAULT_SCRUB_RATE,
+            checksum_error_limit: DEFAULT_CHECKSUM_ERROR_LIMIT,
+            checksum_error_window: DEFAULT_CHECKSUM_ERROR_WINDOW,
         }
     }
 }

@@ -69,6 +69,9 @@ async fn open_one(
         path: cfg.path.display().to_string(),
         source,
     };
+    if let Some(disk) = &cfg.sim {
+        return open_sim(catalog, disk, object_size).await.map_err(dev_err);
+    }
     let existing = if path.exists() {
         match basalt_engine::probe(&path) {
             Ok(found) => found,
@@ -123,6 +126,27 @@ async fn open_one(
         .await
         .expect("open task panicked")
         .map_err(dev_err)
+}
+
+/// A store on a simulated disk (tests): formatted with a new device id when blank.
+async fn open_sim(
+    catalog: &Catalog,
+    disk: &basalt_engine::sim::SimDisk,
+    object_size: u32,
+) -> Result<Store, EngineError> {
+    if basalt_engine::probe_sim(disk)?.is_none() {
+        let id = catalog
+            .next_id(IdKind::Device)
+            .await
+            .map_err(|e| EngineError::Io(std::io::Error::other(e.to_string())))?;
+        let opts = FormatOptions {
+            device_id: DeviceId(id as u32),
+            object_size,
+            ..FormatOptions::default()
+        };
+        basalt_engine::format_sim(disk, &opts)?;
+    }
+    Store::open_sim(disk, &OpenOptions::default())
 }
 
 #[cfg(test)]

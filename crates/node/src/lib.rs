@@ -18,7 +18,9 @@
 //! Around that: `node.rs` starts and stops a node (identity, devices, registration under a
 //! lease, map and volume following; a clean stop finishes the requests in flight, `drain.rs`,
 //! and then revokes the lease so that the node leaves at once), `collect.rs` removes the
-//! objects of deleted volumes in the background, and `leader.rs` is the elected leader
+//! objects of deleted volumes in the background, `faults.rs` reports devices whose store failed
+//! (or that return repeated checksum errors) down, `pg/scrub.rs` compares the copies of every
+//! object in the background, and `leader.rs` is the elected leader
 //! computing and publishing maps (input from `gather.rs`, woken by `changes.rs`).
 //!
 //! Start here: [`Node::start`], then `service.rs`.
@@ -32,6 +34,7 @@ mod delete;
 mod devices;
 mod drain;
 pub mod error;
+mod faults;
 mod flush;
 mod gather;
 mod identity;
@@ -52,10 +55,11 @@ mod write;
 pub use admin::{AdminRequest, DeviceStatus, NodeStatus};
 pub use basalt_engine::{DirLock, lock_dir};
 pub use config::{
-    DEFAULT_COLLECT_INTERVAL, DEFAULT_COLLECT_RATE, DEFAULT_DOWN_OUT_INTERVAL, DeviceConfig,
-    NodeConfig,
+    DEFAULT_CHECKSUM_ERROR_LIMIT, DEFAULT_CHECKSUM_ERROR_WINDOW, DEFAULT_COLLECT_INTERVAL,
+    DEFAULT_COLLECT_RATE, DEFAULT_DOWN_OUT_INTERVAL, DEFAULT_SCRUB_RATE, DeviceConfig, NodeConfig,
 };
 pub use error::NodeError;
 pub use node::Node;
+pub use pg::scrub::{PgScrub, ScrubReport};
 pub use pg::{PgStatusView, PgSummary, Tuning};
 pub use server::{MAX_IN_FLIGHT, MAX_IN_FLIGHT_BYTES};

@@ -12,7 +12,7 @@ use crate::pg::{Ctx, Pgs};
 use crate::server::Limits;
 use crate::service::{NodeService, NodeShared};
 use crate::volumes::Volumes;
-use crate::{advertise, collect, devices, identity, leader, lease, server, volumes};
+use crate::{advertise, collect, devices, faults, identity, leader, lease, server, volumes};
 use basalt_engine::DirLock;
 use basalt_meta::{Catalog, MetaStore, NodeRecord};
 use basalt_placement::ClusterMap;
@@ -43,8 +43,9 @@ impl Node {
     /// Starts a node: locks its data directory, allocates or loads its id, opens (formatting if
     /// blank) and registers its devices, lists the volume records, listens, registers itself
     /// under a lease (and again whenever it loses it, `lease.rs`), follows the cluster map and
-    /// the volume records, collects the objects of deleted volumes and, if eligible, campaigns
-    /// to be the leader that publishes maps.
+    /// the volume records, collects the objects of deleted volumes, scrubs its PGs in the
+    /// background (`pg/scrub.rs`), reports faulty devices down (`faults.rs`) and, if eligible,
+    /// campaigns to be the leader that publishes maps.
     ///
     /// With `serve_meta`, the node also answers metadata requests for `meta` (single-process
     /// clusters, whose embedded store other processes cannot open).
@@ -81,7 +82,10 @@ impl Node {
             peers: peers.clone(),
             tuning: config.tuning.clone(),
         });
-        let pgs = Pgs::new(ctx, stores);
+        let pgs = Pgs::new(ctx, stores.clone());
+        pgs.scrub
+            .rate
+            .store(config.scrub_bytes_per_sec, Ordering::Relaxed);
         pgs.load().await.map_err(|source| NodeError::Device {
             path: "(loading PG records)".into(),
             source,
@@ -136,6 +140,19 @@ impl Node {
                 CollectConfig {
                     interval: config.collect_interval,
                     rate: config.collect_rate,
+                },
+                stop_rx.clone(),
+            )),
+            tokio::spawn(crate::pg::scrub::background(
+                shared.pgs.clone(),
+                stop_rx.clone(),
+            )),
+            tokio::spawn(faults::watch(
+                catalog.clone(),
+                stores,
+                faults::FaultConfig {
+                    checksum_limit: config.checksum_error_limit,
+                    checksum_window: config.checksum_error_window,
                 },
                 stop_rx.clone(),
             )),

@@ -51,6 +51,8 @@ pub(crate) struct Shared {
     pub tombstones: AtomicU64,
     pub held_reads: AtomicU64,
     pub journal_used: AtomicU64,
+    /// Set once the store is poisoned (never cleared: reopening makes a new store).
+    pub poisoned: std::sync::atomic::AtomicBool,
 }
 
 /// Where a read's answer goes: the bytes, with or without the object's version they were read
@@ -488,6 +490,7 @@ impl Engine {
         }
         tracing::error!(device = self.info.device_id.0, "store poisoned: {why}");
         self.poisoned = Some(why.clone());
+        self.shared.poisoned.store(true, Ordering::Release);
         let err = EngineError::Poisoned(why);
         for w in self.jr.take_all_waiters() {
             w.reply.err(err.duplicate());

@@ -45,6 +45,14 @@ pub(crate) enum PeerMsg {
         pg: PgId,
         oid: ObjectId,
     },
+    /// The object's version, kind, allocation and a CRC-32C of its data (scrub): the member
+    /// reads the whole object, which verifies every block's checksum (a bad block is refused
+    /// with a checksum error).
+    Digest {
+        device: DeviceId,
+        pg: PgId,
+        oid: ObjectId,
+    },
     /// Replace the object with this image (data as payload), durably. Like every message
     /// below that changes the member, refused when the member promised a newer term.
     Put {
@@ -93,6 +101,7 @@ impl PeerMsg {
             | PeerMsg::Versions { device, .. }
             | PeerMsg::List { device, .. }
             | PeerMsg::Get { device, .. }
+            | PeerMsg::Digest { device, .. }
             | PeerMsg::Put { device, .. }
             | PeerMsg::Purge { device, .. }
             | PeerMsg::Activate { device, .. }
@@ -166,6 +175,32 @@ impl ImageMeta {
     }
 }
 
+/// What scrub compares of one copy of an object.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ObjectDigest {
+    pub version: Version,
+    pub kind: ImageKind,
+    #[serde(default)]
+    pub allocated: Vec<u64>,
+    /// CRC-32C of the object's data (zeros where unallocated); 0 for no data.
+    pub crc: u32,
+}
+
+impl ObjectDigest {
+    pub fn of(meta: &ImageMeta, data: &[u8]) -> ObjectDigest {
+        ObjectDigest {
+            version: meta.version,
+            kind: meta.kind,
+            allocated: meta.allocated.clone(),
+            crc: if data.is_empty() {
+                0
+            } else {
+                basalt_engine::crc32c(data)
+            },
+        }
+    }
+}
+
 /// One object in a listing or a version answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Held {
@@ -214,6 +249,7 @@ pub(crate) enum PeerAnswer {
         entries: Vec<Held>,
     },
     Image(ImageMeta),
+    Digest(ObjectDigest),
     Done,
 }
 
@@ -278,6 +314,7 @@ mod tests {
                 limit: 5,
             },
             PeerMsg::Get { device, pg, oid },
+            PeerMsg::Digest { device, pg, oid },
             PeerMsg::Put {
                 device,
                 pg,
@@ -327,6 +364,7 @@ mod tests {
             PeerAnswer::List {
                 entries: vec![held, held],
             },
+            PeerAnswer::Digest(ObjectDigest::of(&image, &[7u8; 4096])),
             PeerAnswer::Image(image),
             PeerAnswer::Done,
         ];

@@ -22,7 +22,9 @@ mod peering;
 mod primary;
 pub(crate) use primary::WriteKind;
 mod recovery;
+pub(crate) mod repair;
 pub(crate) mod replica;
+pub mod scrub;
 
 use crate::mapstate::MapState;
 use crate::peers::Peers;
@@ -36,6 +38,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::sync::{Notify, oneshot};
 
@@ -56,6 +59,10 @@ pub struct Tuning {
     pub recovery_parallel: usize,
     /// How long an incomplete PG waits before peering again on its own.
     pub retry: Duration,
+    /// How long after the node starts the background scrub begins (peering and recovery
+    /// first), and the least time between two of its passes over the node's PGs.
+    pub scrub_start_delay: Duration,
+    pub scrub_pass_pause: Duration,
 }
 
 impl Default for Tuning {
@@ -64,6 +71,8 @@ impl Default for Tuning {
             recovery_bytes_per_sec: 256 << 20,
             recovery_parallel: 4,
             retry: Duration::from_secs(1),
+            scrub_start_delay: Duration::from_secs(30),
+            scrub_pass_pause: Duration::from_secs(60),
         }
     }
 }
@@ -73,6 +82,19 @@ pub(crate) struct Pgs {
     pub ctx: Arc<Ctx>,
     stores: HashMap<DeviceId, Store>,
     pgs: Mutex<HashMap<(DeviceId, PgId), Arc<Pg>>>,
+    /// The background scrub's rate and what scrubs compared (`scrub.rs`).
+    pub scrub: ScrubStats,
+}
+
+/// The scrub setting and counters of a node.
+#[derive(Default)]
+pub(crate) struct ScrubStats {
+    /// Bytes of object data the background scrub compares per second (0: off).
+    pub rate: std::sync::atomic::AtomicU64,
+    /// Objects, bytes and PGs scrubbed since the node started (background and on demand).
+    pub objects: std::sync::atomic::AtomicU64,
+    pub bytes: std::sync::atomic::AtomicU64,
+    pub pgs: std::sync::atomic::AtomicU64,
 }
 
 /// One PG on one local device.
@@ -83,6 +105,10 @@ pub(crate) struct Pg {
     pub st: Mutex<PgState>,
     /// Woken whenever the state changes (activation, an object recovered, a status change).
     pub changed: Notify,
+    /// Copies repaired here as the primary (read repair, scrub), since the node started.
+    pub repairs: repair::RepairStats,
+    /// Held while the PG is scrubbed (one scrub of a PG at a time).
+    pub scrubbing: tokio::sync::Mutex<()>,
 }
 
 /// Where a PG stands on the primary.
@@ -200,6 +226,7 @@ impl Pgs {
             ctx,
             stores,
             pgs: Mutex::new(HashMap::new()),
+            scrub: ScrubStats::default(),
         })
     }
 
@@ -243,6 +270,8 @@ impl Pgs {
                     primary: None,
                 }),
                 changed: Notify::new(),
+                repairs: repair::RepairStats::default(),
+                scrubbing: tokio::sync::Mutex::new(()),
             })
         });
         pg.clone()
@@ -479,6 +508,14 @@ pub struct PgSummary {
     pub clean: bool,
     pub recovered_objects: u64,
     pub recovered_bytes: u64,
+    /// Copies this node replaced with a good one as the PG's primary (read repair and scrub:
+    /// its own and members'), since the node started.
+    #[serde(default)]
+    pub repaired_objects: u64,
+    /// Objects found bad with no good copy anywhere (or whose repair failed), since the node
+    /// started.
+    #[serde(default)]
+    pub unrepairable_objects: u64,
 }
 
 /// The status of a PG, for status output.
@@ -490,6 +527,22 @@ pub struct PgStatusView {
 }
 
 impl Pgs {
+    /// Copies repaired by this node's primaries since it started.
+    pub fn repaired(&self) -> u64 {
+        self.all()
+            .iter()
+            .map(|pg| pg.repairs.repaired.load(Ordering::Relaxed))
+            .fold(0, u64::saturating_add)
+    }
+
+    /// Objects this node's primaries found with no good copy since it started.
+    pub fn unrepairable(&self) -> u64 {
+        self.all()
+            .iter()
+            .map(|pg| pg.repairs.unrepairable.load(Ordering::Relaxed))
+            .fold(0, u64::saturating_add)
+    }
+
     /// What this node's primaries report.
     pub fn summaries(&self) -> Vec<PgSummary> {
         let mut out = Vec::new();
@@ -515,6 +568,8 @@ impl Pgs {
                 clean: p.clean,
                 recovered_objects: p.recovered_objects,
                 recovered_bytes: p.recovered_bytes,
+                repaired_objects: pg.repairs.repaired.load(Ordering::Relaxed),
+                unrepairable_objects: pg.repairs.unrepairable.load(Ordering::Relaxed),
             });
         }
         out.sort_by_key(|s| (s.pg, s.device));

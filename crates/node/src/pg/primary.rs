@@ -78,6 +78,28 @@ impl Pg {
         go(p, generation).map(Gate::Go)
     }
 
+    /// A local store error as the client gets it. A poisoned store is a device fault its node
+    /// reports (`faults.rs`): when other members hold the PG the map soon moves it to them, so
+    /// the client is told to retry (`Busy`) rather than fail.
+    fn local_error(&self, e: EngineError, others: bool) -> WireError {
+        match e {
+            EngineError::Poisoned(_) if others => busy(format!(
+                "{}: device {} failed ({e}); the PG moves to its other members",
+                self.id, self.dev
+            )),
+            e => engine_to_wire(e),
+        }
+    }
+
+    /// Whether the PG has serving members besides this device.
+    fn has_members(&self) -> bool {
+        self.st
+            .lock()
+            .primary
+            .as_ref()
+            .is_some_and(|p| !p.members.is_empty())
+    }
+
     /// Whether this device serves the PG as its active primary now.
     pub fn is_active_primary(&self) -> bool {
         let st = self.st.lock();
@@ -101,14 +123,35 @@ impl Pg {
     /// recovery made it so; held writes of it are waited for by the store). A read that
     /// waited on a write whose term ended meanwhile is not answered (the write's fate is
     /// peering's to decide): the client retries.
-    pub async fn read(&self, oid: ObjectId, offset: u32, len: u32) -> Result<Bytes, WireError> {
+    ///
+    /// A local copy that fails its checksum is repaired from another member's good copy once
+    /// (`repair.rs`), then read again; if that fails too, the read fails (never bad data).
+    pub async fn read(
+        &self,
+        ctx: &Arc<Ctx>,
+        oid: ObjectId,
+        offset: u32,
+        len: u32,
+    ) -> Result<Bytes, WireError> {
+        let mut repaired = false;
         loop {
             let gate = self.gate(&oid, |_, generation| {
                 Ok((generation, self.store.submit_read(oid, offset, len)))
             })?;
             match gate {
                 Gate::Go((generation, pending)) => {
-                    let data = pending.await.map_err(engine_to_wire)?;
+                    let data = match pending.await {
+                        Ok(data) => data,
+                        Err(EngineError::Checksum { .. }) if !repaired => {
+                            repaired = true;
+                            self.repair_read(ctx, generation, oid).await?;
+                            continue;
+                        }
+                        Err(e) => {
+                            let others = self.has_members();
+                            return Err(self.local_error(e, others));
+                        }
+                    };
                     if !self.still_serving(generation) {
                         return Err(busy(format!("{} changed terms during a read", self.id)));
                     }
@@ -218,7 +261,7 @@ impl Pg {
                 // Failed here only (a full device, say): nothing of it exists anywhere.
                 done(self);
             }
-            return Err(engine_to_wire(e));
+            return Err(self.local_error(e, replicated));
         }
         if let Some((why, code)) = failed {
             // Not acknowledged: peering decides whether this version stays, and the client

@@ -10,7 +10,7 @@
 
 use super::Pgs;
 use super::info::MemberInfo;
-use super::messages::{Held, Holding, ImageMeta, PeerAnswer, PeerMsg};
+use super::messages::{Held, Holding, ImageMeta, ObjectDigest, PeerAnswer, PeerMsg};
 use crate::error::engine_to_wire;
 use basalt_engine::{EngineError, Pending, WriteOptions};
 use basalt_proto::{ErrorCode, RepKind, RepOp, Response, ResponseFuture, WireError};
@@ -130,6 +130,10 @@ impl Pgs {
             PeerMsg::Get { oid, .. } => {
                 let (meta, data) = ImageMeta::of(store.read_object(oid).await.map_err(e)?);
                 Ok((PeerAnswer::Image(meta), data))
+            }
+            PeerMsg::Digest { oid, .. } => {
+                let (meta, data) = ImageMeta::of(store.read_object(oid).await.map_err(e)?);
+                done(PeerAnswer::Digest(ObjectDigest::of(&meta, &data)))
             }
             PeerMsg::Put {
                 pg,

@@ -1,0 +1,267 @@
+//! Repair: a copy of an object that fails its checksums is replaced by a good copy.
+//!
+//! - **Read repair**: a read on the primary whose local copy fails its CRC-32C fetches the whole
+//!   object from another serving member holding the same version (`Get`: the member's store
+//!   verifies every block it reads), installs it locally at that version (durably), and reads
+//!   again; the client gets correct data or, when no member holds a good copy, an error (never
+//!   bad or older data).
+//! - **Member repair**: a member whose `Get` answered a checksum error (read repair asked it
+//!   first), or whose copy scrub found bad or divergent (`scrub.rs`), gets the good image
+//!   (`Put`).
+//!
+//! A repair is a sub-operation of the primary's current term: it runs only while the primary
+//! serves that term, with the object held exclusively (writes and reads of it wait, and writes
+//! admitted before wait to be finished first: [`Pg::exclusive`]), and a member that promised a
+//! newer term refuses its `Put`.
+
+use super::messages::{ImageKind, ImageMeta, PeerAnswer, PeerMsg};
+use super::{Ctx, Member, Pg, Status};
+use crate::error::engine_to_wire;
+use crate::peers::PeerError;
+use basalt_placement::ClusterMap;
+use basalt_proto::{ErrorCode, WireError};
+use basalt_types::{DeviceId, ObjectId, Term, Version};
+use bytes::Bytes;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long a repair waits for the writes of its object admitted before it to finish.
+const QUIESCE_LIMIT: Duration = Duration::from_secs(30);
+
+fn busy(msg: impl Into<String>) -> WireError {
+    WireError::new(ErrorCode::Busy, msg)
+}
+
+/// Adds `n` to a counter; it sticks at `u64::MAX` rather than wrapping.
+pub(crate) fn bump(counter: &AtomicU64, n: u64) {
+    let _ = counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+        Some(v.saturating_add(n))
+    });
+}
+
+/// Repair counters of one PG on this node (since the node started).
+#[derive(Default)]
+pub(crate) struct RepairStats {
+    /// Copies replaced by a good one (the primary's own and members').
+    pub repaired: AtomicU64,
+    /// Objects found bad for which no good copy existed (or the repair failed).
+    pub unrepairable: AtomicU64,
+}
+
+/// Exclusive use of one object on the primary in one generation: writes and reads of it wait
+/// until this is dropped.
+pub(super) struct Exclusive<'a> {
+    pg: &'a Pg,
+    pub oid: ObjectId,
+    pub generation: u64,
+    pub term: Term,
+    /// Serving members other than the primary when the hold began.
+    pub members: Vec<Member>,
+}
+
+impl Drop for Exclusive<'_> {
+    fn drop(&mut self) {
+        let mut st = self.pg.st.lock();
+        if st.generation == self.generation
+            && let Some(p) = st.primary.as_mut()
+        {
+            p.busy.remove(&self.oid);
+            p.release(&self.oid);
+        }
+        drop(st);
+        self.pg.changed.notify_waiters();
+    }
+}
+
+/// Where a good image of an object was found, and which members answered with a bad copy.
+pub(super) struct Search {
+    pub found: Option<(DeviceId, ImageMeta, Bytes)>,
+    /// Members whose copy failed its checksum.
+    pub bad: Vec<DeviceId>,
+    /// Why the other members could not give a good copy.
+    pub why: Vec<String>,
+}
+
+impl Pg {
+    /// Holds `oid` exclusively in `generation` (which must be the active term): later writes and
+    /// reads of it wait, and writes admitted before are waited for. `None` when the object is
+    /// held already (being repaired, recovered or backfilled): the caller retries through the
+    /// gate, which waits for it.
+    pub(super) async fn exclusive(
+        &self,
+        oid: ObjectId,
+        generation: u64,
+    ) -> Result<Option<Exclusive<'_>>, WireError> {
+        let (before, term, members) = {
+            let mut st = self.st.lock();
+            let promised = st.promised;
+            if st.generation != generation {
+                return Err(busy(format!("{} changed terms", self.id)));
+            }
+            let Some(p) = st.primary.as_mut() else {
+                return Err(busy(format!("{} is no longer served here", self.id)));
+            };
+            if p.status != Status::Active || p.term != promised {
+                return Err(busy(format!("{} is not active in its term", self.id)));
+            }
+            if p.must_wait(&oid) {
+                return Ok(None);
+            }
+            p.busy.insert(oid);
+            (p.seq, p.term, p.members.clone())
+        };
+        let held = Exclusive {
+            pg: self,
+            oid,
+            generation,
+            term,
+            members,
+        };
+        let deadline = Instant::now() + QUIESCE_LIMIT;
+        loop {
+            {
+                let st = self.st.lock();
+                if st.generation != generation {
+                    return Err(busy(format!("{} changed terms", self.id)));
+                }
+                let p = st.primary.as_ref().expect("same generation");
+                if p.inflight.first().is_none_or(|first| *first > before) {
+                    break;
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(busy(format!(
+                    "{oid}: writes admitted before the repair did not finish"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        Ok(Some(held))
+    }
+
+    /// Whether the hold's term is still the one this device serves (and promised).
+    fn holds(&self, held: &Exclusive<'_>) -> Result<(), WireError> {
+        let st = self.st.lock();
+        if st.generation != held.generation || st.promised != held.term {
+            return Err(busy(format!("{} changed terms during a repair", self.id)));
+        }
+        Ok(())
+    }
+
+    /// Read repair: the local copy of `oid` failed its checksum. Replaces it with a member's
+    /// good copy at the same version (and repairs members found bad on the way). `Ok` when the
+    /// read may be tried again (repaired, or someone else is repairing it).
+    pub(super) async fn repair_read(
+        &self,
+        ctx: &Arc<Ctx>,
+        generation: u64,
+        oid: ObjectId,
+    ) -> Result<(), WireError> {
+        let Some(held) = self.exclusive(oid, generation).await? else {
+            return Ok(());
+        };
+        let info = self.store.object_info(oid).await.map_err(engine_to_wire)?;
+        let Some(info) = info.filter(|i| !i.deleted) else {
+            return Ok(());
+        };
+        let map = ctx.maps.map();
+        let devs: Vec<DeviceId> = held.members.iter().map(|m| m.dev).collect();
+        let search = self.search(ctx, &map, &devs, oid, info.version).await;
+        let Some((source, meta, data)) = search.found else {
+            super::repair::bump(&self.repairs.unrepairable, 1);
+            let why = if search.why.is_empty() {
+                "no other member serves the PG".to_string()
+            } else {
+                search.why.join("; ")
+            };
+            tracing::error!(pg = %self.id, %oid, device = %self.dev, "unrepairable: {why}");
+            return Err(WireError::new(
+                ErrorCode::Checksum,
+                format!(
+                    "{oid}: the copy on {} fails its checksum and no member holds a good copy at \
+                     {}: {why}",
+                    self.dev, info.version
+                ),
+            ));
+        };
+        self.replace(ctx, &map, &held, self.dev, &meta, &data)
+            .await
+            .map_err(|e| WireError::new(ErrorCode::Checksum, e))?;
+        tracing::warn!(pg = %self.id, %oid, device = %self.dev, %source, version = %info.version, "read repair: replaced a copy that failed its checksum");
+        for dev in search.bad {
+            if let Err(e) = self.replace(ctx, &map, &held, dev, &meta, &data).await {
+                tracing::warn!(pg = %self.id, %oid, device = %dev, "repairing a member's bad copy: {e}");
+            }
+        }
+        Ok(())
+    }
+
+    /// Asks `devs` in order for a good copy of `oid` at `version`; stops at the first.
+    pub(super) async fn search(
+        &self,
+        ctx: &Arc<Ctx>,
+        map: &ClusterMap,
+        devs: &[DeviceId],
+        oid: ObjectId,
+        version: Version,
+    ) -> Search {
+        let mut out = Search {
+            found: None,
+            bad: Vec::new(),
+            why: Vec::new(),
+        };
+        for &dev in devs {
+            let msg = PeerMsg::Get {
+                device: dev,
+                pg: self.id,
+                oid,
+            };
+            match ctx.peers.ask(map, dev, &msg, Bytes::new()).await {
+                Ok((PeerAnswer::Image(meta), data))
+                    if meta.version == version && meta.kind == ImageKind::Data =>
+                {
+                    out.found = Some((dev, meta, data));
+                    return out;
+                }
+                Ok((PeerAnswer::Image(meta), _)) => out.why.push(format!(
+                    "{dev} holds {:?} at {} instead",
+                    meta.kind, meta.version
+                )),
+                Ok((other, _)) => out.why.push(format!("{dev} answered {other:?}")),
+                Err(PeerError::Refused(e)) if e.code == ErrorCode::Checksum => {
+                    out.why.push(format!("{dev}: {}", e.message));
+                    out.bad.push(dev);
+                }
+                Err(e) => out.why.push(format!("{dev}: {e}")),
+            }
+        }
+        out
+    }
+
+    /// Installs the good image on `dev` (this device or a member) in the hold's term, durably,
+    /// and counts the repair.
+    pub(super) async fn replace(
+        &self,
+        ctx: &Arc<Ctx>,
+        map: &ClusterMap,
+        held: &Exclusive<'_>,
+        dev: DeviceId,
+        meta: &ImageMeta,
+        data: &Bytes,
+    ) -> Result<(), String> {
+        self.holds(held).map_err(|e| e.message)?;
+        self.put(
+            ctx,
+            map,
+            dev,
+            held.term,
+            held.oid,
+            meta.clone(),
+            data.clone(),
+        )
+        .await?;
+        bump(&self.repairs.repaired, 1);
+        Ok(())
+    }
+}

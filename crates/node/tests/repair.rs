@@ -1,0 +1,457 @@
+//! Read repair, scrub and device faults with real nodes in one process over simulated disks
+//! (the embedded metadata store, TCP between nodes, the client library): bits flipped in one
+//! copy of an object never reach a reader, the copy is repaired, scrub finds and repairs copies
+//! no read touched, an object bad on every member fails its read, and a store that fails its
+//! writes (poisoned) is reported down so its PGs are served by the others.
+
+use basalt_client::{ClientError, Cluster as Client, ClusterConfig, Volume, VolumeOptions};
+use basalt_engine::sim::SimDisk;
+use basalt_meta::{Catalog, DeviceState, EmbeddedStore, MetaStore, PoolSpec};
+use basalt_node::{AdminRequest, DeviceConfig, Node, NodeConfig, ScrubReport};
+use basalt_placement::ClusterMap;
+use basalt_proto::{Request, Response};
+use basalt_types::{DeviceId, ObjectId};
+use bytes::Bytes;
+use std::sync::Arc;
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(60);
+const OBJECT: u64 = 128 << 10;
+const PGS: u32 = 8;
+const DISK: u64 = 64 << 20;
+
+struct Cluster {
+    dir: tempfile::TempDir,
+    store: Arc<dyn MetaStore>,
+    catalog: Catalog,
+}
+
+impl Cluster {
+    async fn new() -> Cluster {
+        // RUST_LOG=basalt_node=info shows what the nodes do (repairs, scrub).
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn MetaStore> = Arc::new(
+            EmbeddedStore::open(dir.path().join("meta.redb"))
+                .await
+                .unwrap(),
+        );
+        let catalog = Catalog::new(store.clone());
+        Cluster {
+            dir,
+            store,
+            catalog,
+        }
+    }
+
+    async fn pool(&self, replicas: u8, min_size: u8) {
+        let mut spec = PoolSpec::new("default");
+        spec.replicas = replicas;
+        spec.min_size = Some(min_size);
+        spec.pg_count = PGS;
+        self.catalog.create_pool(&spec).await.unwrap();
+    }
+
+    /// Starts node `name` on simulated disk `disk`; `tune` adjusts its configuration.
+    async fn node(&self, name: &str, disk: &SimDisk, tune: impl FnOnce(&mut NodeConfig)) -> Node {
+        let data = self.dir.path().join(name);
+        let mut config = NodeConfig::new(&data, "127.0.0.1:0".parse().unwrap());
+        config.name = name.into();
+        config.lease_ttl = Duration::from_secs(2);
+        config.peer_timeout = Duration::from_secs(2);
+        config.scrub_bytes_per_sec = 0;
+        config.devices.push(DeviceConfig {
+            sim: Some(disk.clone()),
+            ..DeviceConfig::new(data.join("dev.img"))
+        });
+        tune(&mut config);
+        Node::start(config, self.store.clone(), false)
+            .await
+            .unwrap()
+    }
+
+    async fn client(&self) -> Client {
+        let config = ClusterConfig {
+            op_timeout: Duration::from_secs(10),
+            ..ClusterConfig::default()
+        };
+        Client::connect(self.store.clone(), config).await.unwrap()
+    }
+
+    async fn volume(&self, client: &Client, name: &str, size: u64) -> Volume {
+        client.create_volume(name, size, "default").await.unwrap();
+        client
+            .open_volume(name, VolumeOptions::default())
+            .await
+            .unwrap()
+    }
+
+    async fn map(&self) -> ClusterMap {
+        self.catalog
+            .get_map::<ClusterMap>()
+            .await
+            .unwrap()
+            .expect("a map")
+            .0
+    }
+
+    /// Waits (on the map watch) for a map satisfying `pred`.
+    async fn map_where(&self, what: &str, pred: impl Fn(&ClusterMap) -> bool) -> ClusterMap {
+        let mut maps = self.catalog.watch_map::<ClusterMap>().await.unwrap();
+        let found = tokio::time::timeout(WAIT, async {
+            while let Some(m) = maps.recv().await {
+                if pred(&m) {
+                    return m;
+                }
+            }
+            panic!("the map watch ended");
+        })
+        .await;
+        found.unwrap_or_else(|_| panic!("no map with {what} within {WAIT:?}"))
+    }
+}
+
+/// Three nodes on simulated disks, a pool of three copies (`min_size` 2), every PG clean.
+struct Three {
+    c: Cluster,
+    disks: Vec<SimDisk>,
+    nodes: Vec<Node>,
+}
+
+async fn three(tune: impl Fn(&mut NodeConfig)) -> Three {
+    let c = Cluster::new().await;
+    let disks: Vec<SimDisk> = (0..3).map(|_| SimDisk::new(DISK)).collect();
+    let mut nodes = Vec::new();
+    for (i, disk) in disks.iter().enumerate() {
+        nodes.push(c.node(&format!("n{i}"), disk, &tune).await);
+    }
+    c.pool(3, 2).await;
+    until("every PG clean", || all_active(&nodes, true)).await;
+    Three { c, disks, nodes }
+}
+
+/// Polls `cond` until it holds (or panics after [`WAIT`] with `what`).
+async fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !cond() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not within {WAIT:?}: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn device_of(node: &Node) -> DeviceId {
+    node.status().devices[0].id
+}
+
+fn all_active(nodes: &[Node], clean: bool) -> bool {
+    let pgs: Vec<_> = nodes
+        .iter()
+        .flat_map(|n| n.status().pgs)
+        .filter(|p| p.status.state == "active" && (!clean || p.clean))
+        .collect();
+    pgs.len() == PGS as usize
+}
+
+fn repaired(nodes: &[Node]) -> u64 {
+    nodes
+        .iter()
+        .flat_map(|n| n.status().pgs)
+        .map(|p| p.repaired_objects)
+        .sum()
+}
+
+fn checksum_errors(node: &Node) -> u64 {
+    node.status().devices[0].checksum_errors
+}
+
+/// The bytes of object `i` in generation `g`: every 8-byte word names both.
+fn pattern(i: u64, g: u64) -> Bytes {
+    let word = ((g << 32) | i).to_le_bytes();
+    word.iter()
+        .copied()
+        .cycle()
+        .take(OBJECT as usize)
+        .collect::<Vec<u8>>()
+        .into()
+}
+
+async fn write_all(vol: &Volume, objects: u64, g: u64) {
+    for i in 0..objects {
+        vol.write(i * OBJECT, pattern(i, g), false).await.unwrap();
+    }
+}
+
+fn oid(vol: &Volume, i: u64) -> ObjectId {
+    ObjectId::new(vol.pool(), vol.id(), i)
+}
+
+/// Flips one bit in every 4 KiB block of `disk` that holds a block of object `i` of generation
+/// `g` (all its blocks are alike), as media corruption would. Returns how many it flipped.
+fn corrupt(disk: &SimDisk, i: u64, g: u64) -> usize {
+    let block = pattern(i, g).slice(..4096);
+    let raw = disk.read(0, disk.size() as usize);
+    let mut flipped = 0;
+    for (n, b) in raw.chunks_exact(4096).enumerate() {
+        if b == &block[..] {
+            disk.flip_bit(n as u64 * 4096 + 1000 + (i % 7), (n % 8) as u8);
+            flipped += 1;
+        }
+    }
+    assert!(
+        flipped > 0,
+        "object {i} generation {g} not found on the disk"
+    );
+    flipped
+}
+
+/// Asks every node to scrub the pool; sums their reports.
+async fn scrub(client: &Client, nodes: &[Node]) -> ScrubReport {
+    let mut total = ScrubReport::default();
+    for n in nodes {
+        let body = serde_json::to_vec(&AdminRequest::Scrub { pool: None }).unwrap();
+        let answer = client
+            .call_node(n.id(), Request::Admin { body: body.into() })
+            .await
+            .unwrap();
+        let Response::Admin { body } = answer else {
+            panic!("unexpected answer {answer:?}");
+        };
+        let report: ScrubReport = serde_json::from_slice(&body).unwrap();
+        total.add(&report);
+    }
+    total
+}
+
+/// Bits flipped in the primary's copy of some objects and in a replica's copy of others: every
+/// read returns the acknowledged data; the primary's copies are repaired by the reads (read
+/// again, they verify); scrub finds the replica copies no read touched and repairs them; a
+/// second scrub finds nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flipped_bits_in_one_copy_are_never_read_and_are_repaired() {
+    let t = three(|_| {}).await;
+    let client = t.c.client().await;
+    let objects = 24;
+    let vol = t.c.volume(&client, "v", objects * OBJECT).await;
+    write_all(&vol, objects, 1).await;
+
+    // Node 0's copy goes bad: of objects it is the primary of, and of objects it is a replica of.
+    let dev = device_of(&t.nodes[0]);
+    let map = t.c.map().await;
+    let (mut on_primary, mut on_replica) = (Vec::new(), Vec::new());
+    for i in 0..objects {
+        match map.primary(&oid(&vol, i)) == Some(dev) {
+            true => on_primary.push(i),
+            false => on_replica.push(i),
+        }
+    }
+    assert!(
+        !on_primary.is_empty() && !on_replica.is_empty(),
+        "node 0 is the primary of some objects and a replica of others"
+    );
+    for &i in on_primary.iter().chain(&on_replica) {
+        corrupt(&t.disks[0], i, 1);
+    }
+    let errors_before = checksum_errors(&t.nodes[0]);
+    for i in 0..objects {
+        let got = vol.read(i * OBJECT, OBJECT as u32).await.unwrap();
+        assert!(got == pattern(i, 1), "object {i} read back wrong");
+    }
+    let errors = checksum_errors(&t.nodes[0]) - errors_before;
+    assert_eq!(
+        errors,
+        on_primary.len() as u64,
+        "each bad primary copy failed its checksum once, then was repaired"
+    );
+    assert_eq!(repaired(&t.nodes), on_primary.len() as u64);
+    // Read again: the repaired copies verify (no new checksum error).
+    for &i in &on_primary {
+        let got = vol.read(i * OBJECT, OBJECT as u32).await.unwrap();
+        assert!(got == pattern(i, 1), "object {i} read back wrong");
+    }
+    assert_eq!(checksum_errors(&t.nodes[0]) - errors_before, errors);
+
+    // Scrub finds the replica's bad copies that no read touched, and repairs them.
+    let report = scrub(&client, &t.nodes).await;
+    assert_eq!(report.pgs_scrubbed(), PGS as u64, "{report:?}");
+    assert_eq!(report.objects(), objects, "{report:?}");
+    assert_eq!(report.inconsistent(), on_replica.len() as u64, "{report:?}");
+    assert_eq!(report.repaired(), on_replica.len() as u64, "{report:?}");
+    assert_eq!(report.unrepairable(), 0, "{report:?}");
+    let again = scrub(&client, &t.nodes).await;
+    assert_eq!(again.inconsistent(), 0, "{again:?}");
+    assert_eq!(again.objects(), objects, "{again:?}");
+    for n in t.nodes {
+        n.shutdown().await;
+    }
+}
+
+/// An object whose every copy is bad fails its read (never bad data); the others read fine;
+/// scrub counts it unrepairable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_bad_on_every_member_fails_its_read() {
+    let t = three(|_| {}).await;
+    let client = t.c.client().await;
+    let objects = 8;
+    let vol = t.c.volume(&client, "v", objects * OBJECT).await;
+    write_all(&vol, objects, 1).await;
+    for disk in &t.disks {
+        corrupt(disk, 3, 1);
+    }
+    // Bad on two of three: still served, and both repaired.
+    corrupt(&t.disks[0], 5, 1);
+    corrupt(&t.disks[1], 5, 1);
+    match vol.read(3 * OBJECT, OBJECT as u32).await {
+        Err(ClientError::Checksum(why)) => {
+            assert!(why.contains("no member holds a good copy"), "{why}")
+        }
+        other => panic!("expected a checksum error, got {other:?}"),
+    }
+    for i in (0..objects).filter(|i| *i != 3) {
+        let got = vol.read(i * OBJECT, OBJECT as u32).await.unwrap();
+        assert!(got == pattern(i, 1), "object {i} read back wrong");
+    }
+    // Object 3 cannot be repaired; a bad copy of object 5 that the read did not need (the
+    // primary found a good copy first) is repaired now.
+    let report = scrub(&client, &t.nodes).await;
+    assert_eq!(report.unrepairable(), 1, "{report:?}");
+    assert!(report.inconsistent() >= 1, "{report:?}");
+    assert_eq!(report.repaired(), report.inconsistent() - 1, "{report:?}");
+    // Rewriting the object makes it whole again.
+    vol.write(3 * OBJECT, pattern(3, 2), false).await.unwrap();
+    assert!(vol.read(3 * OBJECT, OBJECT as u32).await.unwrap() == pattern(3, 2));
+    let again = scrub(&client, &t.nodes).await;
+    assert_eq!(again.inconsistent(), 0, "{again:?}");
+    for n in t.nodes {
+        n.shutdown().await;
+    }
+}
+
+/// The background scrub, turned on at run time, finds and repairs a replica's bad copy that no
+/// read touched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_background_scrub_repairs_a_copy_no_read_touched() {
+    let t = three(|c| c.tuning.scrub_start_delay = Duration::ZERO).await;
+    let client = t.c.client().await;
+    let objects = 16;
+    let vol = t.c.volume(&client, "v", objects * OBJECT).await;
+    write_all(&vol, objects, 1).await;
+    let dev = device_of(&t.nodes[0]);
+    let map = t.c.map().await;
+    let bad: Vec<u64> = (0..objects)
+        .filter(|i| map.primary(&oid(&vol, *i)) != Some(dev))
+        .take(2)
+        .collect();
+    for &i in &bad {
+        corrupt(&t.disks[0], i, 1);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        repaired(&t.nodes),
+        0,
+        "the background scrub is off (rate 0)"
+    );
+    for n in &t.nodes {
+        let body = serde_json::to_vec(&AdminRequest::SetScrubRate {
+            bytes_per_sec: 64 << 20,
+        })
+        .unwrap();
+        client
+            .call_node(n.id(), Request::Admin { body: body.into() })
+            .await
+            .unwrap();
+    }
+    until("the background scrub repaired both copies", || {
+        repaired(&t.nodes) == bad.len() as u64
+    })
+    .await;
+    let report = scrub(&client, &t.nodes).await;
+    assert_eq!(report.inconsistent(), 0, "{report:?}");
+    for n in t.nodes {
+        n.shutdown().await;
+    }
+}
+
+/// A store whose writes fail is poisoned: its node reports the device down, the leader's map
+/// marks it down, its PGs are served by the other two, and the device stays down (the node
+/// reports it again if anything marks it up while the store stays poisoned).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poisoned_store_is_reported_down_and_its_pgs_fail_over() {
+    let t = three(|_| {}).await;
+    let client = t.c.client().await;
+    let objects = 16;
+    let vol = t.c.volume(&client, "v", objects * OBJECT).await;
+    write_all(&vol, objects, 1).await;
+    let dev = device_of(&t.nodes[0]);
+    t.disks[0].fail_writes(true);
+    // Writes go on (retried by the client until the map moves the PGs away from the device).
+    write_all(&vol, objects, 2).await;
+    t.c.map_where("the poisoned device down", |m| !m.is_up(dev))
+        .await;
+    let rec = t.c.catalog.get_device(dev).await.unwrap().unwrap();
+    assert_eq!(rec.state, DeviceState::Down);
+    until("every PG active on the other two", || {
+        all_active(&t.nodes[1..], false)
+    })
+    .await;
+    for i in 0..objects {
+        let got = vol.read(i * OBJECT, OBJECT as u32).await.unwrap();
+        assert!(got == pattern(i, 2), "object {i} read back wrong");
+    }
+    // Something marks it up again (a registration, say): the node reports it down again.
+    t.c.catalog
+        .set_device_state(dev, DeviceState::Up)
+        .await
+        .unwrap();
+    t.c.map_where("the poisoned device down again", |m| !m.is_up(dev))
+        .await;
+    for n in t.nodes {
+        n.shutdown().await;
+    }
+}
+
+/// A device whose reads fail their checksums more often than the limit within the window is
+/// reported down, though its store still works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeated_checksum_errors_mark_a_device_down() {
+    let t = three(|c| {
+        c.checksum_error_limit = 2;
+        c.checksum_error_window = Duration::from_secs(600);
+    })
+    .await;
+    let client = t.c.client().await;
+    let objects = 24;
+    let vol = t.c.volume(&client, "v", objects * OBJECT).await;
+    write_all(&vol, objects, 1).await;
+    let dev = device_of(&t.nodes[0]);
+    let map = t.c.map().await;
+    let mine: Vec<u64> = (0..objects)
+        .filter(|i| map.primary(&oid(&vol, *i)) == Some(dev))
+        .take(3)
+        .collect();
+    assert_eq!(mine.len(), 3, "node 0 is the primary of 3 objects");
+    // Two errors are within the limit: still up.
+    for &i in &mine[..2] {
+        corrupt(&t.disks[0], i, 1);
+        assert!(vol.read(i * OBJECT, OBJECT as u32).await.unwrap() == pattern(i, 1));
+    }
+    assert!(t.c.map().await.is_up(dev));
+    corrupt(&t.disks[0], mine[2], 1);
+    assert!(vol.read(mine[2] * OBJECT, OBJECT as u32).await.unwrap() == pattern(mine[2], 1));
+    t.c.map_where("the device down", |m| !m.is_up(dev)).await;
+    until("every PG active on the other two", || {
+        all_active(&t.nodes[1..], false)
+    })
+    .await;
+    for i in 0..objects {
+        assert!(vol.read(i * OBJECT, OBJECT as u32).await.unwrap() == pattern(i, 1));
+    }
+    for n in t.nodes {
+        n.shutdown().await;
+    }
+}
