@@ -3,6 +3,7 @@
 //! gateways in other processes can use it.
 
 use crate::pg::PgSummary;
+use crate::pg::throttle::NodeRecovery;
 use crate::service::NodeShared;
 use basalt_meta::MetaStore;
 use basalt_proto::{ErrorCode, Response, WireError};
@@ -52,6 +53,9 @@ pub struct NodeStatus {
     /// The PGs whose primary is a device of this node: state, missing objects, recovery.
     #[serde(default)]
     pub pgs: Vec<PgSummary>,
+    /// What the node's recovery moved, its rate over the last seconds, its throttle.
+    #[serde(default)]
+    pub recovery: NodeRecovery,
 }
 
 /// One device in [`NodeStatus`].
@@ -166,6 +170,7 @@ impl AdminHandler {
             collected_objects: node.collector.objects.load(Relaxed),
             devices,
             pgs: node.pgs.summaries(),
+            recovery: node.pgs.recovery(),
         }
     }
 }

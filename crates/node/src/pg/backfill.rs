@@ -54,6 +54,7 @@ impl Pg {
         if targets.is_empty() && unreached.is_empty() {
             return Ok(());
         }
+        self.count_misplaced(generation).await?;
         for (member, cursor) in targets {
             self.backfill_one(ctx, generation, term, &member, cursor)
                 .await?;
@@ -71,6 +72,28 @@ impl Pg {
             .await
             .map_err(|e| e.to_string())?;
         tracing::info!(pg = %self.id, up = ?entry.up, "backfill done: ready on the up set");
+        Ok(())
+    }
+
+    /// Gives every target that has no count yet the PG's size on the primary: what it still
+    /// lacks is that less what the backfill walked past (status shows it as misplaced).
+    async fn count_misplaced(&self, generation: u64) -> Result<(), String> {
+        let objects = self
+            .store
+            .pgs()
+            .await
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .find(|p| p.pg == self.id)
+            .map_or(0, |p| p.objects + p.tombstones);
+        let mut st = self.st.lock();
+        if st.generation == generation
+            && let Some(p) = st.primary.as_mut()
+        {
+            for t in p.targets.iter_mut().filter(|t| t.objects == 0) {
+                t.objects = objects;
+            }
+        }
         Ok(())
     }
 
@@ -165,6 +188,8 @@ impl Pg {
         oid: ObjectId,
         theirs: Option<Held>,
     ) -> Result<(), String> {
+        // Throttled before the object is marked busy: writes to it wait only while it moves.
+        ctx.recovery.throttle.admit(self.dev).await;
         {
             let mut st = self.st.lock();
             if st.generation != generation {
@@ -174,7 +199,13 @@ impl Pg {
                 p.busy.insert(oid);
             }
         }
+        let started = tokio::time::Instant::now();
         let result = self.copy_object(ctx, map, term, dev, oid, theirs).await;
+        if let Ok(bytes) = result {
+            ctx.recovery
+                .throttle
+                .spent(self.dev, bytes, started.elapsed());
+        }
         let mut st = self.st.lock();
         if st.generation == generation
             && let Some(p) = st.primary.as_mut()
@@ -184,10 +215,11 @@ impl Pg {
                 && let Some(t) = p.targets.iter_mut().find(|t| t.member.dev == dev)
             {
                 t.cursor = Some(oid);
+                t.walked = t.walked.saturating_add(1);
             }
             p.release(&oid);
         }
-        result
+        result.map(|_| ())
     }
 
     async fn copy_object(
@@ -198,7 +230,7 @@ impl Pg {
         dev: DeviceId,
         oid: ObjectId,
         theirs: Option<Held>,
-    ) -> Result<(), String> {
+    ) -> Result<u64, String> {
         let mine = self
             .store
             .object_info(oid)
@@ -210,7 +242,7 @@ impl Pg {
             _ => false,
         };
         if same {
-            return Ok(());
+            return Ok(0);
         }
         if mine.is_none() {
             let msg = PeerMsg::Purge {
@@ -220,7 +252,7 @@ impl Pg {
                 oid,
             };
             ask(ctx, map, dev, &msg).await?;
-            return Ok(());
+            return Ok(0);
         }
         let (meta, data) = ImageMeta::of(
             self.store
@@ -228,12 +260,15 @@ impl Pg {
                 .await
                 .map_err(|e| e.to_string())?,
         );
+        let bytes = data.len() as u64;
         self.put(ctx, map, dev, term, oid, meta, data).await?;
+        ctx.recovery.rate.record(1, bytes);
         let mut st = self.st.lock();
         if let Some(p) = st.primary.as_mut() {
             p.recovered_objects += 1;
+            p.recovered_bytes += bytes;
         }
-        Ok(())
+        Ok(bytes)
     }
 
     /// Persists the target's backfill state (and lets it accept the term's writes).

@@ -23,6 +23,7 @@ mod primary;
 pub(crate) use primary::WriteKind;
 mod recovery;
 pub(crate) mod replica;
+pub(crate) mod throttle;
 
 use crate::mapstate::MapState;
 use crate::peers::Peers;
@@ -45,13 +46,37 @@ pub(crate) struct Ctx {
     pub catalog: Catalog,
     pub peers: Arc<Peers>,
     pub tuning: Tuning,
+    /// The recovery throttle and what recovery moved.
+    pub recovery: Recovery,
+}
+
+/// The node's recovery throttle (following the cluster settings) and counters.
+pub(crate) struct Recovery {
+    pub throttle: Arc<throttle::Throttle>,
+    pub rate: throttle::RecoveryRate,
+}
+
+impl Recovery {
+    pub fn new(tuning: &Tuning) -> Recovery {
+        Recovery {
+            throttle: Arc::new(throttle::Throttle::new(throttle::Limits {
+                bytes_per_sec: tuning.recovery_bytes_per_sec,
+                share_percent: tuning.recovery_share_percent,
+            })),
+            rate: throttle::RecoveryRate::default(),
+        }
+    }
 }
 
 /// Settings of recovery and peering.
 #[derive(Clone, Debug)]
 pub struct Tuning {
-    /// Bytes per second recovery and backfill may move, per PG primary (0: unlimited).
+    /// Bytes per second the recovery and backfill driven by one device may move (0:
+    /// unlimited), unless the cluster settings say otherwise (`pg/throttle.rs`).
     pub recovery_bytes_per_sec: u64,
+    /// Percent of a device's time its recovery and backfill may keep it busy (1..=100), unless
+    /// the cluster settings say otherwise.
+    pub recovery_share_percent: u8,
     /// Objects a PG recovers or backfills at once.
     pub recovery_parallel: usize,
     /// How long an incomplete PG waits before peering again on its own.
@@ -62,6 +87,7 @@ impl Default for Tuning {
     fn default() -> Self {
         Tuning {
             recovery_bytes_per_sec: 256 << 20,
+            recovery_share_percent: 100,
             recovery_parallel: 4,
             retry: Duration::from_secs(1),
         }
@@ -109,6 +135,10 @@ pub(crate) struct Target {
     /// Objects up to and including this one are current on the target (None: none yet).
     pub cursor: Option<ObjectId>,
     pub done: bool,
+    /// Objects and tombstones of the PG on the primary when its backfill began (0: not yet).
+    pub objects: u64,
+    /// Objects walked past since then.
+    pub walked: u64,
 }
 
 impl Target {
@@ -475,6 +505,13 @@ pub struct PgSummary {
     #[serde(flatten)]
     pub status: PgStatusView,
     pub missing_objects: u64,
+    /// Copies missing on serving members (each missing object once per member lacking it).
+    #[serde(default)]
+    pub degraded_objects: u64,
+    /// Objects backfill targets still lack (an estimate: the PG's size on the primary when
+    /// the backfill began, less what it walked past since).
+    #[serde(default)]
+    pub misplaced_objects: u64,
     pub backfilling: usize,
     pub clean: bool,
     pub recovered_objects: u64,
@@ -490,6 +527,14 @@ pub struct PgStatusView {
 }
 
 impl Pgs {
+    /// What this node's recovery moved, how fast, and its throttle.
+    pub fn recovery(&self) -> throttle::NodeRecovery {
+        throttle::NodeRecovery {
+            rate: self.ctx.recovery.rate.view(),
+            limits: self.ctx.recovery.throttle.limits(),
+        }
+    }
+
     /// What this node's primaries report.
     pub fn summaries(&self) -> Vec<PgSummary> {
         let mut out = Vec::new();
@@ -511,6 +556,13 @@ impl Pgs {
                     why,
                 },
                 missing_objects: p.missing.len() as u64,
+                degraded_objects: p.missing.values().map(|m| m.need.len() as u64).sum(),
+                misplaced_objects: p
+                    .targets
+                    .iter()
+                    .filter(|t| !t.done)
+                    .map(|t| t.objects.saturating_sub(t.walked))
+                    .sum(),
                 backfilling: p.targets.iter().filter(|t| !t.done).count(),
                 clean: p.clean,
                 recovered_objects: p.recovered_objects,

@@ -523,6 +523,8 @@ impl Pg {
                 member: Member { dev, link },
                 cursor,
                 done: false,
+                objects: 0,
+                walked: 0,
             });
         }
         Ok(out)
