@@ -93,9 +93,11 @@ impl RecoveryView {
             println!("recovery: nothing degraded or misplaced");
             return;
         }
-        let eta = self
-            .eta_secs
-            .map_or("unknown".to_string(), |s| format!("{s} s"));
+        let eta = match self.eta_secs {
+            Some(s) => format!("{s} s"),
+            None if self.degraded_objects + self.misplaced_objects == 0 => "none".to_string(),
+            None => "unknown".to_string(),
+        };
         println!(
             "recovery: {} degraded, {} misplaced object(s); {:.1} objects/s, {}/s; time left {eta}",
             self.degraded_objects,

@@ -20,6 +20,8 @@ use std::time::Instant;
 pub enum AdminRequest {
     /// The node's identity, map epoch and devices.
     Status,
+    /// What a device of the node holds of each PG (`Vec<HeldPg>`).
+    DevicePgs { device: DeviceId },
 }
 
 /// What `Status` returns.
@@ -100,6 +102,16 @@ impl AdminHandler {
         })?;
         let answer = match req {
             AdminRequest::Status => serde_json::to_vec(&self.status(node)),
+            AdminRequest::DevicePgs { device } => match node.pgs.held(device).await {
+                Some(Ok(held)) => serde_json::to_vec(&held),
+                Some(Err(e)) => return Err(WireError::new(ErrorCode::Internal, e.to_string())),
+                None => {
+                    return Err(WireError::new(
+                        ErrorCode::NotFound,
+                        format!("{device} is not a device of this node"),
+                    ));
+                }
+            },
         };
         let body = answer
             .map_err(|e| WireError::new(ErrorCode::Internal, format!("encoding answer: {e}")))?;

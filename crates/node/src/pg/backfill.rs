@@ -51,7 +51,15 @@ impl Pg {
             .filter(|d| map.is_up(*d) && !entry.acting.contains(d))
             .filter(|d| !known.contains(d))
             .collect();
-        if targets.is_empty() && unreached.is_empty() {
+        // An up set whose members all serve already (the acting set in another order, or
+        // fewer of its members) needs no copy, only the report: else it stays remapped.
+        let complete = entry.acting != entry.up
+            && !entry.up.is_empty()
+            && entry
+                .up
+                .iter()
+                .all(|d| entry.acting.contains(d) && map.is_up(*d));
+        if targets.is_empty() && unreached.is_empty() && !complete {
             return Ok(());
         }
         self.count_misplaced(generation).await?;

@@ -16,6 +16,7 @@
 
 mod authority;
 mod backfill;
+pub(crate) mod held;
 pub(crate) mod info;
 pub(crate) mod messages;
 mod peering;
