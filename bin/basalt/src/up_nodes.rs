@@ -1,8 +1,9 @@
 //! `basalt up --nodes N`: a local cluster of N storage node processes on one machine, for
 //! trying replication and failures with one command. This process starts its own etcd
 //! (`EtcdProcess`, on loopback ports chosen by the OS, data in `<data>/etcd`), then N
-//! `basalt node` children (`<data>/nodeK/`: the node's id, lock, log and device file
-//! `dev0.img`; each listens on 127.0.0.1 with a port chosen by the OS and may lead), waits until
+//! `basalt node` children (`<data>/nodeK/`: the node's id, lock, log and device files
+//! `dev0.img`.. (`--devices-per-node`); each listens on 127.0.0.1 with a port chosen by the OS
+//! and may lead), waits until
 //! every node is registered, creates the default pool and volume on first start, serves NBD
 //! through the client library and writes `<data>/cluster.json` for the CLI.
 //!
@@ -10,7 +11,9 @@
 //! once), then etcd. Every child gets SIGTERM from the kernel when this process dies, however
 //! it dies (`children.rs`). A child that dies while `up` runs is reported and not restarted:
 //! its devices go down once its lease expires, like a crashed host's. Started again on the
-//! same directory, the cluster serves the same data (same node ids, same devices).
+//! same directory, the cluster serves the same data (same node ids, same devices). A node
+//! added with `basalt node --join <data>` (`node_cmd.rs`) gets the next `nodeK` directory, so
+//! a later `up --nodes K` starts it with the others.
 
 use crate::children::{self, Supervised};
 use crate::clusterfile::{self, ClusterFile, NodeEntry};
@@ -302,8 +305,7 @@ async fn start_node(
     for device in &devices {
         cmd.args(["--device", &device_arg(device, size)?]);
     }
-    cmd
-        .args(["--io", io_name(args.io)])
+    cmd.args(["--io", io_name(args.io)])
         .args(["--lease-ttl", &millis(ttl)])
         .args(["--down-out-interval", &millis(args.down_out_interval)])
         .arg("--data")

@@ -154,10 +154,21 @@ impl Pg {
                     .await?;
                 cursor = Some(oid);
             }
-            self.mark_target(ctx, &map, term, dev, cursor).await?;
             if bound.is_none() {
                 break;
             }
+            self.copy_dirty(ctx, &map, generation, term, dev, cursor)
+                .await?;
+            self.mark_target(ctx, &map, term, dev, cursor).await?;
+        }
+        // Objects written past the cursor that no listing showed (created after the last page
+        // was listed): copied, and the target done (every later write reaches it) once none
+        // is left.
+        if !self
+            .copy_dirty(ctx, &map, generation, term, dev, None)
+            .await?
+        {
+            return Ok(());
         }
         // Complete now: it holds the primary's objects, and every write since reached it.
         let info = MemberInfo {
@@ -172,15 +183,56 @@ impl Pg {
             info,
         };
         ask(ctx, &map, dev, &msg).await?;
-        let mut st = self.st.lock();
-        if st.generation == generation
-            && let Some(p) = st.primary.as_mut()
-            && let Some(t) = p.targets.iter_mut().find(|t| t.member.dev == dev)
-        {
-            t.done = true;
-        }
         tracing::info!(pg = %self.id, device = %dev, "backfill of one target done");
         Ok(())
+    }
+
+    /// Copies again the objects written past the target's cursor that are now at or below
+    /// `upto` (`None`: all of them, then marks the target done, in the same critical section
+    /// as the check that none is left, so no write falls between). Returns false when the
+    /// generation ended.
+    #[allow(clippy::too_many_arguments)]
+    async fn copy_dirty(
+        self: &Arc<Self>,
+        ctx: &Arc<Ctx>,
+        map: &ClusterMap,
+        generation: u64,
+        term: Term,
+        dev: DeviceId,
+        upto: Option<ObjectId>,
+    ) -> Result<bool, String> {
+        loop {
+            let oids: Vec<ObjectId> = {
+                let mut st = self.st.lock();
+                if st.generation != generation {
+                    return Ok(false);
+                }
+                let Some(t) = st
+                    .primary
+                    .as_mut()
+                    .and_then(|p| p.targets.iter_mut().find(|t| t.member.dev == dev))
+                else {
+                    return Ok(false);
+                };
+                let oids: Vec<ObjectId> = t
+                    .dirty
+                    .iter()
+                    .filter(|o| upto.is_none_or(|u| **o <= u))
+                    .copied()
+                    .collect();
+                if oids.is_empty() {
+                    if upto.is_none() {
+                        t.done = true;
+                    }
+                    return Ok(true);
+                }
+                oids
+            };
+            for oid in oids {
+                self.backfill_object(ctx, map, generation, term, dev, oid, None)
+                    .await?;
+            }
+        }
     }
 
     /// Makes `oid` on the target equal to the primary's (writes to it wait meanwhile), then
@@ -222,7 +274,10 @@ impl Pg {
             if result.is_ok()
                 && let Some(t) = p.targets.iter_mut().find(|t| t.member.dev == dev)
             {
-                t.cursor = Some(oid);
+                // The copy read the object after every write of it so far (writes wait while
+                // it is busy; the read waits for held ones): it is current on the target.
+                t.dirty.remove(&oid);
+                t.cursor = t.cursor.max(Some(oid));
                 t.walked = t.walked.saturating_add(1);
             }
             p.release(&oid);

@@ -140,6 +140,10 @@ pub(crate) struct Target {
     pub objects: u64,
     /// Objects walked past since then.
     pub walked: u64,
+    /// Objects written past the cursor since their last copy (the write did not reach the
+    /// target): copied again before the cursor is persisted past them and before the target
+    /// is done, so an object created after the walk listed its page is not skipped.
+    pub dirty: BTreeSet<ObjectId>,
 }
 
 impl Target {
@@ -180,6 +184,10 @@ pub(crate) struct Primary {
     pub min_size: usize,
     /// Up-set members: the PG is clean when they all serve and nothing is missing.
     pub up: Vec<DeviceId>,
+    /// The up-set members that were up in the map this primary started from: one coming up
+    /// later (a new node's device, placed before its node registered) makes the primary start
+    /// over, so it becomes a backfill target.
+    pub live_up: Vec<DeviceId>,
     pub acting: Vec<DeviceId>,
     pub clean: bool,
     /// Recovery counters (objects and bytes moved since activation).
@@ -330,6 +338,7 @@ impl Pgs {
                 Some(p) => {
                     p.term.interval != entry.since
                         || p.up != entry.up
+                        || p.live_up != live_up(map, entry)
                         || p.acting != entry.acting
                         || matches!(p.status, Status::Incomplete(_))
                 }
@@ -349,6 +358,11 @@ impl Pgs {
             pg.stop_primary();
         }
     }
+}
+
+/// The members of the PG's up set that are up in `map`.
+fn live_up(map: &ClusterMap, entry: &PgMap) -> Vec<DeviceId> {
+    entry.up.iter().copied().filter(|d| map.is_up(*d)).collect()
 }
 
 impl Pg {
@@ -391,6 +405,7 @@ impl Pg {
                 waiters: HashMap::new(),
                 min_size: min_size.max(1),
                 up: entry.up.clone(),
+                live_up: live_up(map, entry),
                 acting: entry.acting.clone(),
                 clean: false,
                 recovered_objects: 0,
@@ -597,6 +612,7 @@ impl Pg {
             waiters: HashMap::new(),
             min_size: 1,
             up: vec![self.dev],
+            live_up: vec![self.dev],
             acting: vec![self.dev],
             clean: true,
             recovered_objects: 0,

@@ -525,6 +525,7 @@ impl Pg {
                 done: false,
                 objects: 0,
                 walked: 0,
+                dirty: Default::default(),
             });
         }
         Ok(out)
