@@ -30,6 +30,9 @@ impl Pg {
         generation: u64,
     ) -> Result<(), String> {
         loop {
+            if !self.has_missing(generation) {
+                return Ok(());
+            }
             // Throttled before objects are picked: writes to them wait only while they move.
             ctx.recovery.throttle.admit(self.dev).await;
             let (term, batch) = {
@@ -95,6 +98,12 @@ impl Pg {
                 return Err(e);
             }
         }
+    }
+
+    /// Whether objects are left to recover in `generation`.
+    fn has_missing(&self, generation: u64) -> bool {
+        let st = self.st.lock();
+        st.generation == generation && st.primary.as_ref().is_some_and(|p| !p.missing.is_empty())
     }
 
     /// Copies one object's authoritative image to every member that needs it; returns the bytes
