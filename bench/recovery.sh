@@ -26,10 +26,22 @@ raw=$(fio --name=raw --filename="$WORK/raw.img" --size=1g --bs=1m --rw=write --d
 rm -f "$WORK/raw.img"
 echo "raw sequential write (1 MiB, direct, this disk): ${raw%.*} MiB/s"
 
+report() { # fio-json-file label
+  python3 - "$1" "$2" <<'EOF'
+import json, sys
+text = open(sys.argv[1]).read()
+j = json.loads(text[text.index("{"):])["jobs"][0]
+for op in ("read", "write"):
+    p = j[op]["clat_ns"]["percentile"]
+    print(f"  client 4K randrw 70/30 QD16 {op}: {j[op]['iops']:.0f} IOPS, "
+          f"p99 {p['99.000000'] / 1000:.0f} us {sys.argv[2]}")
+EOF
+}
+
 run() { # label load(0|1)
   local dir="$WORK/$1"
   mkdir -p "$dir"
-  "$BASALT" up --nodes 3 --data "$dir/d" --device-size 4GiB --volume-size "$VOLUME" \
+  "$BASALT" up --nodes 3 --data "$dir/d" --device-size 2GiB --volume-size "$VOLUME" \
     --nbd 127.0.0.1:0 >"$dir/up.log" 2>&1 &
   local up=$!
   for _ in $(seq 1 600); do [ -f "$dir/d/cluster.json" ] && break; sleep 0.1; done
@@ -40,6 +52,11 @@ run() { # label load(0|1)
   "$BASALT" config set recovery-rate unlimited --data "$dir/d" >/dev/null
   local fio_pid=""
   if [ "$2" = 1 ]; then
+    # The same client job for 10 s without recovery, for comparison.
+    fio --name=load --ioengine=nbd --uri="nbd://$nbd/vol0" --rw=randrw --rwmixread=70 \
+      --bs=4k --iodepth=16 --time_based --runtime=10 --output-format=json \
+      --output="$dir/base.json"
+    report "$dir/base.json" "without recovery"
     fio --name=load --ioengine=nbd --uri="nbd://$nbd/vol0" --rw=randrw --rwmixread=70 \
       --bs=4k --iodepth=16 --time_based --runtime=600 --output-format=json \
       --output="$dir/load.json" &
@@ -69,16 +86,11 @@ run() { # label load(0|1)
   if [ -n "$fio_pid" ]; then
     kill -INT "$fio_pid"
     wait "$fio_pid" || true
-    python3 - "$dir/load.json" <<'EOF'
-import json, sys
-j = json.load(open(sys.argv[1]))["jobs"][0]
-for op in ("read", "write"):
-    p = j[op]["clat_ns"]["percentile"]
-    print(f"  client {op}: {j[op]['iops']:.0f} IOPS, p99 {p['99.000000'] / 1000:.0f} us during the run")
-EOF
+    report "$dir/load.json" "during recovery (and the 3 s before it)"
   fi
   kill "$node"; wait "$node" || true
   kill "$up"; wait "$up" || true
+  rm -rf "$dir"
 }
 
 run idle 0
