@@ -4,6 +4,8 @@ use crate::connect::Common;
 use crate::output;
 use anyhow::Context;
 use basalt_meta::{DeviceRecord, OutReason};
+use basalt_node::{AdminRequest, HeldPg};
+use basalt_proto::{Request, Response};
 use basalt_types::DeviceId;
 use basalt_types::size::format_size_approx;
 use clap::Subcommand;
@@ -27,6 +29,14 @@ pub enum DeviceCommand {
     },
     /// Mark a device in again (also undoes an automatic down-out).
     In {
+        #[arg(value_parser = parse_device_id)]
+        id: DeviceId,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// What device ID holds of each placement group (asked of its node): objects,
+    /// tombstones, member record.
+    Pgs {
         #[arg(value_parser = parse_device_id)]
         id: DeviceId,
         #[command(flatten)]
@@ -70,6 +80,7 @@ pub fn parse_device_id(s: &str) -> Result<DeviceId, String> {
 pub async fn run(cmd: DeviceCommand) -> anyhow::Result<()> {
     match cmd {
         DeviceCommand::List { common } => list(common).await,
+        DeviceCommand::Pgs { id, common } => pgs(id, common).await,
         DeviceCommand::Out { id, common } => {
             let catalog = basalt_meta::Catalog::new(common.cluster.meta().await?);
             let rec = catalog
@@ -92,6 +103,41 @@ pub async fn run(cmd: DeviceCommand) -> anyhow::Result<()> {
             done(&common, &rec, &format!("weight {weight}"))
         }
     }
+}
+
+async fn pgs(id: DeviceId, common: Common) -> anyhow::Result<()> {
+    let cluster = common.cluster.connect().await?;
+    let record = cluster
+        .catalog()
+        .list_devices()
+        .await?
+        .into_iter()
+        .find(|d| d.id == id)
+        .with_context(|| format!("no device {id}; `basalt device list` shows the ids"))?;
+    let body = serde_json::to_vec(&AdminRequest::DevicePgs { device: id })?;
+    let answer = cluster
+        .call_node(record.node, Request::Admin { body: body.into() })
+        .await
+        .with_context(|| format!("asking {} (the node of {id})", record.node))?;
+    let Response::Admin { body } = answer else {
+        anyhow::bail!("unexpected answer from {}: {answer:?}", record.node);
+    };
+    let held: Vec<HeldPg> = serde_json::from_slice(&body)?;
+    if common.json {
+        return output::json(&held);
+    }
+    let mut t = output::table(&["PG", "OBJECTS", "TOMBSTONES", "RECORD"]);
+    for h in &held {
+        t.add_row([
+            h.pg.to_string(),
+            h.objects.to_string(),
+            h.tombstones.to_string(),
+            if h.record { "yes" } else { "no" }.to_string(),
+        ]);
+    }
+    println!("{id} holds {} placement group(s)", held.len());
+    println!("{t}");
+    Ok(())
 }
 
 fn done(common: &Common, rec: &DeviceRecord, what: &str) -> anyhow::Result<()> {

@@ -3,6 +3,7 @@
 
 mod children;
 mod clusterfile;
+mod config;
 mod connect;
 mod device;
 mod drain;
@@ -50,6 +51,9 @@ enum Command {
     /// List placement groups; declare one's data lost.
     #[command(subcommand)]
     Pg(pg::PgCommand),
+    /// Show or change cluster-wide settings (the recovery throttle).
+    #[command(subcommand)]
+    Config(config::ConfigCommand),
     /// Show the cluster: health, nodes, devices, placement groups by state, pools, volumes.
     Status(status::StatusArgs),
     /// Compare the copies of every object (of a pool) and repair bad ones from a good copy.
@@ -109,6 +113,7 @@ async fn run(command: Command) -> anyhow::Result<()> {
         Command::Pg(cmd) => pg::run(cmd).await,
         Command::Status(args) => status::run(args).await,
         Command::Scrub(args) => scrub::run(args).await,
+        Command::Config(cmd) => config::run(cmd).await,
         Command::Bench(_) => unreachable!("handled before the runtime starts"),
     }
 }

@@ -7,7 +7,7 @@ use basalt_node::{DeviceConfig, Node, NodeConfig};
 use basalt_types::size::parse_size;
 use clap::Args;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,27 +17,34 @@ pub struct NodeArgs {
     /// Act on a node of the cluster instead of running one.
     #[command(subcommand)]
     pub action: Option<crate::drain::NodeAction>,
-    /// etcd endpoints (comma-separated).
-    #[arg(long, env = "BASALT_ETCD", value_delimiter = ',', required = true)]
+    /// etcd endpoints (comma-separated). Required unless --join names a local cluster.
+    #[arg(long, env = "BASALT_ETCD", value_delimiter = ',')]
     pub etcd: Vec<String>,
+    /// Join the local cluster of a running `basalt up --nodes` (or `up --etcd`) whose data
+    /// directory is DIR: its etcd is read from DIR/cluster.json; --data defaults to the next
+    /// free DIR/nodeK (so a later `basalt up --nodes K` starts it too), --name to nodeK,
+    /// --listen to 127.0.0.1 with a port chosen by the OS, and --device to <data>/dev0.img of
+    /// the size of node1's first device.
+    #[arg(long, value_name = "DIR")]
+    pub join: Option<PathBuf>,
     /// Key prefix of the cluster in etcd.
     #[arg(long, env = "BASALT_ETCD_PREFIX", default_value = "")]
     pub etcd_prefix: String,
     /// Directory for the node's own state (its id).
-    #[arg(long, required = true)]
+    #[arg(long, required_unless_present = "join")]
     pub data: Option<PathBuf>,
     /// Name shown in `basalt status` and logs. Default: the host name.
     #[arg(long)]
     pub name: Option<String>,
-    /// Data-path listen address.
-    #[arg(long, default_value = "0.0.0.0:10810")]
-    pub listen: SocketAddr,
+    /// Data-path listen address (default 0.0.0.0:10810; with --join 127.0.0.1:0).
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
     /// Address clients use to reach this node. Default: the listen address, or, when that is
     /// every address (0.0.0.0), this host's primary address (that of its default route).
     #[arg(long)]
     pub advertise: Option<String>,
     /// A device: PATH, PATH:SIZE (file created with that size) or PATH:SIZE:CLASS. Repeatable.
-    #[arg(long = "device", required = true)]
+    #[arg(long = "device", required_unless_present = "join")]
     pub devices: Vec<String>,
     /// I/O backend.
     #[arg(long, value_enum, default_value = "auto")]
@@ -73,17 +80,26 @@ pub struct NodeArgs {
     pub checksum_error_window: Duration,
 }
 
-pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
-    if let Some(action) = args.action {
+pub async fn run(mut args: NodeArgs) -> anyhow::Result<()> {
+    if let Some(action) = args.action.take() {
         return crate::drain::run(action).await;
     }
+    if let Some(dir) = args.join.clone() {
+        join_defaults(&mut args, &dir)?;
+    }
+    if args.etcd.is_empty() {
+        bail!("--etcd is required (or --join DIR, the data directory of a local `basalt up`)");
+    }
     let data = args.data.clone().context("--data is required")?;
+    let listen = args
+        .listen
+        .unwrap_or_else(|| "0.0.0.0:10810".parse().expect("an address"));
     // Caught from here on: a SIGTERM during startup makes the node leave once it has started.
     let mut signals = crate::up::Signals::new()?;
     let store = EtcdStore::connect(&args.etcd, &args.etcd_prefix)
         .await
         .with_context(|| format!("cannot reach etcd at {}", args.etcd.join(",")))?;
-    let mut config = NodeConfig::new(&data, args.listen);
+    let mut config = NodeConfig::new(&data, listen);
     if let Some(name) = &args.name {
         config.name.clone_from(name);
     }
@@ -108,6 +124,60 @@ pub async fn run(args: NodeArgs) -> anyhow::Result<()> {
     // A clean stop leaves the cluster at once: requests in flight finish, then the lease is
     // revoked (the leader marks the node's devices down now, not when the lease would expire).
     node.shutdown().await;
+    Ok(())
+}
+
+/// `--join DIR`: the etcd of the local cluster in DIR, and defaults for what was not given.
+fn join_defaults(args: &mut NodeArgs, dir: &Path) -> anyhow::Result<()> {
+    let Some(file) = crate::clusterfile::read(dir) else {
+        bail!(
+            "no running `basalt up` in {} (no cluster.json); start one with `basalt up --nodes N \
+             --data {}`",
+            dir.display(),
+            dir.display()
+        );
+    };
+    if file.etcd.is_empty() {
+        bail!(
+            "the cluster in {} keeps its metadata inside `basalt up` (embedded store): only \
+             `basalt up --nodes N` or `basalt up --etcd` clusters take more nodes",
+            dir.display()
+        );
+    }
+    if args.etcd.is_empty() {
+        args.etcd = file.etcd;
+    }
+    let data = match &args.data {
+        Some(d) => d.clone(),
+        None => {
+            let k = crate::up_nodes::node_dirs(dir).last().map_or(1, |k| k + 1);
+            let d = dir.join(format!("node{k}"));
+            std::fs::create_dir_all(&d)
+                .with_context(|| format!("cannot create {}", d.display()))?;
+            args.data = Some(d.clone());
+            d
+        }
+    };
+    if args.name.is_none()
+        && let Some(name) = data.file_name().and_then(|n| n.to_str())
+    {
+        args.name = Some(name.to_string());
+    }
+    if args.listen.is_none() {
+        args.listen = Some("127.0.0.1:0".parse().expect("an address"));
+    }
+    if args.devices.is_empty() {
+        let device = data.join("dev0.img");
+        let spec = if device.exists() {
+            device.display().to_string()
+        } else {
+            let size = std::fs::metadata(dir.join("node1").join("dev0.img"))
+                .map(|m| m.len())
+                .context("cannot read the size of node1's device; pass --device PATH:SIZE")?;
+            format!("{}:{size}", device.display())
+        };
+        args.devices.push(spec);
+    }
     Ok(())
 }
 

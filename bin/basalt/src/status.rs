@@ -34,12 +34,78 @@ struct ClusterStatus {
     devices: DeviceCounts,
     /// Placement groups of every pool, by state.
     pgs: PgCounts,
-    /// Recovery progress (degraded and misplaced objects, rate, time left): null, as this
-    /// version has no recovery.
-    recovery: Option<serde_json::Value>,
+    /// Recovery progress, summed over what the nodes report.
+    recovery: RecoveryView,
     pools: Vec<PoolView>,
     volumes: usize,
     provisioned_bytes: u64,
+}
+
+/// Recovery across the cluster: what the primaries report of their PGs, and the nodes' rates.
+#[derive(Serialize, Default)]
+struct RecoveryView {
+    /// Copies of objects missing on serving members (being recovered).
+    degraded_objects: u64,
+    /// Objects still to be copied to devices placement moved PGs to (being backfilled).
+    misplaced_objects: u64,
+    /// Objects and bytes recovery and backfill moved per second, over the last seconds.
+    objects_per_sec: f64,
+    bytes_per_sec: f64,
+    /// Seconds until nothing is degraded or misplaced at that rate; null when nothing is left
+    /// or nothing moves.
+    eta_secs: Option<u64>,
+    /// Objects and bytes moved since the nodes started.
+    recovered_objects: u64,
+    recovered_bytes: u64,
+    /// The cluster-wide throttle (`basalt config`): bytes per second per device (0:
+    /// unlimited) and percent of a device's time; null: the nodes' defaults.
+    rate_limit: Option<u64>,
+    share_limit: Option<u8>,
+}
+
+impl RecoveryView {
+    fn of(nodes: &[NodeView], settings: &basalt_meta::ClusterSettings) -> RecoveryView {
+        let mut r = RecoveryView {
+            rate_limit: settings.recovery_bytes_per_sec,
+            share_limit: settings.recovery_share_percent,
+            ..RecoveryView::default()
+        };
+        for s in nodes.iter().filter_map(|n| n.status.as_ref()) {
+            for p in &s.pgs {
+                r.degraded_objects += p.degraded_objects;
+                r.misplaced_objects += p.misplaced_objects;
+            }
+            r.objects_per_sec += s.recovery.rate.objects_per_sec;
+            r.bytes_per_sec += s.recovery.rate.bytes_per_sec;
+            r.recovered_objects += s.recovery.rate.objects;
+            r.recovered_bytes += s.recovery.rate.bytes;
+        }
+        let left = r.degraded_objects + r.misplaced_objects;
+        if left > 0 && r.objects_per_sec > 0.0 {
+            r.eta_secs = Some((left as f64 / r.objects_per_sec).ceil() as u64);
+        }
+        r
+    }
+
+    fn print(&self) {
+        if self.degraded_objects == 0 && self.misplaced_objects == 0 && self.objects_per_sec == 0.0
+        {
+            println!("recovery: nothing degraded or misplaced");
+            return;
+        }
+        let eta = match self.eta_secs {
+            Some(s) => format!("{s} s"),
+            None if self.degraded_objects + self.misplaced_objects == 0 => "none".to_string(),
+            None => "unknown".to_string(),
+        };
+        println!(
+            "recovery: {} degraded, {} misplaced object(s); {:.1} objects/s, {}/s; time left {eta}",
+            self.degraded_objects,
+            self.misplaced_objects,
+            self.objects_per_sec,
+            format_size_approx(self.bytes_per_sec as u64),
+        );
+    }
 }
 
 #[derive(Serialize)]
@@ -132,6 +198,8 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
         out: ids(&|d| !d.r#in),
     };
     let volumes = cluster.list_volumes().await?;
+    let (settings, _) = cluster.catalog().get_settings().await?;
+    let recovery = RecoveryView::of(&nodes, &settings);
     let health = Health::judge(&facts(map.epoch.0, &nodes, &devices, pgs));
     let status = ClusterStatus {
         health,
@@ -140,7 +208,7 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
         nodes,
         devices,
         pgs,
-        recovery: None,
+        recovery,
         pools,
         volumes: volumes.len(),
         provisioned_bytes: volumes.iter().map(|v| v.size).sum(),
@@ -295,6 +363,7 @@ fn print(s: &ClusterStatus) {
          unavailable, {} remapped",
         p.total, p.active_clean, p.degraded, p.below_min_size, p.unavailable, p.remapped
     );
+    s.recovery.print();
     print_nodes(s);
     print_pools(s);
 }

@@ -31,6 +31,15 @@ pub struct UpArgs {
     /// fewer nodes).
     #[arg(long, requires = "nodes", value_parser = clap::value_parser!(u8).range(1..=5))]
     pub replicas: Option<u8>,
+    /// With --nodes: devices (files <data>/nodeK/devJ.img) of each node, 1 to 16 (default 1).
+    /// Device files a node has beyond this number are used too.
+    #[arg(long, requires = "nodes", value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub devices_per_node: Option<u32>,
+    /// With --nodes: where the default pool's copies go: on different nodes (`host`, the
+    /// default), or only on different devices (`device`: with one node of several devices,
+    /// replicas 2 is RAID-10-like). Applies when the pool is created (first start).
+    #[arg(long, requires = "nodes", value_enum)]
+    pub failure_domain: Option<crate::pool::Domain>,
     /// With --nodes: the lease of each node's registration (how long after a node dies its
     /// devices count as down; a node stopped cleanly leaves at once), e.g. 4s (the default).
     #[arg(long, requires = "nodes", value_parser = crate::duration::parse_duration)]

@@ -1,8 +1,9 @@
 //! `basalt up --nodes N`: a local cluster of N storage node processes on one machine, for
 //! trying replication and failures with one command. This process starts its own etcd
 //! (`EtcdProcess`, on loopback ports chosen by the OS, data in `<data>/etcd`), then N
-//! `basalt node` children (`<data>/nodeK/`: the node's id, lock, log and device file
-//! `dev0.img`; each listens on 127.0.0.1 with a port chosen by the OS and may lead), waits until
+//! `basalt node` children (`<data>/nodeK/`: the node's id, lock, log and device files
+//! `dev0.img`.. (`--devices-per-node`); each listens on 127.0.0.1 with a port chosen by the OS
+//! and may lead), waits until
 //! every node is registered, creates the default pool and volume on first start, serves NBD
 //! through the client library and writes `<data>/cluster.json` for the CLI.
 //!
@@ -10,7 +11,9 @@
 //! once), then etcd. Every child gets SIGTERM from the kernel when this process dies, however
 //! it dies (`children.rs`). A child that dies while `up` runs is reported and not restarted:
 //! its devices go down once its lease expires, like a crashed host's. Started again on the
-//! same directory, the cluster serves the same data (same node ids, same devices).
+//! same directory, the cluster serves the same data (same node ids, same devices). A node
+//! added with `basalt node --join <data>` (`node_cmd.rs`) gets the next `nodeK` directory, so
+//! a later `up --nodes K` starts it with the others.
 
 use crate::children::{self, Supervised};
 use crate::clusterfile::{self, ClusterFile, NodeEntry};
@@ -51,7 +54,7 @@ const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(4);
 struct NodeChild {
     name: String,
     dir: PathBuf,
-    device: PathBuf,
+    devices: Vec<PathBuf>,
     id: NodeId,
     proc: Supervised,
     /// Its data-path address, once it printed that it serves (it is registered then).
@@ -75,7 +78,12 @@ pub async fn run(args: UpArgs, count: u32) -> anyhow::Result<()> {
         .with_context(|| format!("cannot create the data directory {}", data.display()))?;
     let _lock = up::lock(&data)?;
     refuse_single_node_dir(&data)?;
-    let replicas = replicas(args.replicas, count)?;
+    let per_node = args.devices_per_node.unwrap_or(1);
+    let domain = match args.failure_domain {
+        Some(crate::pool::Domain::Device) => FailureDomain::Device,
+        _ => FailureDomain::Host,
+    };
+    let replicas = replicas(args.replicas, count, per_node, domain)?;
     let mut signals = Signals::new()?;
     wait_for_leftovers(&data).await?;
     let mut etcd = EtcdProcess::start_with(EtcdOptions {
@@ -87,7 +95,7 @@ pub async fn run(args: UpArgs, count: u32) -> anyhow::Result<()> {
     .context("cannot start etcd (is Debian's etcd-server installed?)")?;
     let mut nodes = Vec::new();
     let started = tokio::select! {
-        r = start(&args, &data, count, replicas, &etcd, &mut nodes) => Some(r),
+        r = start(&args, &data, (count, per_node), (replicas, domain), &etcd, &mut nodes) => Some(r),
         _ = signals.recv() => None,
     };
     let outcome = match started {
@@ -112,8 +120,8 @@ pub async fn run(args: UpArgs, count: u32) -> anyhow::Result<()> {
 async fn start(
     args: &UpArgs,
     data: &Path,
-    count: u32,
-    replicas: u8,
+    (count, per_node): (u32, u32),
+    (replicas, domain): (u8, FailureDomain),
     etcd: &EtcdProcess,
     nodes: &mut Vec<NodeChild>,
 ) -> anyhow::Result<Running> {
@@ -124,21 +132,25 @@ async fn start(
             .with_context(|| format!("cannot reach the cluster's etcd at {endpoint}"))?,
     );
     // The default size is computed only when a device file is missing (first start).
-    let missing = (1..=count).any(|k| !device_path(&data.join(format!("node{k}"))).exists());
+    let missing = (1..=count).any(|k| {
+        device_paths(&data.join(format!("node{k}")), per_node)
+            .iter()
+            .any(|d| !d.exists())
+    });
     let size = match args.device_size {
         Some(s) => s,
-        None if missing => up::default_device_size_of(data, count)?,
+        None if missing => up::default_device_size_of(data, count * per_node)?,
         None => 0,
     };
     warn_unstarted(data, count);
     for k in 1..=count {
-        nodes.push(start_node(args, data, k, &endpoint, size).await?);
+        nodes.push(start_node(args, data, k, per_node, &endpoint, size).await?);
     }
     for node in nodes.iter_mut() {
         wait_ready(node).await?;
     }
     let catalog = Catalog::new(store.clone());
-    let pool = ensure_pool(&catalog, args, count, replicas).await?;
+    let pool = ensure_pool(&catalog, args, count * per_node, (replicas, domain)).await?;
     let config = ClusterConfig {
         op_timeout: args.io_timeout,
         ..ClusterConfig::default()
@@ -200,15 +212,32 @@ async fn serve(
     Ok(())
 }
 
-/// The default pool's copies: `--replicas`, else 3, or fewer with fewer nodes. Copies go to
-/// different hosts (here: nodes), so there cannot be more copies than nodes.
-fn replicas(asked: Option<u8>, nodes: u32) -> anyhow::Result<u8> {
-    let r = asked.unwrap_or(u8::try_from(nodes.min(3)).expect("at most 3"));
-    if u32::from(r) > nodes {
-        bail!(
-            "--replicas {r} needs at least {r} nodes (every copy on another node); pass \
-             --nodes {r}, or fewer --replicas"
-        );
+/// The default pool's copies: `--replicas`, else 3, or fewer with fewer failure domains.
+/// Copies go to different hosts (here: nodes), or with failure domain `device` to different
+/// devices, so there cannot be more copies than those.
+fn replicas(
+    asked: Option<u8>,
+    nodes: u32,
+    per_node: u32,
+    domain: FailureDomain,
+) -> anyhow::Result<u8> {
+    let domains = match domain {
+        FailureDomain::Host => nodes,
+        FailureDomain::Device => nodes * per_node,
+    };
+    let r = asked.unwrap_or(u8::try_from(domains.min(3)).expect("at most 3"));
+    if u32::from(r) > domains {
+        match domain {
+            FailureDomain::Host => bail!(
+                "--replicas {r} needs at least {r} nodes (every copy on another node); pass \
+                 --nodes {r}, fewer --replicas, or --failure-domain device with enough \
+                 --devices-per-node"
+            ),
+            FailureDomain::Device => bail!(
+                "--replicas {r} needs at least {r} devices (every copy on another device); \
+                 pass more --nodes or --devices-per-node, or fewer --replicas"
+            ),
+        }
     }
     Ok(r)
 }
@@ -221,13 +250,14 @@ fn default_pg_count(devices: u32, replicas: u8) -> u32 {
     (1u32 << exp as u32).min(MAX_PG_COUNT)
 }
 
-/// Creates pool `default` on first start (copies on different nodes, `min_size` the pool
-/// code's default); an existing one is kept as it is.
+/// Creates pool `default` on first start (copies on different nodes, or devices with
+/// `--failure-domain device`; `min_size` the pool code's default); an existing one is kept as
+/// it is.
 async fn ensure_pool(
     catalog: &Catalog,
     args: &UpArgs,
-    nodes: u32,
-    replicas: u8,
+    devices: u32,
+    (replicas, domain): (u8, FailureDomain),
 ) -> anyhow::Result<PoolRecord> {
     if let Some(pool) = catalog.get_pool_by_name("default").await? {
         if args.replicas.is_some_and(|r| r != pool.replicas) {
@@ -241,10 +271,10 @@ async fn ensure_pool(
     }
     let mut spec = PoolSpec::new("default");
     spec.replicas = replicas;
-    spec.failure_domain = FailureDomain::Host;
+    spec.failure_domain = domain;
     spec.pg_count = args
         .pg_count
-        .unwrap_or_else(|| default_pg_count(nodes, replicas));
+        .unwrap_or_else(|| default_pg_count(devices, replicas));
     Ok(catalog.create_pool(&spec).await?)
 }
 
@@ -254,14 +284,14 @@ async fn start_node(
     args: &UpArgs,
     data: &Path,
     k: u32,
+    per_node: u32,
     endpoint: &str,
     size: u64,
 ) -> anyhow::Result<NodeChild> {
     let name = format!("node{k}");
     let dir = data.join(&name);
     wait_dir_free(&dir).await?;
-    let device = device_path(&dir);
-    let device_arg = device_arg(&device, size)?;
+    let devices = device_paths(&dir, per_node);
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -271,8 +301,11 @@ async fn start_node(
     let mut cmd = tokio::process::Command::new(exe);
     let ttl = args.lease_ttl.unwrap_or(DEFAULT_LEASE_TTL);
     cmd.args(["node", "--etcd", endpoint, "--name", &name])
-        .args(["--listen", "127.0.0.1:0", "--device", &device_arg])
-        .args(["--io", io_name(args.io)])
+        .args(["--listen", "127.0.0.1:0"]);
+    for device in &devices {
+        cmd.args(["--device", &device_arg(device, size)?]);
+    }
+    cmd.args(["--io", io_name(args.io)])
         .args(["--lease-ttl", &millis(ttl)])
         .args(["--down-out-interval", &millis(args.down_out_interval)])
         .args(["--scrub-rate", &args.scrub_rate.to_string()])
@@ -294,7 +327,7 @@ async fn start_node(
     Ok(NodeChild {
         name,
         dir,
-        device,
+        devices,
         id,
         proc,
         ready: Some(ready),
@@ -302,9 +335,16 @@ async fn start_node(
     })
 }
 
-/// The device file of the node whose directory is `dir`.
-fn device_path(dir: &Path) -> PathBuf {
-    dir.join("dev0.img")
+/// The device files of the node whose directory is `dir`: `dev0.img` .. `dev<per_node - 1>.img`,
+/// and any further `devJ.img` it already has (a device is never left out).
+pub(crate) fn device_paths(dir: &Path, per_node: u32) -> Vec<PathBuf> {
+    let mut count = per_node.max(1);
+    while dir.join(format!("dev{count}.img")).exists() {
+        count += 1;
+    }
+    (0..count)
+        .map(|j| dir.join(format!("dev{j}.img")))
+        .collect()
 }
 
 /// `--device` of a node: the file, with the size to create it with on first start.
@@ -457,7 +497,7 @@ async fn wait_for_leftovers(data: &Path) -> anyhow::Result<()> {
 }
 
 /// The nodeK directories of a data directory, by K.
-fn node_dirs(data: &Path) -> Vec<u32> {
+pub(crate) fn node_dirs(data: &Path) -> Vec<u32> {
     let Ok(entries) = std::fs::read_dir(data) else {
         return Vec::new();
     };
@@ -549,13 +589,15 @@ async fn banner(
             .filter(|d| d.node == n.id)
             .map(|d| d.capacity)
             .sum();
+        let paths: Vec<String> = n.devices.iter().map(|d| d.display().to_string()).collect();
         println!(
-            "  {} ({}): pid {}, listening on {}, device {} ({}), log {}",
+            "  {} ({}): pid {}, listening on {}, device{} {} ({}), log {}",
             n.name,
             n.id,
             n.proc.pid,
             n.addr,
-            n.device.display(),
+            if paths.len() == 1 { "" } else { "s" },
+            paths.join(", "),
             format_size_approx(capacity),
             n.dir.join("node.log").display()
         );
@@ -568,12 +610,16 @@ async fn banner(
     );
     let p = &running.pool;
     println!(
-        "  pool {}: {} cop{} (min_size {}), {} PGs, copies on different nodes",
+        "  pool {}: {} cop{} (min_size {}), {} PGs, copies on different {}",
         p.name,
         p.replicas,
         if p.replicas == 1 { "y" } else { "ies" },
         p.min_size,
-        p.pg_count
+        p.pg_count,
+        match p.failure_domain {
+            FailureDomain::Host => "nodes",
+            FailureDomain::Device => "devices",
+        }
     );
     up::print_durability(args);
     up::print_exports(&running.cluster, running.gateway.addr).await?;
@@ -604,11 +650,18 @@ mod tests {
 
     #[test]
     fn replicas_default_to_three_and_never_exceed_the_nodes() {
-        assert_eq!(replicas(None, 5).unwrap(), 3);
-        assert_eq!(replicas(None, 2).unwrap(), 2);
-        assert_eq!(replicas(None, 1).unwrap(), 1);
-        assert_eq!(replicas(Some(1), 3).unwrap(), 1);
-        let e = replicas(Some(3), 2).unwrap_err().to_string();
+        let host = FailureDomain::Host;
+        assert_eq!(replicas(None, 5, 1, host).unwrap(), 3);
+        assert_eq!(replicas(None, 2, 1, host).unwrap(), 2);
+        assert_eq!(replicas(None, 1, 1, host).unwrap(), 1);
+        assert_eq!(replicas(Some(1), 3, 1, host).unwrap(), 1);
+        let e = replicas(Some(3), 2, 4, host).unwrap_err().to_string();
         assert!(e.contains("--replicas 3 needs at least 3 nodes"), "{e}");
+        // Copies on different devices: one node of several devices holds them all.
+        let device = FailureDomain::Device;
+        assert_eq!(replicas(None, 1, 2, device).unwrap(), 2);
+        assert_eq!(replicas(Some(2), 1, 3, device).unwrap(), 2);
+        let e = replicas(Some(3), 1, 2, device).unwrap_err().to_string();
+        assert!(e.contains("--replicas 3 needs at least 3 devices"), "{e}");
     }
 }

@@ -196,3 +196,63 @@ fn a_second_up_on_the_same_directory_is_refused() {
     c.disconnect();
     up.stop();
 }
+
+/// `basalt config`: set, read back (also as the nodes apply it, in `status`), unset; bad values
+/// are refused and change nothing. `basalt node --join` names why it cannot join.
+#[test]
+fn config_sets_the_recovery_throttle_and_refuses_bad_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = Up::start(dir.path(), &UpOptions::default());
+    let got = up.cli_json(&["config", "get"]);
+    assert_eq!(got["recovery_rate"], serde_json::Value::Null, "{got}");
+    up.cli_json(&["config", "set", "recovery-rate", "64MiB"]);
+    let got = up.cli_json(&["config", "set", "recovery-share", "30%"]);
+    assert_eq!(got["recovery_rate"], 64 << 20, "{got}");
+    assert_eq!(got["recovery_share"], 30, "{got}");
+    common::wait_until(
+        "the node to apply the throttle",
+        std::time::Duration::from_secs(30),
+        || {
+            let s = up.cli_json(&["status"]);
+            let limits = &s["nodes"][0]["status"]["recovery"]["limits"];
+            limits["bytes_per_sec"] == 64 << 20 && limits["share_percent"] == 30
+        },
+    );
+    fails_with(
+        &up,
+        &["config", "set", "recovery-share", "0%"],
+        "1% to 100%",
+    );
+    fails_with(
+        &up,
+        &["config", "set", "recovery-rate", "fast"],
+        "bad recovery-rate",
+    );
+    assert_eq!(up.cli_json(&["config", "get"]), got);
+    let got = up.cli_json(&["config", "unset", "recovery-rate"]);
+    assert_eq!(got["recovery_rate"], serde_json::Value::Null, "{got}");
+    assert_eq!(got["recovery_share"], 30, "{got}");
+
+    let data = up.dir.display().to_string();
+    let out = Command::new(BASALT)
+        .args(["node", "--join", &data])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("embedded store"),
+        "{err}"
+    );
+    let empty = tempfile::tempdir().unwrap();
+    let out = Command::new(BASALT)
+        .args(["node", "--join"])
+        .arg(empty.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("no running `basalt up`"),
+        "{err}"
+    );
+    up.stop();
+}

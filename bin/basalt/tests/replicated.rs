@@ -15,77 +15,23 @@
 
 mod common;
 
-use common::fio::{FioRun, io_bytes, max_write_latency};
-use common::nbd::NbdClient;
+use common::fio::{io_bytes, max_write_latency};
 use common::upcluster::UpCluster;
+use common::upio::{
+    IO_TIMEOUT, Run, WAIT, WRITER_OBJECTS, fio_args, io_across, kill_and_wait_down, nbd, since,
+    to_str, writer_objects,
+};
 use common::wait_until;
 use common::writer::{Log, Writer};
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
-/// `--lease-ttl` of the nodes: how long after a node dies its devices go down.
-const TTL: &str = "3s";
-/// `--io-timeout` of the gateway: an I/O waits this long before it fails (EIO).
-const IO_TIMEOUT: Duration = Duration::from_secs(60);
-const VOLUME: &str = "128MiB";
-/// fio writes (and checks) the first 48 MiB of the volume; the writer objects past 64 MiB.
-const FIO_SIZE: &str = "48m";
-const WRITER_FROM: u64 = 64 << 20;
-const WRITER_OBJECTS: usize = 16;
-const WAIT: Duration = Duration::from_secs(60);
-
 fn start(dir: &std::path::Path) -> UpCluster {
-    let timeout = format!("{}s", IO_TIMEOUT.as_secs());
-    let c = UpCluster::start(
-        dir,
-        3,
-        VOLUME,
-        &["--lease-ttl", TTL, "--io-timeout", &timeout],
-    );
+    let c = common::upio::start(dir, 3, &[]);
     let pool = c.up.cli_json(&["pool", "info", "default"]);
     assert_eq!(pool["replicas"], 3, "{pool}");
     assert_eq!(pool["min_size"], 2, "{pool}");
-    c.wait_clean(WAIT);
     c
-}
-
-/// fio over the first [`FIO_SIZE`] of the volume: random writes of mixed sizes, each block
-/// with a crc32c checksum that fio checks after writing (or only checks, `verify_only`).
-fn fio_args(c: &UpCluster, verify_only: bool) -> Vec<String> {
-    let mut args: Vec<String> = [
-        "--name=rep",
-        "--ioengine=nbd",
-        "--rw=randwrite",
-        "--bssplit=4k/50:64k/30:256k/20",
-        "--iodepth=16",
-        "--verify=crc32c",
-        "--randseed=17",
-        // Writes slow enough that a failure strikes while fio writes; checks at full speed.
-        "--rate=,6m",
-    ]
-    .map(String::from)
-    .to_vec();
-    args.push(format!("--size={FIO_SIZE}"));
-    args.push(format!("--uri={}", c.up.uri("vol0")));
-    if verify_only {
-        args.push("--verify_only".into());
-    }
-    args
-}
-
-fn nbd(c: &UpCluster) -> NbdClient {
-    NbdClient::connect(&c.up.nbd, "vol0").expect("connect to the gateway")
-}
-
-/// The writer's objects: past [`WRITER_FROM`], those whose PG `keep` accepts.
-fn writer_objects(c: &UpCluster, keep: impl Fn(usize) -> bool) -> Vec<u64> {
-    let first = WRITER_FROM / c.object_size;
-    let objects: Vec<u64> = (first..first * 2)
-        .filter(|&o| keep(c.pg_of(o)))
-        .take(WRITER_OBJECTS)
-        .collect();
-    assert_eq!(objects.len(), WRITER_OBJECTS, "not enough objects");
-    objects
 }
 
 /// A node of `candidates` that does not lead, else the first.
@@ -95,37 +41,6 @@ fn not_leader(c: &UpCluster, candidates: &[u64]) -> u64 {
         .iter()
         .find(|id| Some(**id) != leader)
         .unwrap_or(&candidates[0])
-}
-
-/// What a run of I/O across a failure saw.
-struct Run {
-    fio: Value,
-    log: Log,
-    nbd: NbdClient,
-}
-
-/// Runs fio (write and check) and the writer on `objects`, calls `strike` once both write, and
-/// waits until the writer is acknowledged again after `resumed` says the failure is in place
-/// (`strike` returns when it struck). fio must finish without an error.
-fn io_across(
-    c: &mut UpCluster,
-    objects: Vec<u64>,
-    strike: impl FnOnce(&mut UpCluster) -> Instant,
-) -> Run {
-    let writer = Writer::start(nbd(c), objects, c.object_size);
-    let mut fio = FioRun::start(&fio_args(c, false));
-    wait_until("fio and the writer to write", WAIT, || {
-        fio.percent().is_some_and(|p| p >= 15.0) && writer.peek(Log::acks) > 0
-    });
-    assert!(fio.running(), "fio finished before the failure");
-    let struck = strike(c);
-    wait_until("the writer acknowledged after the failure", WAIT, || {
-        writer.peek(|l| l.acks_sent_after(struck)) > 0
-    });
-    let fio = fio.finish(Duration::from_secs(180));
-    let (nbd, log) = writer.finish();
-    assert_eq!(log.errors(), Vec::new(), "failed writes");
-    Run { fio, log, nbd }
 }
 
 /// Prints the longest stalls fio and the writer saw, relative to `origin`.
@@ -147,23 +62,6 @@ fn report_stall(what: &str, run: &Run, origin: Instant) {
         "a write waited {:?}",
         slowest.latency()
     );
-}
-
-/// `t` relative to `origin`, signed.
-fn since(t: Instant, origin: Instant) -> String {
-    match t.checked_duration_since(origin) {
-        Some(d) => format!("+{d:.3?}"),
-        None => format!("-{:.3?}", origin - t),
-    }
-}
-
-/// Kills `victim` with SIGKILL; returns when, after waiting until its device is down.
-fn kill_and_wait_down(c: &mut UpCluster, victim: u64) -> Instant {
-    let at = Instant::now();
-    c.kill(victim);
-    let device = c.node(victim).device;
-    wait_until("the victim's device down", WAIT, || !c.device_up(device));
-    at
 }
 
 #[test]
@@ -214,10 +112,6 @@ fn a_replica_killed_during_fio_loses_nothing_and_is_caught_up_when_it_returns() 
     log.verify(&mut nbd, c.object_size);
     nbd.disconnect();
     c.stop();
-}
-
-fn to_str(args: &[String]) -> Vec<&str> {
-    args.iter().map(String::as_str).collect()
 }
 
 #[test]

@@ -130,7 +130,9 @@ fn three_node_processes_serve_survive_a_dead_node_and_restart_with_the_same_data
         "the default for 3 devices and 1 copy: {status}"
     );
     assert_eq!(pgs["active_clean"], pgs["total"], "{status}");
-    assert_eq!(status["recovery"], Value::Null);
+    assert_eq!(status["recovery"]["degraded_objects"], 0, "{status}");
+    assert_eq!(status["recovery"]["misplaced_objects"], 0, "{status}");
+    assert_eq!(status["recovery"]["eta_secs"], Value::Null, "{status}");
     let text = up.cli(&["status"]);
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(

@@ -48,6 +48,8 @@ pub enum MetaError {
     },
     #[error("invalid pool '{name}': {reason}")]
     InvalidPool { name: String, reason: String },
+    #[error("invalid setting: {0}")]
+    InvalidSetting(String),
     #[error("volume '{0}' already exists; pick another name or delete it first")]
     VolumeExists(String),
     #[error("volume '{0}' is being deleted; run the delete again to finish it")]

@@ -35,6 +35,8 @@ pub const PG_READY: &str = "/basalt/pg-ready/";
 pub const PG_HISTORY: &str = "/basalt/pg-history/";
 /// The leader record (attached to the leader's lease).
 pub const LEADER: &str = "/basalt/leader";
+/// The cluster-wide settings an operator changes at runtime (`basalt config set`).
+pub const SETTINGS: &str = "/basalt/settings";
 
 /// What an id counter counts. Ids of each kind start at 1 and are never reused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

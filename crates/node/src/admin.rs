@@ -4,6 +4,7 @@
 //! gateways in other processes can use it.
 
 use crate::pg::PgSummary;
+use crate::pg::throttle::NodeRecovery;
 use crate::service::NodeShared;
 use basalt_meta::MetaStore;
 use basalt_proto::{ErrorCode, Response, WireError};
@@ -29,6 +30,8 @@ pub enum AdminRequest {
     /// Set the background scrub's rate (bytes of object data per second; 0: off) until the node
     /// restarts. Answer: `Status`.
     SetScrubRate { bytes_per_sec: u64 },
+    /// What a device of the node holds of each PG (`Vec<HeldPg>`).
+    DevicePgs { device: DeviceId },
 }
 
 /// What `Status` returns.
@@ -76,6 +79,9 @@ pub struct NodeStatus {
     /// The PGs whose primary is a device of this node: state, missing objects, recovery.
     #[serde(default)]
     pub pgs: Vec<PgSummary>,
+    /// What the node's recovery moved, its rate over the last seconds, its throttle.
+    #[serde(default)]
+    pub recovery: NodeRecovery,
 }
 
 /// One device in [`NodeStatus`].
@@ -126,6 +132,16 @@ impl AdminHandler {
                 tracing::info!(bytes_per_sec, "background scrub rate set");
                 serde_json::to_vec(&self.status(node))
             }
+            AdminRequest::DevicePgs { device } => match node.pgs.held(device).await {
+                Some(Ok(held)) => serde_json::to_vec(&held),
+                Some(Err(e)) => return Err(WireError::new(ErrorCode::Internal, e.to_string())),
+                None => {
+                    return Err(WireError::new(
+                        ErrorCode::NotFound,
+                        format!("{device} is not a device of this node"),
+                    ));
+                }
+            },
         };
         let body = answer
             .map_err(|e| WireError::new(ErrorCode::Internal, format!("encoding answer: {e}")))?;
@@ -201,6 +217,7 @@ impl AdminHandler {
             scrubbed_objects: node.pgs.scrub.objects.load(Relaxed),
             devices,
             pgs: node.pgs.summaries(),
+            recovery: node.pgs.recovery(),
         }
     }
 }

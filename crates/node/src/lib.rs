@@ -60,6 +60,8 @@ pub use config::{
 };
 pub use error::NodeError;
 pub use node::Node;
+pub use pg::held::HeldPg;
 pub use pg::scrub::{PgScrub, ScrubReport};
+pub use pg::throttle::{Limits as RecoveryLimits, NodeRecovery, RateView};
 pub use pg::{PgStatusView, PgSummary, Tuning};
 pub use server::{MAX_IN_FLIGHT, MAX_IN_FLIGHT_BYTES};

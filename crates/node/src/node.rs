@@ -8,7 +8,7 @@ use crate::error::NodeError;
 use crate::lease::Fence;
 use crate::mapstate::MapState;
 use crate::peers::Peers;
-use crate::pg::{Ctx, Pgs};
+use crate::pg::{Ctx, Pgs, Recovery};
 use crate::server::Limits;
 use crate::service::{NodeService, NodeShared};
 use crate::volumes::Volumes;
@@ -81,6 +81,7 @@ impl Node {
             catalog: catalog.clone(),
             peers: peers.clone(),
             tuning: config.tuning.clone(),
+            recovery: Recovery::new(&config.tuning),
         });
         let pgs = Pgs::new(ctx, stores.clone());
         pgs.scrub
@@ -129,6 +130,11 @@ impl Node {
                 stop_rx.clone(),
             )),
             tokio::spawn(drive_pgs(shared.clone(), stop_rx.clone())),
+            tokio::spawn(crate::pg::throttle::follow(
+                catalog.clone(),
+                shared.pgs.ctx.recovery.throttle.clone(),
+                stop_rx.clone(),
+            )),
             tokio::spawn(volumes::follow(
                 catalog.clone(),
                 shared.clone(),

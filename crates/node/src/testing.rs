@@ -5,7 +5,7 @@ use crate::admin::AdminHandler;
 use crate::lease::Fence;
 use crate::mapstate::MapState;
 use crate::peers::Peers;
-use crate::pg::{Ctx, Pgs, Tuning};
+use crate::pg::{Ctx, Pgs, Recovery, Tuning};
 use crate::service::NodeShared;
 use crate::volumes::Volumes;
 use async_trait::async_trait;
@@ -58,6 +58,7 @@ pub(crate) fn shared(
             Duration::from_secs(5),
         )),
         tuning: Tuning::default(),
+        recovery: Recovery::new(&Tuning::default()),
     });
     Arc::new(NodeShared {
         id,

@@ -281,6 +281,89 @@ async fn a_new_node_is_backfilled_and_serves_what_moved_to_it() {
     n.shutdown().await;
 }
 
+/// Objects created while a new node is backfilled (after the walk listed their PG) reach it:
+/// once the PG moved, the new device serves them alone. Backfill runs slowly under the
+/// cluster-wide recovery throttle, which the nodes follow from the metadata store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_created_during_backfill_reach_the_new_member() {
+    let c = Cluster::new().await;
+    let a = c.node("a").await;
+    let b = c.node("b").await;
+    c.pool(2, 1).await;
+    c.map_where("every PG on both devices", |m| {
+        m.pools
+            .values()
+            .all(|p| p.pgs.iter().all(|pg| pg.acting.len() == 2))
+    })
+    .await;
+    until("every PG active", || all_active(&[&a, &b], false)).await;
+    let client = c.client().await;
+    let objects = 64;
+    let vol = c.volume(&client, "v", objects * OBJECT).await;
+    for i in (0..objects).step_by(2) {
+        vol.write(i * OBJECT, pattern(i, 1), false).await.unwrap();
+    }
+    // About one object per second per device: the walk is slow enough to write meanwhile.
+    c.catalog
+        .update_settings(|s| s.recovery_bytes_per_sec = Some(128 << 10))
+        .await
+        .unwrap();
+    until("the nodes follow the throttle", || {
+        [&a, &b]
+            .iter()
+            .all(|n| n.status().recovery.limits.bytes_per_sec == 128 << 10)
+    })
+    .await;
+    let n = c.node("n").await;
+    let new = device_of(&n);
+    // A walk that listed its PG and copied an object, with more to copy.
+    until("a backfill under way", || {
+        [&a, &b]
+            .iter()
+            .flat_map(|n| n.status().pgs)
+            .any(|p| p.backfilling > 0 && p.recovered_objects > 0 && p.misplaced_objects > 1)
+    })
+    .await;
+    // New objects, between those the walk listed.
+    for i in (1..objects).step_by(2) {
+        vol.write(i * OBJECT, pattern(i, 1), false).await.unwrap();
+    }
+    c.catalog
+        .update_settings(|s| s.recovery_bytes_per_sec = None)
+        .await
+        .unwrap();
+    let moved = c
+        .map_where("PGs acting on the new device", |m| {
+            m.pools
+                .values()
+                .all(|p| p.pgs.iter().all(|pg| pg.acting == pg.up))
+                && m.pools
+                    .values()
+                    .any(|p| p.pgs.iter().any(|pg| pg.acting.contains(&new)))
+        })
+        .await;
+    until("every PG clean", || all_active(&[&a, &b, &n], true)).await;
+    // Stop a: the PGs it shared with the new device are served by the new device alone.
+    let da = device_of(&a);
+    assert!(
+        moved
+            .pools
+            .values()
+            .flat_map(|p| p.pgs.iter())
+            .any(|pg| pg.acting.contains(&da) && pg.acting.contains(&new)),
+        "some PG is on a and the new device"
+    );
+    a.shutdown().await;
+    c.map_where("a down", |m| !m.is_up(da)).await;
+    until("every PG active on b and n", || {
+        all_active(&[&b, &n], false)
+    })
+    .await;
+    check_all(&vol, objects, |_| 1).await;
+    b.shutdown().await;
+    n.shutdown().await;
+}
+
 /// Deleting a volume of a replicated pool removes its objects from every member.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_volume_is_gone_from_every_member() {

@@ -11,6 +11,7 @@ pub mod netns;
 pub mod node;
 pub mod proxy;
 pub mod upcluster;
+pub mod upio;
 pub mod writer;
 
 use serde_json::Value;

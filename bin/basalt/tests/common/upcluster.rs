@@ -14,7 +14,10 @@ use std::time::{Duration, Instant};
 pub struct UpNode {
     pub name: String,
     pub id: u64,
+    /// Its first device.
     pub device: u64,
+    /// All its devices, by id.
+    pub devices: Vec<u64>,
     pub dir: PathBuf,
     /// Its command line (program first), read from /proc when `up` started it.
     cmdline: Vec<String>,
@@ -104,17 +107,13 @@ impl UpCluster {
             .map(|n| {
                 let id = n["id"].as_u64().unwrap();
                 let pid = n["pid"].as_u64().unwrap() as u32;
-                let device = status["nodes"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .find(|s| s["id"].as_u64() == Some(id))
-                    .map(|s| s["devices"][0]["id"].as_u64().unwrap())
-                    .expect("every node in status");
+                let devices = devices_in_status(&status, id);
+                assert!(!devices.is_empty(), "node {id} has no device in {status}");
                 UpNode {
                     name: n["name"].as_str().unwrap().to_string(),
                     id,
-                    device,
+                    device: devices[0],
+                    devices,
                     dir: PathBuf::from(n["data"].as_str().unwrap()),
                     cmdline: cmdline(pid),
                     pid: Some(pid),
@@ -145,6 +144,61 @@ impl UpCluster {
 
     fn node_mut(&mut self, id: u64) -> &mut UpNode {
         self.nodes.iter_mut().find(|n| n.id == id).expect("a node")
+    }
+
+    /// Starts another node that joins the running cluster (`basalt node --join`, its data in
+    /// the next free `nodeK` directory, one device the size of node1's); the test owns the
+    /// process. Returns once the map has its device up.
+    pub fn join(&mut self) -> u64 {
+        let k = self.nodes.len() + 1;
+        let dir = self.up.dir.join(format!("node{k}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = std::fs::File::create(dir.join("node.log")).unwrap();
+        let mut line: Vec<String> = vec![super::BASALT.into(), "node".into(), "--join".into()];
+        line.push(self.up.dir.display().to_string());
+        line.extend(["--data".into(), dir.display().to_string()]);
+        line.extend(["--lease-ttl".into(), super::upio::TTL.into()]);
+        let child = Command::new(&line[0])
+            .args(&line[1..])
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start a node that joins");
+        let pid = child.id();
+        let proc = Proc(child);
+        self._dump.0.push(dir.join("node.log"));
+        let mut id = 0;
+        wait_until("the new node's id", Duration::from_secs(60), || {
+            id = std::fs::read_to_string(dir.join("node.id"))
+                .ok()
+                .and_then(|t| t.trim().parse().ok())
+                .unwrap_or(0);
+            id > 0
+        });
+        let mut devices = Vec::new();
+        wait_until("the new node's device up", Duration::from_secs(60), || {
+            devices = self
+                .devices()
+                .iter()
+                .filter(|d| d["node"].as_u64() == Some(id) && d["up"] == true)
+                .map(|d| d["id"].as_u64().unwrap())
+                .collect();
+            !devices.is_empty()
+        });
+        // The device path exists now: started again, the node opens it (no size needed).
+        self.nodes.push(UpNode {
+            name: format!("node{k}"),
+            id,
+            device: devices[0],
+            devices,
+            dir,
+            cmdline: line,
+            pid: Some(pid),
+            proc: Some(proc),
+        });
+        id
     }
 
     /// SIGKILL to node `id`; returns once it is gone.
@@ -179,11 +233,11 @@ impl UpCluster {
             .expect("start the node again");
         node.pid = Some(child.id());
         node.proc = Some(Proc(child));
-        let device = node.device;
+        let devices = node.devices.clone();
         wait_until(
-            "the restarted node's device up",
+            "the restarted node's devices up",
             Duration::from_secs(60),
-            || self.device_up(device),
+            || devices.iter().all(|d| self.device_up(*d)),
         );
     }
 
@@ -353,6 +407,18 @@ impl UpCluster {
             });
         }
     }
+}
+
+/// The device ids of node `id` in `basalt status --json`.
+fn devices_in_status(status: &Value, id: u64) -> Vec<u64> {
+    status["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"].as_u64() == Some(id))
+        .and_then(|s| s["devices"].as_array())
+        .map(|ds| ds.iter().map(|d| d["id"].as_u64().unwrap()).collect())
+        .unwrap_or_default()
 }
 
 /// Whether `basalt status --json` says every PG is active and clean: in the map (every acting

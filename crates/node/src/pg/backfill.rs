@@ -51,9 +51,18 @@ impl Pg {
             .filter(|d| map.is_up(*d) && !entry.acting.contains(d))
             .filter(|d| !known.contains(d))
             .collect();
-        if targets.is_empty() && unreached.is_empty() {
+        // An up set whose members all serve already (the acting set in another order, or
+        // fewer of its members) needs no copy, only the report: else it stays remapped.
+        let complete = entry.acting != entry.up
+            && !entry.up.is_empty()
+            && entry
+                .up
+                .iter()
+                .all(|d| entry.acting.contains(d) && map.is_up(*d));
+        if targets.is_empty() && unreached.is_empty() && !complete {
             return Ok(());
         }
+        self.count_misplaced(generation).await?;
         for (member, cursor) in targets {
             self.backfill_one(ctx, generation, term, &member, cursor)
                 .await?;
@@ -71,6 +80,28 @@ impl Pg {
             .await
             .map_err(|e| e.to_string())?;
         tracing::info!(pg = %self.id, up = ?entry.up, "backfill done: ready on the up set");
+        Ok(())
+    }
+
+    /// Gives every target that has no count yet the PG's size on the primary: what it still
+    /// lacks is that less what the backfill walked past (status shows it as misplaced).
+    async fn count_misplaced(&self, generation: u64) -> Result<(), String> {
+        let objects = self
+            .store
+            .pgs()
+            .await
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .find(|p| p.pg == self.id)
+            .map_or(0, |p| p.objects + p.tombstones);
+        let mut st = self.st.lock();
+        if st.generation == generation
+            && let Some(p) = st.primary.as_mut()
+        {
+            for t in p.targets.iter_mut().filter(|t| t.objects == 0) {
+                t.objects = objects;
+            }
+        }
         Ok(())
     }
 
@@ -123,10 +154,21 @@ impl Pg {
                     .await?;
                 cursor = Some(oid);
             }
-            self.mark_target(ctx, &map, term, dev, cursor).await?;
             if bound.is_none() {
                 break;
             }
+            self.copy_dirty(ctx, &map, generation, term, dev, cursor)
+                .await?;
+            self.mark_target(ctx, &map, term, dev, cursor).await?;
+        }
+        // Objects written past the cursor that no listing showed (created after the last page
+        // was listed): copied, and the target done (every later write reaches it) once none
+        // is left.
+        if !self
+            .copy_dirty(ctx, &map, generation, term, dev, None)
+            .await?
+        {
+            return Ok(());
         }
         // Complete now: it holds the primary's objects, and every write since reached it.
         let info = MemberInfo {
@@ -141,15 +183,56 @@ impl Pg {
             info,
         };
         ask(ctx, &map, dev, &msg).await?;
-        let mut st = self.st.lock();
-        if st.generation == generation
-            && let Some(p) = st.primary.as_mut()
-            && let Some(t) = p.targets.iter_mut().find(|t| t.member.dev == dev)
-        {
-            t.done = true;
-        }
         tracing::info!(pg = %self.id, device = %dev, "backfill of one target done");
         Ok(())
+    }
+
+    /// Copies again the objects written past the target's cursor that are now at or below
+    /// `upto` (`None`: all of them, then marks the target done, in the same critical section
+    /// as the check that none is left, so no write falls between). Returns false when the
+    /// generation ended.
+    #[allow(clippy::too_many_arguments)]
+    async fn copy_dirty(
+        self: &Arc<Self>,
+        ctx: &Arc<Ctx>,
+        map: &ClusterMap,
+        generation: u64,
+        term: Term,
+        dev: DeviceId,
+        upto: Option<ObjectId>,
+    ) -> Result<bool, String> {
+        loop {
+            let oids: Vec<ObjectId> = {
+                let mut st = self.st.lock();
+                if st.generation != generation {
+                    return Ok(false);
+                }
+                let Some(t) = st
+                    .primary
+                    .as_mut()
+                    .and_then(|p| p.targets.iter_mut().find(|t| t.member.dev == dev))
+                else {
+                    return Ok(false);
+                };
+                let oids: Vec<ObjectId> = t
+                    .dirty
+                    .iter()
+                    .filter(|o| upto.is_none_or(|u| **o <= u))
+                    .copied()
+                    .collect();
+                if oids.is_empty() {
+                    if upto.is_none() {
+                        t.done = true;
+                    }
+                    return Ok(true);
+                }
+                oids
+            };
+            for oid in oids {
+                self.backfill_object(ctx, map, generation, term, dev, oid, None)
+                    .await?;
+            }
+        }
     }
 
     /// Makes `oid` on the target equal to the primary's (writes to it wait meanwhile), then
@@ -165,6 +248,8 @@ impl Pg {
         oid: ObjectId,
         theirs: Option<Held>,
     ) -> Result<(), String> {
+        // Throttled before the object is marked busy: writes to it wait only while it moves.
+        ctx.recovery.throttle.admit(self.dev).await;
         {
             let mut st = self.st.lock();
             if st.generation != generation {
@@ -174,7 +259,13 @@ impl Pg {
                 p.busy.insert(oid);
             }
         }
+        let started = tokio::time::Instant::now();
         let result = self.copy_object(ctx, map, term, dev, oid, theirs).await;
+        if let Ok(bytes) = result {
+            ctx.recovery
+                .throttle
+                .spent(self.dev, bytes, started.elapsed());
+        }
         let mut st = self.st.lock();
         if st.generation == generation
             && let Some(p) = st.primary.as_mut()
@@ -183,11 +274,15 @@ impl Pg {
             if result.is_ok()
                 && let Some(t) = p.targets.iter_mut().find(|t| t.member.dev == dev)
             {
-                t.cursor = Some(oid);
+                // The copy read the object after every write of it so far (writes wait while
+                // it is busy; the read waits for held ones): it is current on the target.
+                t.dirty.remove(&oid);
+                t.cursor = t.cursor.max(Some(oid));
+                t.walked = t.walked.saturating_add(1);
             }
             p.release(&oid);
         }
-        result
+        result.map(|_| ())
     }
 
     async fn copy_object(
@@ -198,7 +293,7 @@ impl Pg {
         dev: DeviceId,
         oid: ObjectId,
         theirs: Option<Held>,
-    ) -> Result<(), String> {
+    ) -> Result<u64, String> {
         let mine = self
             .store
             .object_info(oid)
@@ -210,7 +305,7 @@ impl Pg {
             _ => false,
         };
         if same {
-            return Ok(());
+            return Ok(0);
         }
         if mine.is_none() {
             let msg = PeerMsg::Purge {
@@ -220,7 +315,7 @@ impl Pg {
                 oid,
             };
             ask(ctx, map, dev, &msg).await?;
-            return Ok(());
+            return Ok(0);
         }
         let (meta, data) = ImageMeta::of(
             self.store
@@ -228,12 +323,15 @@ impl Pg {
                 .await
                 .map_err(|e| e.to_string())?,
         );
+        let bytes = data.len() as u64;
         self.put(ctx, map, dev, term, oid, meta, data).await?;
+        ctx.recovery.rate.record(1, bytes);
         let mut st = self.st.lock();
         if let Some(p) = st.primary.as_mut() {
             p.recovered_objects += 1;
+            p.recovered_bytes += bytes;
         }
-        Ok(())
+        Ok(bytes)
     }
 
     /// Persists the target's backfill state (and lets it accept the term's writes).

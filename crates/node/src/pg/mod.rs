@@ -16,6 +16,7 @@
 
 mod authority;
 mod backfill;
+pub(crate) mod held;
 pub(crate) mod info;
 pub(crate) mod messages;
 mod peering;
@@ -25,6 +26,7 @@ mod recovery;
 pub(crate) mod repair;
 pub(crate) mod replica;
 pub mod scrub;
+pub(crate) mod throttle;
 
 use crate::mapstate::MapState;
 use crate::peers::Peers;
@@ -48,13 +50,37 @@ pub(crate) struct Ctx {
     pub catalog: Catalog,
     pub peers: Arc<Peers>,
     pub tuning: Tuning,
+    /// The recovery throttle and what recovery moved.
+    pub recovery: Recovery,
+}
+
+/// The node's recovery throttle (following the cluster settings) and counters.
+pub(crate) struct Recovery {
+    pub throttle: Arc<throttle::Throttle>,
+    pub rate: throttle::RecoveryRate,
+}
+
+impl Recovery {
+    pub fn new(tuning: &Tuning) -> Recovery {
+        Recovery {
+            throttle: Arc::new(throttle::Throttle::new(throttle::Limits {
+                bytes_per_sec: tuning.recovery_bytes_per_sec,
+                share_percent: tuning.recovery_share_percent,
+            })),
+            rate: throttle::RecoveryRate::default(),
+        }
+    }
 }
 
 /// Settings of recovery and peering.
 #[derive(Clone, Debug)]
 pub struct Tuning {
-    /// Bytes per second recovery and backfill may move, per PG primary (0: unlimited).
+    /// Bytes per second the recovery and backfill driven by one device may move (0:
+    /// unlimited), unless the cluster settings say otherwise (`pg/throttle.rs`).
     pub recovery_bytes_per_sec: u64,
+    /// Percent of a device's time its recovery and backfill may keep it busy (1..=100), unless
+    /// the cluster settings say otherwise.
+    pub recovery_share_percent: u8,
     /// Objects a PG recovers or backfills at once.
     pub recovery_parallel: usize,
     /// How long an incomplete PG waits before peering again on its own.
@@ -69,6 +95,7 @@ impl Default for Tuning {
     fn default() -> Self {
         Tuning {
             recovery_bytes_per_sec: 256 << 20,
+            recovery_share_percent: 100,
             recovery_parallel: 4,
             retry: Duration::from_secs(1),
             scrub_start_delay: Duration::from_secs(30),
@@ -135,6 +162,14 @@ pub(crate) struct Target {
     /// Objects up to and including this one are current on the target (None: none yet).
     pub cursor: Option<ObjectId>,
     pub done: bool,
+    /// Objects and tombstones of the PG on the primary when its backfill began (0: not yet).
+    pub objects: u64,
+    /// Objects walked past since then.
+    pub walked: u64,
+    /// Objects written past the cursor since their last copy (the write did not reach the
+    /// target): copied again before the cursor is persisted past them and before the target
+    /// is done, so an object created after the walk listed its page is not skipped.
+    pub dirty: BTreeSet<ObjectId>,
 }
 
 impl Target {
@@ -175,6 +210,10 @@ pub(crate) struct Primary {
     pub min_size: usize,
     /// Up-set members: the PG is clean when they all serve and nothing is missing.
     pub up: Vec<DeviceId>,
+    /// The up-set members that were up in the map this primary started from: one coming up
+    /// later (a new node's device, placed before its node registered) makes the primary start
+    /// over, so it becomes a backfill target.
+    pub live_up: Vec<DeviceId>,
     pub acting: Vec<DeviceId>,
     pub clean: bool,
     /// Recovery counters (objects and bytes moved since activation).
@@ -328,6 +367,7 @@ impl Pgs {
                 Some(p) => {
                     p.term.interval != entry.since
                         || p.up != entry.up
+                        || p.live_up != live_up(map, entry)
                         || p.acting != entry.acting
                         || matches!(p.status, Status::Incomplete(_))
                 }
@@ -347,6 +387,11 @@ impl Pgs {
             pg.stop_primary();
         }
     }
+}
+
+/// The members of the PG's up set that are up in `map`.
+fn live_up(map: &ClusterMap, entry: &PgMap) -> Vec<DeviceId> {
+    entry.up.iter().copied().filter(|d| map.is_up(*d)).collect()
 }
 
 impl Pg {
@@ -389,6 +434,7 @@ impl Pg {
                 waiters: HashMap::new(),
                 min_size: min_size.max(1),
                 up: entry.up.clone(),
+                live_up: live_up(map, entry),
                 acting: entry.acting.clone(),
                 clean: false,
                 recovered_objects: 0,
@@ -504,6 +550,13 @@ pub struct PgSummary {
     #[serde(flatten)]
     pub status: PgStatusView,
     pub missing_objects: u64,
+    /// Copies missing on serving members (each missing object once per member lacking it).
+    #[serde(default)]
+    pub degraded_objects: u64,
+    /// Objects backfill targets still lack (an estimate: the PG's size on the primary when
+    /// the backfill began, less what it walked past since).
+    #[serde(default)]
+    pub misplaced_objects: u64,
     pub backfilling: usize,
     pub clean: bool,
     pub recovered_objects: u64,
@@ -543,6 +596,14 @@ impl Pgs {
             .fold(0, u64::saturating_add)
     }
 
+    /// What this node's recovery moved, how fast, and its throttle.
+    pub fn recovery(&self) -> throttle::NodeRecovery {
+        throttle::NodeRecovery {
+            rate: self.ctx.recovery.rate.view(),
+            limits: self.ctx.recovery.throttle.limits(),
+        }
+    }
+
     /// What this node's primaries report.
     pub fn summaries(&self) -> Vec<PgSummary> {
         let mut out = Vec::new();
@@ -564,6 +625,13 @@ impl Pgs {
                     why,
                 },
                 missing_objects: p.missing.len() as u64,
+                degraded_objects: p.missing.values().map(|m| m.need.len() as u64).sum(),
+                misplaced_objects: p
+                    .targets
+                    .iter()
+                    .filter(|t| !t.done)
+                    .map(|t| t.objects.saturating_sub(t.walked))
+                    .sum(),
                 backfilling: p.targets.iter().filter(|t| !t.done).count(),
                 clean: p.clean,
                 recovered_objects: p.recovered_objects,
@@ -599,6 +667,7 @@ impl Pg {
             waiters: HashMap::new(),
             min_size: 1,
             up: vec![self.dev],
+            live_up: vec![self.dev],
             acting: vec![self.dev],
             clean: true,
             recovered_objects: 0,

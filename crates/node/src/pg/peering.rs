@@ -523,6 +523,9 @@ impl Pg {
                 member: Member { dev, link },
                 cursor,
                 done: false,
+                objects: 0,
+                walked: 0,
+                dirty: Default::default(),
             });
         }
         Ok(out)

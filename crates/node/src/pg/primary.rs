@@ -214,6 +214,10 @@ impl Pg {
                         },
                     })
                 };
+                // A target that does not get the write copies the object again later.
+                for t in p.targets.iter_mut().filter(|t| !t.covers(&oid)) {
+                    t.dirty.insert(oid);
+                }
                 let members = p.members.iter().cloned();
                 let targets = p
                     .targets

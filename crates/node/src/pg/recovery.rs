@@ -1,7 +1,8 @@
 //! Recovery: objects that serving members lack after peering (they were away while the PG
-//! changed) are copied from a device holding the authoritative version, a few at a time and at
-//! a bounded rate. Writes to such an object wait until it is recovered (every member must hold
-//! the object before it takes a write), reads on the primary too when the primary lacks it.
+//! changed) are copied from a device holding the authoritative version, a few at a time, as
+//! the recovery throttle allows (`throttle.rs`). Writes to such an object wait until it is
+//! recovered (every member must hold the object before it takes a write), reads on the primary
+//! too when the primary lacks it.
 //!
 //! Then the PG settles: members learn how far they are complete (so the next peering compares
 //! less), and when every up-set member serves and nothing is missing the PG is clean: its
@@ -28,8 +29,12 @@ impl Pg {
         ctx: &Arc<Ctx>,
         generation: u64,
     ) -> Result<(), String> {
-        let mut pace = Pace::new(ctx.tuning.recovery_bytes_per_sec);
         loop {
+            if !self.has_missing(generation) {
+                return Ok(());
+            }
+            // Throttled before objects are picked: writes to them wait only while they move.
+            ctx.recovery.throttle.admit(self.dev).await;
             let (term, batch) = {
                 let mut st = self.st.lock();
                 if st.generation != generation {
@@ -54,13 +59,14 @@ impl Pg {
                 return Ok(());
             }
             let map = ctx.maps.map();
+            let started = Instant::now();
             let results = futures::future::join_all(
                 batch
                     .iter()
                     .map(|(oid, m)| self.recover_one(ctx, &map, term, *oid, m)),
             )
             .await;
-            let mut moved = 0;
+            let (mut moved, mut objects) = (0, 0);
             let mut failure = None;
             {
                 let mut st = self.st.lock();
@@ -76,6 +82,7 @@ impl Pg {
                             p.recovered_objects += 1;
                             p.recovered_bytes += bytes;
                             moved += bytes;
+                            objects += 1;
                         }
                         Err(e) => failure = Some(format!("{oid}: {e}")),
                     }
@@ -83,11 +90,20 @@ impl Pg {
                 }
             }
             self.changed.notify_waiters();
+            ctx.recovery
+                .throttle
+                .spent(self.dev, moved, started.elapsed());
+            ctx.recovery.rate.record(objects, moved);
             if let Some(e) = failure {
                 return Err(e);
             }
-            pace.spent(moved).await;
         }
+    }
+
+    /// Whether objects are left to recover in `generation`.
+    fn has_missing(&self, generation: u64) -> bool {
+        let st = self.st.lock();
+        st.generation == generation && st.primary.as_ref().is_some_and(|p| !p.missing.is_empty())
     }
 
     /// Copies one object's authoritative image to every member that needs it; returns the bytes
@@ -348,34 +364,5 @@ impl Pg {
         }
         *trimmed = complete;
         Ok(())
-    }
-}
-
-/// Keeps recovery under a byte rate.
-struct Pace {
-    rate: u64,
-    start: Instant,
-    spent: u64,
-}
-
-impl Pace {
-    fn new(rate: u64) -> Pace {
-        Pace {
-            rate,
-            start: Instant::now(),
-            spent: 0,
-        }
-    }
-
-    async fn spent(&mut self, bytes: u64) {
-        if self.rate == 0 {
-            return;
-        }
-        self.spent += bytes;
-        let due = Duration::from_secs_f64(self.spent as f64 / self.rate as f64);
-        let elapsed = self.start.elapsed();
-        if due > elapsed {
-            tokio::time::sleep(due - elapsed).await;
-        }
     }
 }
