@@ -19,7 +19,9 @@
 //! lease, map and volume following; a clean stop finishes the requests in flight, `drain.rs`,
 //! and then revokes the lease so that the node leaves at once), `collect.rs` removes the
 //! objects of deleted volumes in the background, and `leader.rs` is the elected leader
-//! computing and publishing maps (input from `gather.rs`, woken by `changes.rs`).
+//! computing and publishing maps (input from `gather.rs`, woken by `changes.rs`; nodes its
+//! peers cannot reach marked down by `reports.rs`, from the failure reports each node's
+//! `heartbeat.rs` writes).
 //!
 //! Start here: [`Node::start`], then `service.rs`.
 
@@ -34,6 +36,7 @@ mod drain;
 pub mod error;
 mod flush;
 mod gather;
+mod heartbeat;
 mod identity;
 mod leader;
 mod lease;
@@ -42,6 +45,7 @@ mod node;
 mod peers;
 mod pg;
 mod read;
+mod reports;
 mod server;
 mod service;
 #[cfg(test)]
@@ -56,6 +60,8 @@ pub use config::{
     NodeConfig,
 };
 pub use error::NodeError;
+pub use heartbeat::HeartbeatConfig;
 pub use node::Node;
 pub use pg::{PgStatusView, PgSummary, Tuning};
+pub use reports::ReportRules;
 pub use server::{MAX_IN_FLIGHT, MAX_IN_FLIGHT_BYTES};

@@ -12,7 +12,7 @@ use crate::pg::{Ctx, Pgs};
 use crate::server::Limits;
 use crate::service::{NodeService, NodeShared};
 use crate::volumes::Volumes;
-use crate::{advertise, collect, devices, identity, leader, lease, server, volumes};
+use crate::{advertise, collect, devices, heartbeat, identity, leader, lease, server, volumes};
 use basalt_engine::DirLock;
 use basalt_meta::{Catalog, MetaStore, NodeRecord};
 use basalt_placement::ClusterMap;
@@ -125,6 +125,13 @@ impl Node {
                 stop_rx.clone(),
             )),
             tokio::spawn(drive_pgs(shared.clone(), stop_rx.clone())),
+            tokio::spawn(heartbeat::run(
+                catalog.clone(),
+                shared.clone(),
+                config.connector.clone(),
+                config.heartbeat.clone(),
+                stop_rx.clone(),
+            )),
             tokio::spawn(volumes::follow(
                 catalog.clone(),
                 shared.clone(),
@@ -166,6 +173,7 @@ impl Node {
                 ttl: config.lease_ttl,
                 down_out_interval: config.down_out_interval,
                 computations: computations.clone(),
+                reports: config.reports.clone(),
             };
             tasks.push(tokio::spawn(leader::run(catalog.clone(), cfg, stop_rx)));
         }
