@@ -7,9 +7,15 @@
 //! (`reports.rs`), which closes the gap the lease leaves: a node cut off from the other nodes
 //! but not from the metadata store keeps its lease.
 //!
+//! When a peer becomes suspected, and again when it answers again, the node's data link to it
+//! is dropped (`peers.rs`): a connection whose packets were dropped for a while may stay stuck
+//! long after the network healed (TCP retransmissions back off to many seconds), and peering
+//! and recovery must not wait on it.
+//!
 //! The node also notices when the map marks it down although it is registered (its peers
 //! report it) and logs it; its primaries stop serving like on any map that takes their PGs.
 
+use crate::peers::Peers;
 use crate::service::NodeShared;
 use basalt_link::{Connector, Link};
 use basalt_meta::{Catalog, LeaseId, MetaError};
@@ -65,8 +71,11 @@ struct Watcher {
     catalog: Catalog,
     shared: Arc<NodeShared>,
     connector: Arc<dyn Connector>,
+    peers: Arc<Peers>,
     cfg: HeartbeatConfig,
     heard: Heard,
+    /// The peers suspected in the last round.
+    suspected: BTreeSet<NodeId>,
     pingers: HashMap<NodeId, Pinger>,
     /// Peers this node reported, with the lease the report is under.
     reported: HashMap<NodeId, LeaseId>,
@@ -79,6 +88,7 @@ pub(crate) async fn run(
     catalog: Catalog,
     shared: Arc<NodeShared>,
     connector: Arc<dyn Connector>,
+    peers: Arc<Peers>,
     cfg: HeartbeatConfig,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -91,8 +101,10 @@ pub(crate) async fn run(
         catalog,
         shared,
         connector,
+        peers,
         cfg,
         heard: Arc::default(),
+        suspected: BTreeSet::new(),
         pingers: HashMap::new(),
         reported: HashMap::new(),
         marked_down: false,
@@ -104,6 +116,10 @@ pub(crate) async fn run(
         }
         w.sync_pingers();
         let suspects = w.suspects();
+        for peer in suspects.symmetric_difference(&w.suspected) {
+            w.peers.drop_link(*peer);
+        }
+        w.suspected.clone_from(&suspects);
         if let Err(e) = w.report(&suspects).await {
             tracing::debug!("updating failure reports: {e}");
         }

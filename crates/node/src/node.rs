@@ -129,6 +129,7 @@ impl Node {
                 catalog.clone(),
                 shared.clone(),
                 config.connector.clone(),
+                peers.clone(),
                 config.heartbeat.clone(),
                 stop_rx.clone(),
             )),
