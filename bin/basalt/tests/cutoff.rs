@@ -13,7 +13,7 @@
 mod common;
 
 use common::fio::max_write_latency;
-use common::netcluster::{NetCluster, NodeProc};
+use common::netcluster::{Gateway, NetCluster, NodeProc};
 use common::upcluster::pgs_clean;
 use common::wait_until;
 use common::writer::Log;
@@ -107,8 +107,17 @@ fn fio_report(out: &str) -> Value {
     serde_json::from_str(&out[start..]).expect("fio's JSON report")
 }
 
-#[test]
-fn a_primary_cut_off_from_the_other_nodes_but_not_from_etcd_is_marked_down_by_its_peers() {
+/// The cluster: three nodes, pool `default` (3 copies, `min_size` 2, [`PGS`] PGs), volume `v`
+/// of 32 MiB, a gateway on host `gw`.
+struct Setup {
+    c: NetCluster,
+    nodes: [NodeProc; 3],
+    gw: Gateway,
+    pool: basalt_types::PoolId,
+    volume: basalt_types::VolumeId,
+}
+
+fn setup() -> Setup {
     let c = NetCluster::start(&["etcd", "gw", "n1", "n2", "n3"], TTL);
     let nodes = [c.start_node("n1"), c.start_node("n2"), c.start_node("n3")];
     wait_until("three devices up", WAIT, || {
@@ -135,6 +144,32 @@ fn a_primary_cut_off_from_the_other_nodes_but_not_from_etcd_is_marked_down_by_it
         basalt_types::VolumeId(volume["id"].as_u64().unwrap()),
     );
     let gw = c.start_gateway("gw", IO_TIMEOUT);
+    Setup {
+        c,
+        nodes,
+        gw,
+        pool: pool_id,
+        volume: volume_id,
+    }
+}
+
+/// [`WRITER_OBJECTS`] objects of the second half of the volume whose PG's primary is `device`.
+fn objects_of(s: &Setup, primaries: &[u64], device: u64) -> Vec<u64> {
+    let objects: Vec<u64> = (128..256)
+        .filter(|&o| {
+            let oid = basalt_types::ObjectId::new(s.pool, s.volume, o);
+            primaries[basalt_placement::pg_of(&oid, PGS) as usize] == device
+        })
+        .take(WRITER_OBJECTS)
+        .collect();
+    assert_eq!(objects.len(), WRITER_OBJECTS);
+    objects
+}
+
+#[test]
+fn a_primary_cut_off_from_the_other_nodes_but_not_from_etcd_is_marked_down_by_its_peers() {
+    let s = setup();
+    let (c, nodes, gw) = (&s.c, &s.nodes, &s.gw);
     c.fio("gw", &fio_args(gw.addr, false, None));
 
     // The victim: the node whose device is primary of most PGs; the writer writes to its PGs.
@@ -144,14 +179,7 @@ fn a_primary_cut_off_from_the_other_nodes_but_not_from_etcd_is_marked_down_by_it
     let at = (0..3).max_by_key(|i| count(devices[*i])).unwrap();
     let victim = &nodes[at];
     let others: Vec<&NodeProc> = nodes.iter().filter(|n| n.id != victim.id).collect();
-    let objects: Vec<u64> = (128..256)
-        .filter(|&o| {
-            let oid = basalt_types::ObjectId::new(pool_id, volume_id, o);
-            primaries[basalt_placement::pg_of(&oid, PGS) as usize] == devices[at]
-        })
-        .take(WRITER_OBJECTS)
-        .collect();
-    assert_eq!(objects.len(), WRITER_OBJECTS);
+    let objects = objects_of(&s, &primaries, devices[at]);
     let lease = c.node_lease(victim.id).expect("the victim is registered");
     eprintln!(
         "primaries by device: {:?}; cutting {} (device {}) off from the other nodes",
@@ -165,7 +193,7 @@ fn a_primary_cut_off_from_the_other_nodes_but_not_from_etcd_is_marked_down_by_it
     let (cut, down, resumed, fio) = std::thread::scope(|s| {
         let fio = s.spawn(|| c.fio("gw", &fio_args(gw.addr, false, Some("1m"))));
         let before = writer.peek(Log::acks);
-        wait_until("fio and the writer to write on", WAIT, || {
+        wait_until("the writer to write on", WAIT, || {
             writer.peek(Log::acks) >= before + 10
         });
         let cut = Instant::now();
@@ -178,7 +206,7 @@ fn a_primary_cut_off_from_the_other_nodes_but_not_from_etcd_is_marked_down_by_it
             writer.peek(|l| l.acks_sent_after(cut)) > 0
         });
         let resumed = Instant::now();
-        let mut reporters = reported_by(&c, victim);
+        let mut reporters = reported_by(c, victim);
         reporters.sort();
         let mut expect: Vec<u64> = others.iter().map(|n| n.id).collect();
         expect.sort();
@@ -195,7 +223,7 @@ fn a_primary_cut_off_from_the_other_nodes_but_not_from_etcd_is_marked_down_by_it
     c.net.heal_all();
     c.wait_device(victim, "the victim's device up", true, WAIT);
     let up = Instant::now();
-    wait_until("every PG clean after the heal", WAIT, || clean(&c));
+    wait_until("every PG clean after the heal", WAIT, || clean(c));
     wait_until("the writer acknowledged after the heal", WAIT, || {
         writer.peek(|l| l.acks_sent_after(healed)) > 0
     });
@@ -238,4 +266,63 @@ fn a_primary_cut_off_from_the_other_nodes_but_not_from_etcd_is_marked_down_by_it
     let primaries = c.pg_primaries("default");
     assert!(primaries.contains(&devices[at]), "{primaries:?}");
     c.fio("gw", &fio_args(gw.addr, true, None));
+}
+
+/// One broken link: n1 and n2 cannot reach each other, both reach n3 and etcd. Each reports
+/// the other, neither has two reporters; once both reports stood for the broken-link delay
+/// (3 s) the leader marks the higher id of the two down, and the PGs whose primary is the
+/// other resume (they needed both). After the heal it is up again and caught up.
+#[test]
+fn one_broken_link_between_two_nodes_takes_one_of_them_down_and_io_resumes() {
+    let s = setup();
+    let (c, nodes, gw) = (&s.c, &s.nodes, &s.gw);
+    let mut pair = [&nodes[0], &nodes[1]];
+    pair.sort_by_key(|n| n.id);
+    let [keeper, victim] = pair;
+    let keeper_device = c.device_of(keeper).id;
+    let objects = objects_of(&s, &c.pg_primaries("default"), keeper_device);
+    let lease = c.node_lease(victim.id).expect("registered");
+    let writer = Writer::start(c.nbd("gw", gw, "v"), objects, OBJECT);
+    wait_until("the writer to write", WAIT, || writer.peek(Log::acks) > 0);
+
+    let cut = Instant::now();
+    c.net.cut(&keeper.host, &victim.host);
+    // Heartbeat grace, the broken-link delay, then the map and peering.
+    let limit = STALL_LIMIT + Duration::from_secs(3);
+    c.wait_device(victim, "the higher id of the two down", false, limit);
+    let down = Instant::now();
+    assert!(c.device_of(keeper).up, "only one of the two goes down");
+    wait_until("the writer acknowledged again", limit, || {
+        writer.peek(|l| l.acks_sent_after(cut)) > 0
+    });
+    let resumed = Instant::now();
+    assert_eq!(reported_by(c, victim), vec![keeper.id]);
+    assert_eq!(c.node_lease(victim.id), Some(lease), "it kept its lease");
+
+    let healed = Instant::now();
+    c.net.heal_all();
+    c.wait_device(victim, "the victim's device up", true, WAIT);
+    wait_until("every PG clean after the heal", WAIT, || clean(c));
+    wait_until("the writer acknowledged after the heal", WAIT, || {
+        writer.peek(|l| l.acks_sent_after(healed)) > 0
+    });
+    let (mut nbd, log) = writer.finish();
+    let slowest = log.slowest().unwrap();
+    eprintln!(
+        "STALL one broken link: the higher id down at {}, the writer acknowledged again by {}; \
+         its slowest write {:.3?}, sent at {} (the cut at 0); {} writes acknowledged",
+        since(down, cut),
+        since(resumed, cut),
+        slowest.latency(),
+        since(slowest.sent, cut),
+        log.acks(),
+    );
+    assert_eq!(log.errors(), Vec::new(), "failed writes");
+    assert!(
+        slowest.latency() < limit,
+        "a write waited {:?}",
+        slowest.latency()
+    );
+    log.verify(&mut nbd, OBJECT);
+    nbd.disconnect();
 }
