@@ -187,7 +187,7 @@ fn a_primary_cut_off_from_the_other_nodes_but_not_from_etcd_is_marked_down_by_it
         victim.host,
         devices[at]
     );
-    let writer = Writer::start(c.nbd("gw", &gw, "v"), objects, OBJECT);
+    let writer = Writer::start(c.nbd("gw", gw, "v"), objects, OBJECT);
     wait_until("the writer to write", WAIT, || writer.peek(Log::acks) > 0);
 
     let (cut, down, resumed, fio) = std::thread::scope(|s| {
