@@ -231,9 +231,9 @@ impl Watcher {
         tracing::warn!(
             epoch = %map.epoch,
             reporters,
-            "the map marks this node's devices down although it holds its lease: its peers \
-             report that they cannot reach it; it serves none of its PGs until they reach it \
-             again"
+            "the map marks this node's devices down although it holds its lease (reporters: \
+             the peers that report they cannot reach it); it serves none of its PGs until it \
+             is up in the map again"
         );
     }
 }
