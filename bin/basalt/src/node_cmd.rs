@@ -3,7 +3,7 @@
 use crate::up::{FormatArgs, IoArg};
 use anyhow::{Context, bail};
 use basalt_meta::EtcdStore;
-use basalt_node::{DeviceConfig, Node, NodeConfig};
+use basalt_node::{DeviceConfig, HeartbeatConfig, Node, NodeConfig, ReportRules};
 use basalt_types::size::parse_size;
 use clap::Args;
 use std::net::SocketAddr;
@@ -78,6 +78,26 @@ pub struct NodeArgs {
     /// The window of --checksum-error-limit, e.g. 10m.
     #[arg(long, value_parser = crate::duration::parse_duration, default_value = "10m")]
     pub checksum_error_window: Duration,
+    /// Time between two heartbeats (pings) this node sends to each other node.
+    #[arg(long, value_parser = crate::duration::parse_duration, default_value = "500ms")]
+    pub heartbeat_interval: Duration,
+    /// How long another node may leave every heartbeat unanswered before this node reports
+    /// it to the leader (0: no heartbeats, no reports).
+    #[arg(long, value_parser = crate::duration::parse_duration, default_value = "2s")]
+    pub heartbeat_grace: Duration,
+    /// While this node leads: how many live nodes must report another (it does not answer
+    /// their heartbeats) for its devices to be marked down although it holds its lease
+    /// (0: never).
+    #[arg(long, default_value_t = 2)]
+    pub min_down_reporters: usize,
+    /// While this node leads: how long a node marked down by reports stays down at least
+    /// (flap damping).
+    #[arg(long, value_parser = crate::duration::parse_duration, default_value = "10s")]
+    pub reported_down_for: Duration,
+    /// While this node leads: how long two nodes must have reported each other (one broken
+    /// link) before one of them is marked down.
+    #[arg(long, value_parser = crate::duration::parse_duration, default_value = "3s")]
+    pub broken_link_delay: Duration,
 }
 
 pub async fn run(mut args: NodeArgs) -> anyhow::Result<()> {
@@ -111,6 +131,15 @@ pub async fn run(mut args: NodeArgs) -> anyhow::Result<()> {
     config.scrub_bytes_per_sec = args.scrub_rate;
     config.checksum_error_limit = args.checksum_error_limit;
     config.checksum_error_window = args.checksum_error_window;
+    config.heartbeat = HeartbeatConfig {
+        interval: args.heartbeat_interval,
+        grace: args.heartbeat_grace,
+    };
+    config.reports = ReportRules {
+        min_reporters: args.min_down_reporters,
+        min_down: args.reported_down_for,
+        mutual_after: args.broken_link_delay,
+    };
     for spec in &args.devices {
         config.devices.push(DeviceConfig {
             force_format: args.format.force_format,

@@ -122,6 +122,9 @@ struct NodeView {
     /// The node's own report, when it answered.
     status: Option<NodeStatus>,
     error: Option<String>,
+    /// The live nodes that report they cannot reach it (failure reports); the leader marks
+    /// its devices down when enough of them do.
+    reported_by: Vec<u32>,
 }
 
 #[derive(Serialize)]
@@ -160,7 +163,12 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
     let map = cluster.map();
     let records = cluster.catalog().list_nodes().await?;
     let leader = cluster.catalog().leader().await?.map(|l| l.name);
-    let nodes = nodes(&cluster, &map, records, file.as_ref()).await;
+    let mut nodes = nodes(&cluster, &map, records, file.as_ref()).await;
+    for r in cluster.catalog().list_failure_reports().await? {
+        if let Some(n) = nodes.iter_mut().find(|n| n.id == r.accused.0) {
+            n.reported_by.push(r.reporter.0);
+        }
+    }
     let pools: Vec<PoolView> = cluster
         .list_pools()
         .await?
@@ -289,6 +297,7 @@ async fn nodes(
                     .collect(),
                 status,
                 error,
+                reported_by: Vec::new(),
             }
         })
         .collect()
@@ -368,6 +377,16 @@ fn print(s: &ClusterStatus) {
     print_pools(s);
 }
 
+/// `up`, `down`, ...; a registered node whose devices the leader marked down because its peers
+/// report it: `down (reported by N peers)`.
+fn state_label(n: &NodeView) -> String {
+    let marked_down = !n.devices.is_empty() && n.devices.iter().all(|d| !d.up);
+    if n.state != NodeState::Down && marked_down && !n.reported_by.is_empty() {
+        return format!("down (reported by {} peers)", n.reported_by.len());
+    }
+    format!("{:?}", n.state).to_lowercase()
+}
+
 fn print_nodes(s: &ClusterStatus) {
     let mut t = output::table(&[
         "NODE", "NAME", "STATE", "PID", "ADDRESS", "DEVICE", "I/O", "CAPACITY", "USED", "OBJECTS",
@@ -377,7 +396,7 @@ fn print_nodes(s: &ClusterStatus) {
         let head = [
             format!("node.{}", n.id),
             n.name.clone().unwrap_or_default(),
-            format!("{:?}", n.state).to_lowercase(),
+            state_label(n),
             n.pid.map(|p| p.to_string()).unwrap_or_default(),
             n.addr.clone().unwrap_or_default(),
         ];

@@ -37,6 +37,9 @@ pub const PG_HISTORY: &str = "/basalt/pg-history/";
 pub const LEADER: &str = "/basalt/leader";
 /// The cluster-wide settings an operator changes at runtime (`basalt config set`).
 pub const SETTINGS: &str = "/basalt/settings";
+/// Prefix of the failure reports (a node cannot reach another), each attached to the
+/// reporter's lease.
+pub const FAILURE_REPORTS: &str = "/basalt/failure-reports/";
 
 /// What an id counter counts. Ids of each kind start at 1 and are never reused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -105,6 +108,20 @@ pub fn pg_ready(pg: PgId) -> String {
 /// `/basalt/pg-history/<pool, 10 digits>/<pg, 10 digits>`
 pub fn pg_history(pg: PgId) -> String {
     format!("{PG_HISTORY}{:010}/{:010}", pg.pool.0, pg.pg)
+}
+
+/// `/basalt/failure-reports/<accused, 10 digits>/<reporter, 10 digits>`
+pub fn failure_report(reporter: NodeId, accused: NodeId) -> String {
+    format!("{FAILURE_REPORTS}{:010}/{:010}", accused.0, reporter.0)
+}
+
+/// `(reporter, accused)` in a key under [`FAILURE_REPORTS`].
+pub fn parse_failure_report(key: &str) -> Option<(NodeId, NodeId)> {
+    let (accused, reporter) = key.strip_prefix(FAILURE_REPORTS)?.split_once('/')?;
+    Some((
+        NodeId(reporter.parse().ok()?),
+        NodeId(accused.parse().ok()?),
+    ))
 }
 
 /// The chunk id in a key under [`MAP_CHUNKS`].
@@ -188,6 +205,10 @@ mod tests {
         };
         assert_eq!(pg_ready(pg), "/basalt/pg-ready/0000000001/0000000077");
         assert_eq!(parse_pg_ready(&pg_ready(pg)), Some(pg));
+        let report = failure_report(NodeId(2), NodeId(5));
+        assert_eq!(report, "/basalt/failure-reports/0000000005/0000000002");
+        assert_eq!(parse_failure_report(&report), Some((NodeId(2), NodeId(5))));
+        assert_eq!(parse_failure_report(&pg_ready(pg)), None);
         // Chunks sort before the header, so a listing or a poller meets them first.
         assert!(map_chunk(chunk).as_str() < MAP_HEADER);
         // No prefix is a prefix of another family (the legacy map key is only ever read
@@ -198,6 +219,8 @@ mod tests {
             (MAP, LEADER),
             (MAP, PG_READY),
             (POOLS, PG_READY),
+            (FAILURE_REPORTS, PG_READY),
+            (FAILURE_REPORTS, LEADER),
         ] {
             assert!(!a.starts_with(b) && !b.starts_with(a));
         }

@@ -12,7 +12,7 @@
 //! 2. [`keys`]: the whole key schema (docs/design/metadata-keys.md).
 //! 3. [`Catalog`] (catalog.rs): versioned JSON records and compare-and-swap helpers, with one
 //!    file per noun: pool.rs, volume.rs, node.rs (nodes and devices), map.rs (the cluster map:
-//!    a header and chunks), pg_ready.rs (PG-ready reports), leader.rs (election), settings.rs (cluster-wide settings),
+//!    a header and chunks), pg_ready.rs (PG-ready reports), leader.rs (election), settings.rs (cluster-wide settings), report.rs (failure reports),
 //!    volume_watch.rs (following volume records). lease.rs keeps a lease
 //!    alive ([`KeepAlive`]).
 //! 4. [`EtcdProcess`] (etcd_process.rs): a child etcd for `basalt up --etcd` and tests.
@@ -36,6 +36,7 @@ mod pg_history;
 mod pg_ready;
 mod pool;
 pub mod remote;
+mod report;
 mod settings;
 mod store;
 mod volume;
@@ -60,6 +61,7 @@ pub use pool::{
     FailureDomain, MAX_OBJECT_SIZE, MAX_PG_COUNT, MAX_REPLICAS, PoolRecord, PoolSpec,
     default_min_size,
 };
+pub use report::FailureReport;
 pub use settings::ClusterSettings;
 pub use store::{
     Compare, CompareOp, CompareTarget, KeyValue, LeaseId, Listing, MetaStore, Revision, Txn, TxnOp,

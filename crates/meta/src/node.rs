@@ -162,6 +162,15 @@ impl Catalog {
         Ok(self.read(&keys::node(id)).await?.map(|(rec, _)| rec))
     }
 
+    /// The lease that holds node `id`'s record now (`None`: it is not registered).
+    pub async fn node_lease(&self, id: NodeId) -> Result<Option<LeaseId>, MetaError> {
+        Ok(self
+            .store()
+            .get(&keys::node(id))
+            .await?
+            .and_then(|kv| kv.lease))
+    }
+
     /// Every live node, by id.
     pub async fn list_nodes(&self) -> Result<Vec<NodeRecord>, MetaError> {
         self.read_all(keys::NODES).await

@@ -1,6 +1,8 @@
 //! Node configuration.
 
+use crate::heartbeat::HeartbeatConfig;
 use crate::pg::Tuning;
+use crate::reports::ReportRules;
 use basalt_engine::IoMode;
 use basalt_link::{Connector, TcpConnector};
 use std::net::SocketAddr;
@@ -78,6 +80,10 @@ pub struct NodeConfig {
     pub connector: Arc<dyn Connector>,
     /// How long one peering or recovery message to another node may take.
     pub peer_timeout: Duration,
+    /// How this node pings the other nodes and reports those that do not answer.
+    pub heartbeat: HeartbeatConfig,
+    /// While leader: when failure reports mark a live node down.
+    pub reports: ReportRules,
     /// Recovery and backfill pacing.
     pub tuning: Tuning,
     /// Time between two passes of the collector that removes the objects of deleted volumes
@@ -131,6 +137,8 @@ impl NodeConfig {
             down_out_interval: DEFAULT_DOWN_OUT_INTERVAL,
             connector: Arc::new(TcpConnector),
             peer_timeout: Duration::from_secs(5),
+            heartbeat: HeartbeatConfig::default(),
+            reports: ReportRules::default(),
             tuning: Tuning::default(),
             collect_interval: DEFAULT_COLLECT_INTERVAL,
             collect_rate: DEFAULT_COLLECT_RATE,

@@ -2,17 +2,18 @@
 
 use basalt_meta::{Catalog, MetaError, OutReason, Revision};
 use basalt_placement::{DeviceInfo, NodeInfo, PlacementInput, PoolSpec};
-use basalt_types::PgId;
+use basalt_types::{NodeId, PgId};
 
 /// The placement input, and the PG-ready reports it includes (with their revisions, so that
-/// exactly those are deleted once considered).
+/// exactly those are deleted once considered), and the failure reports (reporter, accused).
 pub(crate) struct Gathered {
     pub input: PlacementInput,
     pub reports: Vec<(PgId, Revision)>,
+    pub failures: Vec<(NodeId, NodeId)>,
 }
 
 /// Every pool, every device (reported up or down by its node, in or out), every live node,
-/// every PG-ready report; `now` in unix seconds.
+/// every PG-ready report, every failure report; `now` in unix seconds.
 pub(crate) async fn gather(catalog: &Catalog, now: u64) -> Result<Gathered, MetaError> {
     let mut input = PlacementInput {
         now,
@@ -50,5 +51,15 @@ pub(crate) async fn gather(catalog: &Catalog, now: u64) -> Result<Gathered, Meta
         reports.push((r.pg, revision));
         input.ready.insert(r.pg, r.up);
     }
-    Ok(Gathered { input, reports })
+    let failures = catalog
+        .list_failure_reports()
+        .await?
+        .into_iter()
+        .map(|r| (r.reporter, r.accused))
+        .collect();
+    Ok(Gathered {
+        input,
+        reports,
+        failures,
+    })
 }

@@ -2,21 +2,25 @@
 //! placement of every pool from the registered pools, devices, live nodes and PG-ready reports,
 //! and publishes a new cluster map whenever that placement changes. It also applies the
 //! down-out rule: a device down longer than the down-out interval is marked out (and back in
-//! when it returns).
+//! when it returns); and the failure-report rule (`reports.rs`): the devices of a live node
+//! that enough peers cannot reach are down in the map.
 //!
-//! It recomputes when something under `pools/`, `nodes/`, `devices/` or `pg-ready/` changes
-//! (`changes.rs`), or when a down device reaches the interval; never on volume records or on
-//! its own map writes.
+//! It recomputes when something under `pools/`, `nodes/`, `devices/`, `pg-ready/` or
+//! `failure-reports/` changes (`changes.rs`), when a down device reaches the interval, or when
+//! a delay of the report rule ends; never on volume records or on its own map writes.
 
 use crate::changes::Changes;
 use crate::gather::{Gathered, gather};
+use crate::reports::{ReportRules, Reports};
 use basalt_meta::{Catalog, Leadership, MetaError, StoredMap};
 use basalt_placement::{ClusterMap, compute, down_out, named_chunks};
-use basalt_types::MapCodec;
+use basalt_types::{MapCodec, NodeId};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 /// How the leader runs.
 #[derive(Clone, Debug)]
@@ -29,6 +33,8 @@ pub(crate) struct LeaderConfig {
     pub down_out_interval: Duration,
     /// Counts map computations (tests check what triggers them).
     pub computations: Arc<AtomicU64>,
+    /// When live nodes are marked down by their peers' failure reports.
+    pub reports: ReportRules,
 }
 
 /// Campaigns for leadership until `stop`; while leader, keeps the map up to date.
@@ -66,6 +72,14 @@ const IDLE: Duration = Duration::from_secs(3600);
 /// The map as published and as stored (for the next publication's diff).
 type Current = Option<(ClusterMap, StoredMap)>;
 
+/// What the leader remembers between rounds.
+struct State {
+    current: Current,
+    reports: Reports,
+    /// The nodes marked down by reports in the last round, with their reporter counts.
+    reported_down: BTreeMap<NodeId, usize>,
+}
+
 async fn lead(
     catalog: &Catalog,
     leadership: &Leadership,
@@ -74,15 +88,17 @@ async fn lead(
 ) -> Result<(), MetaError> {
     // Watch first, then compute: no change can slip between the two.
     let mut changes = Changes::watch(catalog).await?;
-    let mut current = load(catalog).await?;
+    let mut state = State {
+        current: load(catalog).await?,
+        reports: Reports::default(),
+        reported_down: BTreeMap::new(),
+    };
     loop {
-        let next_due = step(catalog, leadership, cfg, &mut current).await?;
-        let wait = next_due.map_or(IDLE, |due| {
-            Duration::from_secs(due.saturating_sub(now_secs()))
-        });
+        let next_due = step(catalog, leadership, cfg, &mut state).await?;
+        let wake = next_due.unwrap_or_else(|| Instant::now() + IDLE);
         tokio::select! {
             _ = changes.next() => {}
-            _ = tokio::time::sleep(wait) => {}
+            _ = tokio::time::sleep_until(wake) => {}
             _ = leadership.lost() => return Ok(()),
             _ = stop.wait_for(|s| *s) => return Ok(()),
         }
@@ -100,15 +116,65 @@ async fn load(catalog: &Catalog) -> Result<Current, MetaError> {
     Ok(Some((map, stored)))
 }
 
-/// One round: compute, publish if changed, consume the PG-ready reports it considered, apply
-/// the down-out rule. Returns when (unix seconds) a down device next reaches the interval.
+/// One round: judge the failure reports, compute, publish if changed, consume the PG-ready
+/// reports it considered, apply the down-out rule. Returns when the next round is due without
+/// a change (a down device reaches the interval, a delay of the report rule ends).
 async fn step(
     catalog: &Catalog,
     leadership: &Leadership,
     cfg: &LeaderConfig,
+    state: &mut State,
+) -> Result<Option<Instant>, MetaError> {
+    let Gathered {
+        mut input,
+        reports,
+        failures,
+    } = gather(catalog, now_secs()).await?;
+    let live: BTreeSet<NodeId> = input.nodes.keys().copied().collect();
+    let verdict = state
+        .reports
+        .decide(&failures, &live, &cfg.reports, Instant::now());
+    log_verdict(&state.reported_down, &verdict.down);
+    for d in input.devices.values_mut() {
+        if verdict.down.contains_key(&d.node) {
+            d.up = false;
+        }
+    }
+    state.reported_down = verdict.down;
+    let due = publish(catalog, leadership, cfg, &mut state.current, input, reports).await?;
+    let due = due.map(|unix| Instant::now() + Duration::from_secs(unix.saturating_sub(now_secs())));
+    Ok(match (due, verdict.next_due) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    })
+}
+
+/// Logs the nodes that the report rule marks down or up again.
+fn log_verdict(before: &BTreeMap<NodeId, usize>, now: &BTreeMap<NodeId, usize>) {
+    for (node, reporters) in now {
+        if !before.contains_key(node) {
+            tracing::warn!(
+                %node,
+                reporters,
+                "marking the node's devices down: its peers cannot reach it (failure reports)"
+            );
+        }
+    }
+    for node in before.keys().filter(|n| !now.contains_key(n)) {
+        tracing::info!(%node, "no longer marked down by failure reports");
+    }
+}
+
+/// Computes and publishes the map from `input`, consumes the PG-ready `reports`, applies the
+/// down-out rule. Returns when (unix seconds) a down device next reaches the interval.
+async fn publish(
+    catalog: &Catalog,
+    leadership: &Leadership,
+    cfg: &LeaderConfig,
     current: &mut Current,
+    input: basalt_placement::PlacementInput,
+    reports: Vec<(basalt_types::PgId, basalt_meta::Revision)>,
 ) -> Result<Option<u64>, MetaError> {
-    let Gathered { input, reports } = gather(catalog, now_secs()).await?;
     cfg.computations.fetch_add(1, Ordering::Relaxed);
     let prev = current.as_ref();
     let next = compute(prev.map(|(m, _)| m), &input);

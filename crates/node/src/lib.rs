@@ -21,7 +21,9 @@
 //! objects of deleted volumes in the background, `faults.rs` reports devices whose store failed
 //! (or that return repeated checksum errors) down, `pg/scrub.rs` compares the copies of every
 //! object in the background, and `leader.rs` is the elected leader
-//! computing and publishing maps (input from `gather.rs`, woken by `changes.rs`).
+//! computing and publishing maps (input from `gather.rs`, woken by `changes.rs`; nodes its
+//! peers cannot reach marked down by `reports.rs`, from the failure reports each node's
+//! `heartbeat.rs` writes).
 //!
 //! Start here: [`Node::start`], then `service.rs`.
 
@@ -37,6 +39,7 @@ pub mod error;
 mod faults;
 mod flush;
 mod gather;
+mod heartbeat;
 mod identity;
 mod leader;
 mod lease;
@@ -45,6 +48,7 @@ mod node;
 mod peers;
 mod pg;
 mod read;
+mod reports;
 mod server;
 mod service;
 #[cfg(test)]
@@ -59,9 +63,11 @@ pub use config::{
     DEFAULT_COLLECT_RATE, DEFAULT_DOWN_OUT_INTERVAL, DEFAULT_SCRUB_RATE, DeviceConfig, NodeConfig,
 };
 pub use error::NodeError;
+pub use heartbeat::HeartbeatConfig;
 pub use node::Node;
 pub use pg::held::HeldPg;
 pub use pg::scrub::{PgScrub, ScrubReport};
 pub use pg::throttle::{Limits as RecoveryLimits, NodeRecovery, RateView};
 pub use pg::{PgStatusView, PgSummary, Tuning};
+pub use reports::ReportRules;
 pub use server::{MAX_IN_FLIGHT, MAX_IN_FLIGHT_BYTES};

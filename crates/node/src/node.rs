@@ -12,7 +12,9 @@ use crate::pg::{Ctx, Pgs, Recovery};
 use crate::server::Limits;
 use crate::service::{NodeService, NodeShared};
 use crate::volumes::Volumes;
-use crate::{advertise, collect, devices, faults, identity, leader, lease, server, volumes};
+use crate::{
+    advertise, collect, devices, faults, heartbeat, identity, leader, lease, server, volumes,
+};
 use basalt_engine::DirLock;
 use basalt_meta::{Catalog, MetaStore, NodeRecord};
 use basalt_placement::ClusterMap;
@@ -135,6 +137,14 @@ impl Node {
                 shared.pgs.ctx.recovery.throttle.clone(),
                 stop_rx.clone(),
             )),
+            tokio::spawn(heartbeat::run(
+                catalog.clone(),
+                shared.clone(),
+                config.connector.clone(),
+                peers.clone(),
+                config.heartbeat.clone(),
+                stop_rx.clone(),
+            )),
             tokio::spawn(volumes::follow(
                 catalog.clone(),
                 shared.clone(),
@@ -189,6 +199,7 @@ impl Node {
                 ttl: config.lease_ttl,
                 down_out_interval: config.down_out_interval,
                 computations: computations.clone(),
+                reports: config.reports.clone(),
             };
             tasks.push(tokio::spawn(leader::run(catalog.clone(), cfg, stop_rx)));
         }

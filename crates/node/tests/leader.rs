@@ -1,12 +1,12 @@
 //! The leader with real nodes (real device files, the embedded metadata store): what wakes it,
-//! operator state across restarts, the down-out rule, PG-ready reports.
+//! operator state across restarts, the down-out rule, PG-ready reports, failure reports.
 
 use basalt_meta::{
     Catalog, DeviceState, EmbeddedStore, MetaStore, OutReason, PgReadyRecord, PoolSpec,
 };
-use basalt_node::{DeviceConfig, Node, NodeConfig};
+use basalt_node::{DeviceConfig, Node, NodeConfig, ReportRules};
 use basalt_placement::ClusterMap;
-use basalt_types::{DeviceId, PgId};
+use basalt_types::{DeviceId, NodeId, PgId};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,12 +45,25 @@ impl Cluster {
 
     /// Starts node `name` with one 256 MiB device file.
     async fn node(&self, name: &str, leader: bool, down_out: Duration) -> Node {
+        self.node_with(name, leader, down_out, ReportRules::default())
+            .await
+    }
+
+    /// Starts node `name` with one 256 MiB device file and the failure-report `rules`.
+    async fn node_with(
+        &self,
+        name: &str,
+        leader: bool,
+        down_out: Duration,
+        rules: ReportRules,
+    ) -> Node {
         let data = self.dir.path().join(name);
         let mut config = NodeConfig::new(&data, "127.0.0.1:0".parse().unwrap());
         config.name = name.into();
         config.leader_eligible = leader;
         config.lease_ttl = Duration::from_secs(2);
         config.down_out_interval = down_out;
+        config.reports = rules;
         config.devices.push(device(&data));
         Node::start(config, self.store.clone(), false)
             .await
@@ -265,6 +278,98 @@ async fn a_down_device_keeps_its_data_goes_out_after_the_interval_and_comes_back
     let expect: Vec<usize> = on_b.iter().copied().filter(|&i| i != moved).collect();
     assert_eq!(acting_on(&back, db), expect);
     assert_eq!(back.pools[&pool_id].unavailable(&back), 0);
+    b.shutdown().await;
+    a.shutdown().await;
+}
+
+/// Writes `reporter`'s failure report of `accused` under `reporter`'s lease.
+async fn report(c: &Cluster, reporter: &Node, accused: &Node) {
+    let lease = c.catalog.node_lease(reporter.id()).await.unwrap().unwrap();
+    c.catalog
+        .put_failure_report(reporter.id(), accused.id(), 0, lease)
+        .await
+        .unwrap();
+}
+
+/// Node b is reported by a alone (not enough), then by c too: its device goes down (the map
+/// right after the one where it was up); c withdraws: b stays down for `min_down` (damping),
+/// then comes back up. Reported again by a and c, then c leaves (its lease is revoked, its
+/// report vanishes with it): b is up again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_reported_by_two_live_peers_is_down_until_the_reports_go() {
+    let c = Cluster::new().await;
+    let min_down = Duration::from_secs(2);
+    let rules = ReportRules {
+        min_reporters: 2,
+        min_down,
+        mutual_after: Duration::from_secs(600),
+    };
+    let down_out = Duration::from_secs(600);
+    let a = c.node_with("a", true, down_out, rules.clone()).await;
+    let b = c.node_with("b", false, down_out, rules.clone()).await;
+    let n3 = c.node_with("c", false, down_out, rules).await;
+    c.map_where("three devices up", |m| {
+        m.devices.len() == 3 && m.devices.values().all(|d| d.up)
+    })
+    .await;
+    c.pool(16).await;
+    for n in [&a, &b, &n3] {
+        assert!(n.wait_until_placed(WAIT).await);
+    }
+    let db = only_device(&b);
+    let before = c.map_where("b up", |m| m.is_up(db)).await;
+
+    report(&c, &a, &b).await;
+    // One reporter is not enough; a change the leader must publish comes after it (events
+    // arrive in order), so when that map is out the leader has judged the report.
+    let da = only_device(&a);
+    c.catalog.set_device_weight(da, 77).await.unwrap();
+    let judged = c
+        .map_where("the new weight", |m| m.devices[&da].weight == 77)
+        .await;
+    assert!(judged.is_up(db), "one reporter took b down");
+    assert_eq!(judged.epoch, before.epoch.next());
+
+    report(&c, &n3, &b).await;
+    let down = c.map_where("b down", |m| !m.is_up(db)).await;
+    let marked = std::time::Instant::now();
+    assert_eq!(down.epoch, judged.epoch.next(), "{down:?}");
+    assert!(
+        down.nodes.contains_key(&b.id()),
+        "b is still registered (it holds its lease)"
+    );
+
+    assert!(
+        c.catalog
+            .remove_failure_report(n3.id(), b.id())
+            .await
+            .unwrap()
+    );
+    c.map_where("b up again", |m| m.is_up(db)).await;
+    let after = marked.elapsed();
+    assert!(
+        after + Duration::from_millis(300) >= min_down,
+        "b came back {after:?} after it was marked down (damping {min_down:?})"
+    );
+
+    // Reported again, then a reporter dies: its report goes with its lease.
+    report(&c, &n3, &b).await;
+    c.map_where("b down again", |m| !m.is_up(db)).await;
+    let gone = n3.id();
+    n3.shutdown().await;
+    c.map_where("b up once c is gone", |m| {
+        m.is_up(db) && !m.nodes.contains_key(&gone)
+    })
+    .await;
+    let left: Vec<(NodeId, NodeId)> = c
+        .catalog
+        .list_failure_reports()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.reporter, r.accused))
+        .collect();
+    assert_eq!(left, vec![(a.id(), b.id())], "c's report vanished with it");
     b.shutdown().await;
     a.shutdown().await;
 }

@@ -189,13 +189,20 @@ impl NetCluster {
 
     /// Starts `basalt node` on `host` with a 256 MiB device file; returns once it registered.
     pub fn start_node(&self, host: &str) -> NodeProc {
+        self.start_node_with(host, &[])
+    }
+
+    /// [`NetCluster::start_node`] with more `basalt node` arguments.
+    pub fn start_node_with(&self, host: &str, extra: &[&str]) -> NodeProc {
         let device = self.net.dir().join(format!("dev-{host}.img"));
         let spec = format!("{}:256MiB", device.display());
         let listen = format!("{}:0", self.net.addr(host));
         let ttl = format!("{}ms", self.ttl.as_millis());
         let mut cmd = self.net.command(host, BASALT);
         cmd.args(["node", "--etcd", &self.etcd_url, "--listen", &listen])
-            .args(["--device", &spec, "--lease-ttl", &ttl, "--data"])
+            .args(["--device", &spec, "--lease-ttl", &ttl])
+            .args(extra)
+            .arg("--data")
             .arg(self.net.dir().join(format!("node-{host}")))
             .env("RUST_LOG", "info");
         let proc = self.net.spawn(host, &format!("node-{host}"), cmd);

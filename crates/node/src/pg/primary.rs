@@ -173,7 +173,7 @@ impl Pg {
         kind: WriteKind,
         durable: bool,
     ) -> Result<Version, WireError> {
-        let (version, local, reps) = loop {
+        let (version, local, reps, term) = loop {
             let submitted = self.gate(&oid, |p, _| {
                 let n = p.seq + 1;
                 let Some(version) = p.term.version(n) else {
@@ -228,7 +228,7 @@ impl Pg {
                     .chain(targets)
                     .map(|m| (m.dev, m.link.call(rep(m.dev))))
                     .collect();
-                Ok((version, local, reps))
+                Ok((version, local, reps, p.term))
             })?;
             match submitted {
                 Gate::Go(x) => break x,
@@ -247,11 +247,26 @@ impl Pg {
             }
         };
         let mut failed: Option<(String, ErrorCode)> = None;
+        // A member cut off by the network never answers; once a new map (or another failed
+        // write) ended the term, the write is not acknowledged and the client retries it.
+        let ended = self.term_ended(term);
+        tokio::pin!(ended);
+        let mut term_over = false;
         for (dev, fut) in reps {
-            match fut.await {
-                Ok(Response::RepDone) => {}
-                Ok(other) => failed = Some((format!("{dev} answered {other:?}"), ErrorCode::Busy)),
-                Err(e) => failed = Some((format!("{dev}: {e}"), e.code)),
+            tokio::select! {
+                answer = fut => match answer {
+                    Ok(Response::RepDone) => {}
+                    Ok(other) => {
+                        failed = Some((format!("{dev} answered {other:?}"), ErrorCode::Busy))
+                    }
+                    Err(e) => failed = Some((format!("{dev}: {e}"), e.code)),
+                },
+                _ = &mut ended => {
+                    failed = Some((format!("{dev} did not answer before term {term} ended"),
+                        ErrorCode::Busy));
+                    term_over = true;
+                    break;
+                }
             }
         }
         if let Err(e) = local_res {
@@ -273,7 +288,9 @@ impl Pg {
             // of space, which the client is told. The term ends first, so no read can see the
             // write before peering decided; then the hold is released (reads of the next term
             // see whatever peering kept).
-            self.repeer(ctx.clone(), &format!("{oid} at {version}: {why}"));
+            if !term_over {
+                self.repeer(ctx.clone(), &format!("{oid} at {version}: {why}"));
+            }
             if replicated {
                 let _ = self.store.commit(oid, version);
             }
@@ -294,6 +311,19 @@ impl Pg {
         }
         done(self);
         Ok(version)
+    }
+
+    /// Resolves once `term` is no longer this PG's current term (or it stopped serving).
+    async fn term_ended(&self, term: Term) {
+        while self
+            .st
+            .lock()
+            .primary
+            .as_ref()
+            .is_some_and(|p| p.term == term)
+        {
+            self.wait_change().await;
+        }
     }
 
     fn submit_local(

@@ -1,0 +1,301 @@
+//! Peer heartbeats and failure reports: each node pings every other live node of the map
+//! every `interval` on a connection of its own (not the data links, so that a long queue of
+//! writes never delays a ping); a peer that has not answered for `grace` is suspected, and
+//! the node writes a failure report of it (`meta/src/report.rs`: one key per (reporter,
+//! accused) under this node's lease). When the peer answers again (or leaves the map) the
+//! report is withdrawn. The leader marks a node down when enough live peers report it
+//! (`reports.rs`), which closes the gap the lease leaves: a node cut off from the other nodes
+//! but not from the metadata store keeps its lease.
+//!
+//! When a peer becomes suspected, and again when it answers again, the node's data link to it
+//! is dropped (`peers.rs`): a connection whose packets were dropped for a while may stay stuck
+//! long after the network healed (TCP retransmissions back off to many seconds), and peering
+//! and recovery must not wait on it.
+//!
+//! The node also notices when the map marks it down although it is registered (its peers
+//! report it) and logs it; its primaries stop serving like on any map that takes their PGs.
+
+use crate::peers::Peers;
+use crate::service::NodeShared;
+use basalt_link::{Connector, Link};
+use basalt_meta::{Catalog, LeaseId, MetaError};
+use basalt_proto::{Request, Response};
+use basalt_types::NodeId;
+use bytes::Bytes;
+use parking_lot::Mutex;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+/// How a node watches its peers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeartbeatConfig {
+    /// Time between two pings of one peer.
+    pub interval: Duration,
+    /// How long a peer may leave every ping unanswered before this node reports it (zero: no
+    /// heartbeats, no reports).
+    pub grace: Duration,
+}
+
+impl Default for HeartbeatConfig {
+    /// A ping every 0.5 s, a report after 2 s of silence: with the leader's reaction and
+    /// peering, I/O resumes about 3 s after a node is cut off (the lease alone takes its TTL).
+    fn default() -> HeartbeatConfig {
+        HeartbeatConfig {
+            interval: Duration::from_millis(500),
+            grace: Duration::from_secs(2),
+        }
+    }
+}
+
+/// When each peer last answered (or when this node started pinging it).
+type Heard = Arc<Mutex<HashMap<NodeId, Instant>>>;
+
+/// A peer's pinging task.
+struct Pinger {
+    addr: String,
+    task: JoinHandle<()>,
+}
+
+impl Drop for Pinger {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The heartbeat loop of one node.
+struct Watcher {
+    catalog: Catalog,
+    shared: Arc<NodeShared>,
+    connector: Arc<dyn Connector>,
+    peers: Arc<Peers>,
+    cfg: HeartbeatConfig,
+    heard: Heard,
+    /// The peers suspected in the last round.
+    suspected: BTreeSet<NodeId>,
+    pingers: HashMap<NodeId, Pinger>,
+    /// Peers this node reported, with the lease the report is under.
+    reported: HashMap<NodeId, LeaseId>,
+    /// Whether the last map marked this node down while it was registered.
+    marked_down: bool,
+}
+
+/// Pings the map's other nodes and keeps this node's failure reports up to date, until `stop`.
+pub(crate) async fn run(
+    catalog: Catalog,
+    shared: Arc<NodeShared>,
+    connector: Arc<dyn Connector>,
+    peers: Arc<Peers>,
+    cfg: HeartbeatConfig,
+    mut stop: watch::Receiver<bool>,
+) {
+    if cfg.grace.is_zero() || cfg.interval.is_zero() {
+        return;
+    }
+    let mut tick = tokio::time::interval(cfg.interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut w = Watcher {
+        catalog,
+        shared,
+        connector,
+        peers,
+        cfg,
+        heard: Arc::default(),
+        suspected: BTreeSet::new(),
+        pingers: HashMap::new(),
+        reported: HashMap::new(),
+        marked_down: false,
+    };
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        w.sync_pingers();
+        let suspects = w.suspects();
+        for peer in suspects.symmetric_difference(&w.suspected) {
+            w.peers.drop_link(*peer);
+        }
+        w.suspected.clone_from(&suspects);
+        if let Err(e) = w.report(&suspects).await {
+            tracing::debug!("updating failure reports: {e}");
+        }
+        w.notice_marked_down().await;
+    }
+}
+
+impl Watcher {
+    /// One pinger per other node of the map (a node that moved gets a new one).
+    fn sync_pingers(&mut self) {
+        let map = self.shared.maps.map();
+        let me = self.shared.id;
+        self.pingers
+            .retain(|id, p| map.nodes.get(id).is_some_and(|n| n.addr == p.addr));
+        self.heard
+            .lock()
+            .retain(|id, _| self.pingers.contains_key(id));
+        for (id, info) in &map.nodes {
+            if *id == me || self.pingers.contains_key(id) {
+                continue;
+            }
+            self.heard.lock().insert(*id, Instant::now());
+            let task = tokio::spawn(ping_loop(
+                *id,
+                format!("{me}-heartbeat"),
+                info.addr.clone(),
+                self.connector.clone(),
+                self.cfg.clone(),
+                self.heard.clone(),
+            ));
+            let addr = info.addr.clone();
+            self.pingers.insert(*id, Pinger { addr, task });
+        }
+    }
+
+    /// The peers silent for longer than the grace.
+    fn suspects(&self) -> BTreeSet<NodeId> {
+        let now = Instant::now();
+        self.heard
+            .lock()
+            .iter()
+            .filter(|(_, t)| now.duration_since(**t) > self.cfg.grace)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// Writes a report of each suspect not reported under the current lease, withdraws the
+    /// reports of peers that answer again.
+    async fn report(&mut self, suspects: &BTreeSet<NodeId>) -> Result<(), MetaError> {
+        let me = self.shared.id;
+        let cleared: Vec<NodeId> = self
+            .reported
+            .keys()
+            .filter(|n| !suspects.contains(n))
+            .copied()
+            .collect();
+        for peer in cleared {
+            self.catalog.remove_failure_report(me, peer).await?;
+            self.reported.remove(&peer);
+            tracing::info!(%peer, "reaching the peer again: failure report withdrawn");
+        }
+        if suspects.is_empty() {
+            return Ok(());
+        }
+        // Reports live under the lease that holds this node's record (a new one after the
+        // node registered again: the old reports went with the old lease).
+        let Some(lease) = self.catalog.node_lease(me).await? else {
+            self.reported.clear();
+            return Ok(());
+        };
+        for peer in suspects {
+            if self.reported.get(peer) == Some(&lease) {
+                continue;
+            }
+            let last = self.heard.lock().get(peer).copied();
+            let silent = last.map_or(Duration::ZERO, |t| t.elapsed());
+            self.catalog
+                .put_failure_report(me, *peer, unix_ms_ago(silent), lease)
+                .await?;
+            self.reported.insert(*peer, lease);
+            tracing::warn!(%peer, ?silent, "the peer does not answer heartbeats: reported it");
+        }
+        Ok(())
+    }
+
+    /// Logs when the map marks this registered node down (its peers report it) and when it
+    /// is up again.
+    async fn notice_marked_down(&mut self) {
+        let map = self.shared.maps.map();
+        let me = self.shared.id;
+        let devices: Vec<_> = self.shared.maps.stores().keys().copied().collect();
+        let down = map.nodes.contains_key(&me)
+            && !devices.is_empty()
+            && devices
+                .iter()
+                .all(|d| map.devices.get(d).is_some_and(|i| !i.up));
+        if down == self.marked_down {
+            return;
+        }
+        self.marked_down = down;
+        if !down {
+            tracing::info!(epoch = %map.epoch, "this node's devices are up in the map again");
+            return;
+        }
+        let reporters = match self.catalog.list_failure_reports().await {
+            Ok(r) => r.iter().filter(|r| r.accused == me).count().to_string(),
+            Err(e) => format!("(unknown: {e})"),
+        };
+        tracing::warn!(
+            epoch = %map.epoch,
+            reporters,
+            "the map marks this node's devices down although it holds its lease (reporters: \
+             the peers that report they cannot reach it); it serves none of its PGs until it \
+             is up in the map again"
+        );
+    }
+}
+
+/// Pings `addr` every `interval` (each attempt, connecting included, bounded by the grace);
+/// records every answer in `heard`. A failed attempt drops the connection, so the next one
+/// connects afresh (a connection whose packets were dropped may stay stuck long after).
+async fn ping_loop(
+    peer: NodeId,
+    name: String,
+    addr: String,
+    connector: Arc<dyn Connector>,
+    cfg: HeartbeatConfig,
+    heard: Heard,
+) {
+    let mut link: Option<Arc<dyn Link>> = None;
+    loop {
+        let started = Instant::now();
+        let attempt = ping(&connector, &addr, &name, cfg.grace, &mut link);
+        match tokio::time::timeout(cfg.grace, attempt).await {
+            Ok(Ok(())) => {
+                heard.lock().insert(peer, Instant::now());
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(%peer, "heartbeat failed: {e}");
+                link = None;
+            }
+            Err(_) => {
+                tracing::debug!(%peer, "heartbeat unanswered within {:?}", cfg.grace);
+                link = None;
+            }
+        }
+        tokio::time::sleep_until(started + cfg.interval).await;
+    }
+}
+
+async fn ping(
+    connector: &Arc<dyn Connector>,
+    addr: &str,
+    name: &str,
+    timeout: Duration,
+    link: &mut Option<Arc<dyn Link>>,
+) -> Result<(), String> {
+    let current = match link.as_ref().filter(|l| l.is_open()) {
+        Some(l) => l.clone(),
+        None => {
+            let l = connector.connect(addr, name, timeout).await?;
+            *link = Some(l.clone());
+            l
+        }
+    };
+    match current.call(Request::Ping { data: Bytes::new() }).await {
+        Ok(Response::Pong { .. }) => Ok(()),
+        Ok(other) => Err(format!("unexpected answer {other:?}")),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Unix milliseconds `ago` before now.
+fn unix_ms_ago(ago: Duration) -> u64 {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    u64::try_from(now.saturating_sub(ago).as_millis()).unwrap_or(u64::MAX)
+}
