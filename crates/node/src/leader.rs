@@ -15,7 +15,7 @@ use basalt_placement::{ClusterMap, compute, down_out, named_chunks};
 use basalt_types::MapCodec;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio::sync::watch;
 
 /// How the leader runs.
@@ -170,7 +170,5 @@ async fn remove_strays(
 }
 
 fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+    basalt_meta::clock::unix_secs()
 }

@@ -44,6 +44,8 @@ mod pg;
 mod read;
 mod server;
 mod service;
+#[cfg(feature = "sim")]
+pub mod sim;
 #[cfg(test)]
 mod testing;
 mod volumes;

@@ -34,7 +34,7 @@ use basalt_types::{DeviceId, Epoch, ObjectId, PgId, Term, Version};
 use info::MemberInfo;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Notify, oneshot};
@@ -71,8 +71,8 @@ impl Default for Tuning {
 /// The PGs of this node's devices.
 pub(crate) struct Pgs {
     pub ctx: Arc<Ctx>,
-    stores: HashMap<DeviceId, Store>,
-    pgs: Mutex<HashMap<(DeviceId, PgId), Arc<Pg>>>,
+    stores: BTreeMap<DeviceId, Store>,
+    pgs: Mutex<BTreeMap<(DeviceId, PgId), Arc<Pg>>>,
 }
 
 /// One PG on one local device.
@@ -145,7 +145,7 @@ pub(crate) struct Primary {
     pub missing: BTreeMap<ObjectId, Missing>,
     /// Objects being recovered or backfilled right now: writes wait.
     pub busy: BTreeSet<ObjectId>,
-    pub waiters: HashMap<ObjectId, Vec<oneshot::Sender<()>>>,
+    pub waiters: BTreeMap<ObjectId, Vec<oneshot::Sender<()>>>,
     pub min_size: usize,
     /// Up-set members: the PG is clean when they all serve and nothing is missing.
     pub up: Vec<DeviceId>,
@@ -171,7 +171,7 @@ impl Primary {
 
     /// Wakes every waiter (the PG stops being served).
     pub fn release_all(&mut self) {
-        for (_, ws) in self.waiters.drain() {
+        for (_, ws) in std::mem::take(&mut self.waiters) {
             for w in ws {
                 let _ = w.send(());
             }
@@ -195,11 +195,11 @@ pub(crate) struct PgState {
 }
 
 impl Pgs {
-    pub fn new(ctx: Arc<Ctx>, stores: HashMap<DeviceId, Store>) -> Arc<Pgs> {
+    pub fn new(ctx: Arc<Ctx>, stores: BTreeMap<DeviceId, Store>) -> Arc<Pgs> {
         Arc::new(Pgs {
             ctx,
             stores,
-            pgs: Mutex::new(HashMap::new()),
+            pgs: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -357,7 +357,7 @@ impl Pg {
                 inflight: BTreeSet::new(),
                 missing: BTreeMap::new(),
                 busy: BTreeSet::new(),
-                waiters: HashMap::new(),
+                waiters: BTreeMap::new(),
                 min_size: min_size.max(1),
                 up: entry.up.clone(),
                 acting: entry.acting.clone(),
@@ -541,7 +541,7 @@ impl Pg {
             inflight: BTreeSet::new(),
             missing: BTreeMap::new(),
             busy: BTreeSet::new(),
-            waiters: HashMap::new(),
+            waiters: BTreeMap::new(),
             min_size: 1,
             up: vec![self.dev],
             acting: vec![self.dev],
