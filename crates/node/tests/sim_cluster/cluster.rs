@@ -16,8 +16,8 @@ use std::time::Duration;
 
 /// The clients' host on the network.
 pub const CLIENT: Host = 0;
-const DISK_SIZE: u64 = 96 << 20;
-const JOURNAL: u64 = 8 << 20;
+const DISK_SIZE: u64 = 32 << 20;
+const JOURNAL: u64 = 4 << 20;
 
 pub struct Slot {
     pub host: Host,
@@ -262,9 +262,11 @@ impl SimCluster {
 
     /// Stops everything at the end of a run (tasks are dropped with the runtime).
     pub fn stop(&mut self) {
+        let kills = self.kills;
         for i in 0..self.slots.len() {
             self.kill(i);
         }
+        self.kills = kills;
         basalt_meta::clock::simulate(None);
     }
 }
