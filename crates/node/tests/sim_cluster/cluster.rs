@@ -14,6 +14,9 @@ use basalt_types::NodeId;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Unix seconds of the simulated clock's start.
+pub const CLOCK_START: u64 = 1_800_000_000;
+
 /// The clients' host on the network.
 pub const CLIENT: Host = 0;
 const DISK_SIZE: u64 = 32 << 20;
@@ -56,7 +59,7 @@ impl SimCluster {
     /// Starts the cluster: the metadata store, the pool, every node, the client and the
     /// volume; returns once every PG has a primary.
     pub async fn start(cfg: &Config, pool_first: bool) -> (SimCluster, Volume) {
-        basalt_meta::clock::simulate(Some(1_800_000_000));
+        basalt_meta::clock::simulate(Some(CLOCK_START));
         let mut rng = Rng::new(cfg.seed.wrapping_mul(31).wrapping_add(7));
         let net = SimNet::new(
             rng.next(),

@@ -59,7 +59,8 @@ pub async fn client(
                     let v = checked.as_ref().copied().unwrap_or(u64::MAX);
                     s.trace.add(10, &[u64::from(c), block, v, ms_since(start)]);
                     if let Err(e) = checked {
-                        s.violations.push(format!("client {c}: {e}"));
+                        s.violations
+                            .push(format!("client {c} at {} ms: {e}", ms_since(start)));
                     }
                 }
                 Err(e) => {
