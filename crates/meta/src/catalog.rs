@@ -75,9 +75,7 @@ pub(crate) fn decode<T: DeserializeOwned>(key: &str, bytes: &[u8]) -> Result<T, 
 
 /// Seconds since the Unix epoch, for `created_at` fields.
 pub(crate) fn now_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+    crate::clock::unix_secs()
 }
 
 impl Catalog {

@@ -23,6 +23,7 @@
 //! (the primitive everything rests on), [`Catalog::watch_map`] (how clients follow the map).
 
 mod catalog;
+pub mod clock;
 mod embedded;
 mod error;
 mod etcd;

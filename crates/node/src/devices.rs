@@ -12,7 +12,7 @@ use crate::error::NodeError;
 use basalt_engine::{EngineError, FormatOptions, IoMode, OpenOptions, Store};
 use basalt_meta::{Catalog, DeviceRegistration, IdKind};
 use basalt_types::{DeviceId, NodeId};
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 /// Formats (if needed), opens and registers every configured device.
 pub(crate) async fn open_all(
@@ -21,8 +21,8 @@ pub(crate) async fn open_all(
     configs: &[DeviceConfig],
     object_size: u32,
     io: IoMode,
-) -> Result<HashMap<DeviceId, Store>, NodeError> {
-    let mut stores = HashMap::new();
+) -> Result<BTreeMap<DeviceId, Store>, NodeError> {
+    let mut stores = BTreeMap::new();
     for cfg in configs {
         let store = open_one(catalog, node, cfg, object_size, io).await?;
         let info = store.info();
@@ -33,28 +33,48 @@ pub(crate) async fn open_all(
                 cfg.path.display()
             )));
         }
-        let registration = DeviceRegistration {
-            id,
+        register(
+            catalog,
             node,
-            path: cfg.path.display().to_string(),
-            class: cfg.class.clone(),
-            capacity: info.capacity_bytes,
-            object_size: info.object_size,
-        };
-        // Compare-and-swap: an operator's out mark and weight survive the restart.
-        let record = catalog.register_device(&registration).await?;
-        tracing::info!(
-            device = %id,
-            path = %cfg.path.display(),
-            io = info.io_backend,
-            capacity = info.capacity_bytes,
-            weight = record.weight,
-            out = ?record.out,
-            "device open"
-        );
+            &store,
+            &cfg.path.display().to_string(),
+            &cfg.class,
+        )
+        .await?;
         stores.insert(id, store);
     }
     Ok(stores)
+}
+
+/// Registers an open store as a device of `node` (compare-and-swap: an operator's out mark and
+/// weight survive a restart).
+pub(crate) async fn register(
+    catalog: &Catalog,
+    node: NodeId,
+    store: &Store,
+    path: &str,
+    class: &str,
+) -> Result<(), NodeError> {
+    let info = store.info();
+    let registration = DeviceRegistration {
+        id: info.device_id,
+        node,
+        path: path.to_string(),
+        class: class.to_string(),
+        capacity: info.capacity_bytes,
+        object_size: info.object_size,
+    };
+    let record = catalog.register_device(&registration).await?;
+    tracing::info!(
+        device = %info.device_id,
+        path,
+        io = info.io_backend,
+        capacity = info.capacity_bytes,
+        weight = record.weight,
+        out = ?record.out,
+        "device open"
+    );
+    Ok(())
 }
 
 async fn open_one(
@@ -171,7 +191,7 @@ mod tests {
     }
 
     async fn open(catalog: &Catalog, cfg: &DeviceConfig) -> Result<Store, NodeError> {
-        let mut stores = open_all(
+        let stores = open_all(
             catalog,
             NodeId(1),
             std::slice::from_ref(cfg),
@@ -179,7 +199,7 @@ mod tests {
             IoMode::Psync,
         )
         .await?;
-        Ok(stores.drain().next().expect("one store").1)
+        Ok(stores.into_values().next().expect("one store"))
     }
 
     fn scribble(path: &Path, at: u64, bytes: &[u8]) {

@@ -11,7 +11,7 @@
 use basalt_engine::Store;
 use basalt_meta::{Catalog, DeviceState};
 use basalt_types::DeviceId;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
@@ -40,7 +40,7 @@ struct Watch {
 /// Watches the stores until `stop`; reports faulty devices down.
 pub(crate) async fn watch(
     catalog: Catalog,
-    stores: HashMap<DeviceId, Store>,
+    stores: BTreeMap<DeviceId, Store>,
     cfg: FaultConfig,
     mut stop: watch::Receiver<bool>,
 ) {

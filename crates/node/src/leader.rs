@@ -18,7 +18,7 @@ use basalt_types::{MapCodec, NodeId};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -236,7 +236,5 @@ async fn remove_strays(
 }
 
 fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+    basalt_meta::clock::unix_secs()
 }

@@ -51,6 +51,8 @@ mod read;
 mod reports;
 mod server;
 mod service;
+#[cfg(feature = "sim")]
+pub mod sim;
 #[cfg(test)]
 mod testing;
 mod volumes;

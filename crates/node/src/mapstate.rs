@@ -6,7 +6,7 @@ use basalt_placement::ClusterMap;
 use basalt_proto::{ErrorCode, WireError};
 use basalt_types::{DeviceId, Epoch, ObjectId, PgId};
 use parking_lot::RwLock;
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -17,11 +17,11 @@ const CATCH_UP: Duration = Duration::from_secs(2);
 pub(crate) struct MapState {
     current: RwLock<Arc<ClusterMap>>,
     epoch_tx: watch::Sender<Epoch>,
-    stores: HashMap<DeviceId, Store>,
+    stores: BTreeMap<DeviceId, Store>,
 }
 
 impl MapState {
-    pub(crate) fn new(stores: HashMap<DeviceId, Store>) -> MapState {
+    pub(crate) fn new(stores: BTreeMap<DeviceId, Store>) -> MapState {
         let (epoch_tx, _) = watch::channel(Epoch(0));
         MapState {
             current: RwLock::new(Arc::new(ClusterMap::default())),
@@ -43,7 +43,7 @@ impl MapState {
         self.current.read().epoch
     }
 
-    pub(crate) fn stores(&self) -> &HashMap<DeviceId, Store> {
+    pub(crate) fn stores(&self) -> &BTreeMap<DeviceId, Store> {
         &self.stores
     }
 
@@ -142,7 +142,7 @@ mod tests {
         };
         basalt_engine::format_sim(&disk, &opts).unwrap();
         let store = Store::open_sim(&disk, &OpenOptions::default()).unwrap();
-        MapState::new(HashMap::from([(DeviceId(1), store)]))
+        MapState::new(BTreeMap::from([(DeviceId(1), store)]))
     }
 
     /// A map at `epoch` whose single pool has one PG acting on `acting` (up = acting), with

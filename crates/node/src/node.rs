@@ -15,11 +15,12 @@ use crate::volumes::Volumes;
 use crate::{
     advertise, collect, devices, faults, heartbeat, identity, leader, lease, server, volumes,
 };
-use basalt_engine::DirLock;
+use basalt_engine::{DirLock, Store};
 use basalt_meta::{Catalog, MetaStore, NodeRecord};
 use basalt_placement::ClusterMap;
 use basalt_proto::Service;
-use basalt_types::{Epoch, NodeId};
+use basalt_types::{DeviceId, Epoch, NodeId};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,8 +38,28 @@ pub struct Node {
     computations: Arc<AtomicU64>,
     /// Requests being answered (over TCP or in process): a leaving node finishes them first.
     in_flight: Arc<InFlight>,
-    /// Held while the node runs: no other process may use its data directory.
-    _dir_lock: DirLock,
+    /// Held while the node runs: no other process may use its data directory (none in the
+    /// simulator, which has no directories).
+    _dir_lock: Option<DirLock>,
+    /// The service its PGs reach their members on this node through (held weakly there): kept
+    /// alive with the node, listener or not.
+    _local: Arc<dyn Service>,
+}
+
+/// What [`Node::run`] starts a node from.
+pub(crate) struct Parts {
+    pub config: NodeConfig,
+    pub meta: Arc<dyn MetaStore>,
+    pub serve_meta: bool,
+    pub catalog: Catalog,
+    pub id: NodeId,
+    pub stores: BTreeMap<DeviceId, Store>,
+    /// The address other nodes and clients reach it at.
+    pub addr: String,
+    pub local_addr: SocketAddr,
+    /// The data-path listener (`None`: reached only in process or through a simulated network).
+    pub listener: Option<tokio::net::TcpListener>,
+    pub dir_lock: Option<DirLock>,
 }
 
 impl Node {
@@ -72,6 +93,36 @@ impl Node {
             source,
         })?;
         let addr = advertise::address(config.advertise.as_deref(), local_addr)?;
+        Node::run(Parts {
+            config,
+            meta,
+            serve_meta,
+            catalog,
+            id,
+            stores,
+            addr,
+            local_addr,
+            listener: Some(listener),
+            dir_lock: Some(dir_lock),
+        })
+        .await
+    }
+
+    /// The part of [`Node::start`] after the devices are open and the address is known: PG
+    /// records, shared state, the background tasks and the registration under a lease.
+    pub(crate) async fn run(parts: Parts) -> Result<Node, NodeError> {
+        let Parts {
+            config,
+            meta,
+            serve_meta,
+            catalog,
+            id,
+            stores,
+            addr,
+            local_addr,
+            listener,
+            dir_lock,
+        } = parts;
         let maps = Arc::new(MapState::new(stores.clone()));
         let peers = Arc::new(Peers::new(
             id,
@@ -173,14 +224,16 @@ impl Node {
                 stop_rx.clone(),
             )),
         ];
-        tasks.push(tokio::spawn(server::serve(
-            listener,
-            service,
-            shared.fence.clone(),
-            Limits::default(),
-            shared.server_stats.clone(),
-            stop_rx.clone(),
-        )));
+        if let Some(listener) = listener {
+            tasks.push(tokio::spawn(server::serve(
+                listener,
+                service,
+                shared.fence.clone(),
+                Limits::default(),
+                shared.server_stats.clone(),
+                stop_rx.clone(),
+            )));
+        }
         let record = NodeRecord::new(id, config.name.clone(), addr.clone());
         let registration = catalog.register_node(&record, config.lease_ttl).await?;
         let computations = Arc::new(AtomicU64::new(0));
@@ -213,7 +266,65 @@ impl Node {
             computations,
             in_flight,
             _dir_lock: dir_lock,
+            _local: local,
         })
+    }
+
+    /// Simulation: starts a node over stores already open (`Store::spawn_sim`), reached at
+    /// `addr` through the simulator's network (`config.connector`): no data directory, no
+    /// listener. `id` is the node's id from an earlier start (`None`: a new node, allocated from
+    /// the catalog). The rest is [`Node::start`].
+    #[cfg(feature = "sim")]
+    pub async fn start_sim(
+        config: NodeConfig,
+        meta: Arc<dyn MetaStore>,
+        id: Option<NodeId>,
+        stores: Vec<Store>,
+        addr: String,
+    ) -> Result<Node, NodeError> {
+        let catalog = Catalog::new(meta.clone());
+        let id = match id {
+            Some(id) => id,
+            None => NodeId(catalog.next_id(basalt_meta::IdKind::Node).await? as u32),
+        };
+        let mut map = BTreeMap::new();
+        for store in stores {
+            let dev = store.info().device_id;
+            devices::register(&catalog, id, &store, &format!("sim:{dev}"), "ssd").await?;
+            map.insert(dev, store);
+        }
+        Node::run(Parts {
+            config,
+            meta,
+            serve_meta: false,
+            catalog,
+            id,
+            stores: map,
+            addr,
+            local_addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+            listener: None,
+            dir_lock: None,
+        })
+        .await
+    }
+
+    /// Simulation: kill -9. Refuses every request from now on, drops the node's tasks, ends
+    /// its PGs' primaries and stops every store at once (`Store::crash`: take the disks' crash
+    /// images first). Nothing is flushed, nothing is revoked: its lease expires by its TTL.
+    #[cfg(feature = "sim")]
+    pub fn kill(mut self) {
+        self.shared.stopping.store(true, Ordering::Release);
+        for task in self.tasks.drain(..) {
+            task.abort();
+        }
+        for store in self.shared.maps.stores().values() {
+            store.crash();
+        }
+        for pg in self.shared.pgs.all() {
+            if pg.st.lock().primary.is_some() {
+                pg.stop_primary();
+            }
+        }
     }
 
     pub fn id(&self) -> NodeId {

@@ -18,7 +18,7 @@ use basalt_meta::{
 };
 use basalt_types::NodeId;
 use parking_lot::Mutex;
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -43,7 +43,7 @@ pub(crate) fn shared(
     stores: Vec<Store>,
     catalog: Catalog,
 ) -> Arc<NodeShared> {
-    let stores: HashMap<_, _> = stores
+    let stores: BTreeMap<_, _> = stores
         .into_iter()
         .map(|s| (s.info().device_id, s))
         .collect();

@@ -29,9 +29,8 @@ pub(crate) struct Leases {
 impl Leases {
     pub(crate) fn new() -> Leases {
         // Ids differ between runs, so a stale id from an earlier run never names a new lease.
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |d| d.as_micros() as i64 & 0x3fff_ffff_ffff_ffff);
+        // (A simulated clock starts at the same instant in every run: the same ids.)
+        let seed = (crate::clock::unix_micros() & 0x3fff_ffff_ffff_ffff) as i64;
         Leases {
             map: BTreeMap::new(),
             next: seed.max(1),
@@ -141,6 +140,7 @@ pub(crate) fn spawn_expiry(inner: Weak<Inner>, wake: Arc<Notify>) {
             match next {
                 Some(at) => {
                     tokio::select! {
+                        biased;
                         _ = tokio::time::sleep_until(at) => {}
                         _ = wake.notified() => {}
                     }
@@ -150,7 +150,10 @@ pub(crate) fn spawn_expiry(inner: Weak<Inner>, wake: Arc<Notify>) {
             let Some(strong) = inner.upgrade() else {
                 return;
             };
-            let res = tokio::task::spawn_blocking(move || strong.expire_due()).await;
+            let res = match strong.inline {
+                true => Ok(strong.expire_due()),
+                false => tokio::task::spawn_blocking(move || strong.expire_due()).await,
+            };
             match res {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {

@@ -80,6 +80,8 @@ pub(crate) struct Inner {
     state: Mutex<State>,
     /// Wakes the lease-expiry task (new lease, or the store is closing).
     wake: Arc<Notify>,
+    /// Calls run on the caller's task instead of a blocking thread ([`EmbeddedStore::in_memory`]).
+    inline: bool,
 }
 
 pub(crate) struct State {
@@ -104,9 +106,28 @@ impl EmbeddedStore {
             .map_err(|e| {
                 MetaError::Backend(format!("opening the embedded store panicked: {e}"))
             })??;
+        Ok(EmbeddedStore::start(inner))
+    }
+
+    /// A store in memory (nothing on disk), whose calls run on the calling task rather than on
+    /// tokio's blocking threads: for the deterministic simulator, where every task shares one
+    /// thread and virtual time (a call never yields, so its effects are ordered with the
+    /// caller's). Same semantics as a file store otherwise. Must be called inside a tokio
+    /// runtime.
+    pub fn in_memory() -> Result<EmbeddedStore, MetaError> {
+        let path = PathBuf::from("<memory>");
+        let db = redb::Builder::new()
+            .create_with_backend(redb::backends::InMemoryBackend::new())
+            .map_err(|e| embedded_err(&path, e))?;
+        let mut inner = Inner::from_db(path, db)?;
+        inner.inline = true;
+        Ok(EmbeddedStore::start(inner))
+    }
+
+    fn start(inner: Inner) -> EmbeddedStore {
         let inner = Arc::new(inner);
         lease::spawn_expiry(Arc::downgrade(&inner), inner.wake.clone());
-        Ok(EmbeddedStore { inner })
+        EmbeddedStore { inner }
     }
 
     /// The file this store lives in.
@@ -119,6 +140,9 @@ impl EmbeddedStore {
         f: impl FnOnce(&Inner) -> Result<T, MetaError> + Send + 'static,
     ) -> Result<T, MetaError> {
         let inner = self.inner.clone();
+        if inner.inline {
+            return f(&inner);
+        }
         tokio::task::spawn_blocking(move || f(&inner))
             .await
             .map_err(|e| MetaError::Backend(format!("embedded store task failed: {e}")))?
@@ -128,6 +152,10 @@ impl EmbeddedStore {
 impl Inner {
     fn open(path: PathBuf) -> Result<Inner, MetaError> {
         let db = Database::create(&path).map_err(|e| embedded_err(&path, e))?;
+        Inner::from_db(path, db)
+    }
+
+    fn from_db(path: PathBuf, db: Database) -> Result<Inner, MetaError> {
         let revision = init_tables(&db).map_err(|e| embedded_err(&path, e))?;
         let inner = Inner {
             state: Mutex::new(State {
@@ -139,6 +167,7 @@ impl Inner {
             db: RwLock::new(Some(db)),
             handles: AtomicUsize::new(1),
             wake: Arc::new(Notify::new()),
+            inline: false,
         };
         inner.drop_leased_keys()?;
         let mut st = inner.state.lock();

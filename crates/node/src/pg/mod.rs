@@ -38,7 +38,7 @@ use basalt_types::{DeviceId, Epoch, ObjectId, PgId, Term, Version};
 use info::MemberInfo;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -107,8 +107,8 @@ impl Default for Tuning {
 /// The PGs of this node's devices.
 pub(crate) struct Pgs {
     pub ctx: Arc<Ctx>,
-    stores: HashMap<DeviceId, Store>,
-    pgs: Mutex<HashMap<(DeviceId, PgId), Arc<Pg>>>,
+    stores: BTreeMap<DeviceId, Store>,
+    pgs: Mutex<BTreeMap<(DeviceId, PgId), Arc<Pg>>>,
     /// The background scrub's rate and what scrubs compared (`scrub.rs`).
     pub scrub: ScrubStats,
 }
@@ -206,7 +206,7 @@ pub(crate) struct Primary {
     pub missing: BTreeMap<ObjectId, Missing>,
     /// Objects being recovered or backfilled right now: writes wait.
     pub busy: BTreeSet<ObjectId>,
-    pub waiters: HashMap<ObjectId, Vec<oneshot::Sender<()>>>,
+    pub waiters: BTreeMap<ObjectId, Vec<oneshot::Sender<()>>>,
     pub min_size: usize,
     /// Up-set members: the PG is clean when they all serve and nothing is missing.
     pub up: Vec<DeviceId>,
@@ -236,7 +236,7 @@ impl Primary {
 
     /// Wakes every waiter (the PG stops being served).
     pub fn release_all(&mut self) {
-        for (_, ws) in self.waiters.drain() {
+        for (_, ws) in std::mem::take(&mut self.waiters) {
             for w in ws {
                 let _ = w.send(());
             }
@@ -260,11 +260,11 @@ pub(crate) struct PgState {
 }
 
 impl Pgs {
-    pub fn new(ctx: Arc<Ctx>, stores: HashMap<DeviceId, Store>) -> Arc<Pgs> {
+    pub fn new(ctx: Arc<Ctx>, stores: BTreeMap<DeviceId, Store>) -> Arc<Pgs> {
         Arc::new(Pgs {
             ctx,
             stores,
-            pgs: Mutex::new(HashMap::new()),
+            pgs: Mutex::new(BTreeMap::new()),
             scrub: ScrubStats::default(),
         })
     }
@@ -431,7 +431,7 @@ impl Pg {
                 inflight: BTreeSet::new(),
                 missing: BTreeMap::new(),
                 busy: BTreeSet::new(),
-                waiters: HashMap::new(),
+                waiters: BTreeMap::new(),
                 min_size: min_size.max(1),
                 up: entry.up.clone(),
                 live_up: live_up(map, entry),
@@ -664,7 +664,7 @@ impl Pg {
             inflight: BTreeSet::new(),
             missing: BTreeMap::new(),
             busy: BTreeSet::new(),
-            waiters: HashMap::new(),
+            waiters: BTreeMap::new(),
             min_size: 1,
             up: vec![self.dev],
             live_up: vec![self.dev],

@@ -17,7 +17,8 @@ use basalt_meta::PgHistory;
 use basalt_types::{DeviceId, ObjectId, Term, Version};
 use bytes::Bytes;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tokio::time::Instant;
 
 /// How often an active primary tells its members how far they are complete.
 const PUBLISH_COMPLETE: Duration = Duration::from_secs(30);

@@ -1,0 +1,147 @@
+//! One seed's configuration, drawn swarm-style: each seed its own cluster shape, workload mix,
+//! network and fault mix.
+
+use std::time::Duration;
+
+/// SplitMix64: every random choice of the harness comes from one of these.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed ^ 0x005e_edc1_u64.rotate_left(40))
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `lo..=hi`.
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        if hi <= lo {
+            return lo;
+        }
+        lo + self.next() % (hi - lo + 1)
+    }
+
+    pub fn chance(&mut self, p: f64) -> bool {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64 <= p
+    }
+
+    pub fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+        items[self.range(0, items.len() as u64 - 1) as usize]
+    }
+
+    pub fn ms(&mut self, lo: u64, hi: u64) -> Duration {
+        Duration::from_millis(self.range(lo, hi))
+    }
+
+    /// A generator of its own, for one part of the run (so that parts do not shift each
+    /// other's draws).
+    pub fn fork(&mut self) -> Rng {
+        Rng(self.next())
+    }
+}
+
+/// Which faults a seed injects.
+#[derive(Clone, Debug, Default)]
+pub struct Faults {
+    /// kill -9 of a node (its disks lose what was not flushed), restarted later.
+    pub kills: bool,
+    /// Node-to-node and client-to-node partitions (one way or both), healed later.
+    pub partitions: bool,
+    /// A node cut off from the metadata store for a while.
+    pub meta_cuts: bool,
+    /// Connections reset.
+    pub breaks: bool,
+    /// Devices marked out and in, nodes added.
+    pub map_changes: bool,
+}
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub seed: u64,
+    pub nodes: u32,
+    pub devices_per_node: u32,
+    pub replicas: u8,
+    pub min_size: u8,
+    pub pg_count: u32,
+    pub object_size: u32,
+    /// 4 KiB blocks of the volume the clients use (few: writes to one block meet).
+    pub blocks: u64,
+    pub clients: u32,
+    pub ops_per_client: u32,
+    /// Share of reads among operations.
+    pub reads: f64,
+    /// Pause between a client's operations.
+    pub think: (u64, u64),
+    /// Network delay per message, microseconds.
+    pub net_delay: (u64, u64),
+    /// Disk latency, microseconds (write; reads and flushes derive from it).
+    pub disk_latency: (u64, u64),
+    pub faults: Faults,
+    /// Pause between two faults, milliseconds.
+    pub fault_every: (u64, u64),
+    /// How long a fault lasts (a node stays dead, a partition holds), milliseconds.
+    pub fault_length: (u64, u64),
+    /// Nodes that may be dead or cut off at once.
+    pub max_down: u32,
+    pub lease_ttl: Duration,
+    pub down_out: Duration,
+}
+
+impl Config {
+    /// The configuration of `seed`. `faults`: whether the seed may inject faults at all.
+    pub fn draw(seed: u64, faults: bool) -> Config {
+        let mut r = Rng::new(seed);
+        let nodes = r.range(3, 5) as u32;
+        let replicas = r.range(2, 3.min(u64::from(nodes))) as u8;
+        let min_size = if replicas == 3 {
+            r.pick(&[2u8, 2, 3])
+        } else {
+            r.pick(&[1u8, 2, 2])
+        };
+        let faults = match faults {
+            false => Faults::default(),
+            true => Faults {
+                kills: r.chance(0.6),
+                partitions: r.chance(0.5),
+                meta_cuts: r.chance(0.25),
+                breaks: r.chance(0.4),
+                map_changes: r.chance(0.35),
+            },
+        };
+        let net_lo = r.pick(&[0u64, 50, 200, 1000]);
+        let disk_lo = r.pick(&[0u64, 20, 100, 1000]);
+        Config {
+            seed,
+            nodes,
+            devices_per_node: r.range(1, 2) as u32,
+            replicas,
+            min_size,
+            pg_count: r.pick(&[4u32, 8, 16]),
+            object_size: r.pick(&[16u32 << 10, 64 << 10]),
+            blocks: r.pick(&[4u64, 16, 64]),
+            clients: r.range(1, 4) as u32,
+            ops_per_client: r.range(20, 80) as u32,
+            reads: r.pick(&[0.2, 0.4, 0.6]),
+            think: r.pick(&[(0u64, 0u64), (0, 20), (10, 300)]),
+            net_delay: (net_lo, net_lo * r.range(1, 5) + r.range(0, 500)),
+            disk_latency: (disk_lo, disk_lo * r.range(1, 4) + r.range(0, 300)),
+            faults,
+            fault_every: r.pick(&[(200u64, 2000u64), (1000, 6000)]),
+            fault_length: r.pick(&[(500u64, 4000u64), (2000, 15000)]),
+            max_down: if replicas == 3 {
+                r.range(1, 2) as u32
+            } else {
+                1
+            },
+            lease_ttl: Duration::from_secs(r.range(2, 4)),
+            down_out: Duration::from_secs(r.pick(&[10u64, 30, 600])),
+        }
+    }
+}

@@ -1,0 +1,280 @@
+//! The deterministic cluster simulator: whole clusters (3-5 nodes, 1-2 simulated disks each,
+//! the leader, leases, peering, recovery, backfill, the client library) on one current-thread
+//! tokio runtime in virtual time, over a simulated network, with faults drawn from a seed
+//! (kill -9 and restart from crash images, partitions, the metadata store cut off, connection
+//! resets, devices out and in, nodes added). Every read is checked against the model
+//! (`model.rs`); after healing, every block is read back. The same seed gives the same run,
+//! bit for bit (the trace hash). docs/design/simulation.md, "Cluster simulation".
+//!
+//! `CSIM_SEED=n` replays one seed (twice, checking both runs are identical); `CSIM_SECONDS`
+//! bounds the swarm (default 40); `CSIM_SEED_BASE` is its first seed; `CSIM_SEEDS` caps the
+//! number of seeds; `CSIM_KEEP_GOING=1` runs on after a failing seed; `CSIM_LOG=1` prints the
+//! nodes' logs (RUST_LOG filter, default info).
+
+mod cluster;
+mod config;
+mod model;
+mod trace;
+mod workload;
+
+use cluster::SimCluster;
+use config::{Config, Rng};
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::Duration;
+use workload::{Seen, Shared};
+
+/// What one seed did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    pub trace: u64,
+    pub acked: u64,
+    pub failed_writes: u64,
+    pub reads: u64,
+    pub read_errors: u64,
+    pub kills: u64,
+    pub restarts: u64,
+    pub held: u64,
+    pub breaks: u64,
+    pub virtual_secs: u64,
+    pub violations: Vec<String>,
+}
+
+/// Runs one seed on a runtime of its own.
+pub fn run_seed(seed: u64, faults: bool) -> Report {
+    run_seed_with(seed, faults, false)
+}
+
+/// [`run_seed`]; `pool_first`: create the pool before the nodes start.
+pub fn run_seed_with(seed: u64, faults: bool, pool_first: bool) -> Report {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("runtime");
+    let report = rt.block_on(run(Config::draw(seed, faults), pool_first));
+    drop(rt);
+    basalt_meta::clock::simulate(None);
+    report
+}
+
+async fn run(cfg: Config, pool_first: bool) -> Report {
+    let start = tokio::time::Instant::now();
+    let (mut cluster, volume) = SimCluster::start(&cfg, pool_first).await;
+    let seen: Shared = Rc::new(RefCell::new(Seen {
+        model: model::Model::new(cfg.blocks),
+        running: cfg.clients,
+        ..Seen::default()
+    }));
+    let mut rng = Rng::new(cfg.seed ^ 0x00c1_1e47);
+    let clients = (0..cfg.clients)
+        .map(|c| workload::client(c, &volume, seen.clone(), rng.fork(), &cfg, start));
+    let clients = futures::future::join_all(clients);
+    let faults = workload::faults(&mut cluster, &seen, start);
+    futures::future::join(clients, faults).await;
+    cluster.heal().await;
+    workload::final_check(&volume, &seen, cfg.blocks, start).await;
+    let virtual_secs = start.elapsed().as_secs();
+    let net = cluster.net.stats();
+    cluster.stop();
+    drop(volume);
+    let s = seen.borrow();
+    let mut trace = s.trace;
+    trace.add(99, &[cluster.trace.0, net.messages, net.held, net.breaks]);
+    Report {
+        trace: trace.0,
+        acked: s.model.acked(),
+        failed_writes: s.model.failed(),
+        reads: s.reads,
+        read_errors: s.read_errors,
+        kills: cluster.kills,
+        restarts: cluster.restarts,
+        held: net.held,
+        breaks: net.breaks,
+        virtual_secs,
+        violations: s.violations.clone(),
+    }
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+/// Log lines carry the virtual time (seconds since the simulated clock started).
+struct VirtualTime;
+
+impl tracing_subscriber::fmt::time::FormatTime for VirtualTime {
+    fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
+        let us = basalt_meta::clock::unix_micros().saturating_sub(cluster::CLOCK_START * 1_000_000);
+        write!(w, "{:>4}.{:06}", us / 1_000_000, us % 1_000_000)
+    }
+}
+
+fn init_log() {
+    if std::env::var("CSIM_LOG").is_ok_and(|v| v == "1") {
+        let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_timer(VirtualTime)
+            .with_test_writer()
+            .try_init();
+    }
+}
+
+/// Runs `seed`, panicking with the replay command if the model was violated.
+fn check_seed(seed: u64, faults: bool) -> Report {
+    let r = run_seed(seed, faults);
+    if !r.violations.is_empty() {
+        panic!(
+            "seed {seed} failed ({} violations):\n{}\nconfig: {:?}\nreplay: CSIM_SEED={seed} cargo test -p basalt-node --test sim_cluster",
+            r.violations.len(),
+            r.violations[..r.violations.len().min(12)].join("\n"),
+            Config::draw(seed, faults),
+        );
+    }
+    r
+}
+
+/// The swarm: seeds from `CSIM_SEED_BASE` upwards until `CSIM_SECONDS` (40) are used, or only
+/// `CSIM_SEED`, run twice and compared.
+#[test]
+fn swarm() {
+    init_log();
+    if let Some(seed) = env_u64("CSIM_SEED") {
+        let a = check_seed(seed, true);
+        let b = run_seed(seed, true);
+        eprintln!("seed {seed}: {a:?}");
+        assert_eq!(a, b, "seed {seed} did not repeat bit for bit");
+        return;
+    }
+    let budget = Duration::from_secs(env_u64("CSIM_SECONDS").unwrap_or(40));
+    let base = env_u64("CSIM_SEED_BASE").unwrap_or(0);
+    let cap = env_u64("CSIM_SEEDS").unwrap_or(u64::MAX);
+    let keep_going = std::env::var("CSIM_KEEP_GOING").is_ok_and(|v| v == "1");
+    let began = std::time::Instant::now();
+    let mut total = Report::default();
+    let mut seeds = 0;
+    let mut failed = Vec::new();
+    while began.elapsed() < budget && seeds < cap {
+        let seed = base + seeds;
+        seeds += 1;
+        let r = match keep_going {
+            false => check_seed(seed, true),
+            true => {
+                let r = run_seed(seed, true);
+                if !r.violations.is_empty() {
+                    eprintln!("seed {seed} FAILED: {}", r.violations.join("\n"));
+                    failed.push(seed);
+                }
+                r
+            }
+        };
+        total.acked += r.acked;
+        total.failed_writes += r.failed_writes;
+        total.reads += r.reads;
+        total.read_errors += r.read_errors;
+        total.kills += r.kills;
+        total.restarts += r.restarts;
+        total.held += r.held;
+        total.breaks += r.breaks;
+        total.virtual_secs += r.virtual_secs;
+    }
+    eprintln!(
+        "cluster swarm: {seeds} seeds from {base} in {:?}: {total:?}",
+        began.elapsed()
+    );
+    assert!(failed.is_empty(), "failing seeds: {failed:?}");
+    // Not vacuous: writes were acknowledged and read back; with enough seeds, nodes were
+    // killed and restarted, partitions held messages and links were reset.
+    assert!(total.acked > 0 && total.reads > 0, "{total:?}");
+    if seeds >= 10 {
+        assert!(
+            total.kills > 0 && total.restarts > 0 && total.held > 0 && total.breaks > 0,
+            "{total:?}"
+        );
+    }
+}
+
+/// The same seed gives the same run, bit for bit: a few seeds (with faults), each twice.
+#[test]
+fn deterministic() {
+    init_log();
+    for seed in [1u64, 2, 3] {
+        let a = run_seed(seed, true);
+        let b = run_seed(seed, true);
+        assert_eq!(a, b, "seed {seed} did not repeat");
+    }
+}
+
+/// Without faults: every seed's clients see exactly what they wrote.
+#[test]
+fn no_faults() {
+    init_log();
+    for seed in 0..3u64 {
+        let r = check_seed(seed, false);
+        assert_eq!(r.failed_writes, 0, "{r:?}");
+        assert_eq!(r.read_errors, 0, "{r:?}");
+        assert!(r.acked > 0, "{r:?}");
+    }
+}
+
+/// `CSIM_SEED=n`, no faults (debugging aid).
+#[test]
+#[ignore]
+fn one_without_faults() {
+    init_log();
+    let seed = env_u64("CSIM_SEED").unwrap_or(0);
+    let r = check_seed(seed, false);
+    eprintln!("seed {seed}: {r:?}");
+}
+
+/// Known problem (reported to the lead): a pool created before its nodes start, placed while
+/// they join one by one (within milliseconds of each other), leaves PGs incomplete for good
+/// ("serving member ... holds the PG from before its history began; it needs a backfill"),
+/// without any fault. Fails today.
+#[test]
+#[ignore]
+fn known_bug_pool_before_nodes() {
+    init_log();
+    let r = run_seed_with(0, false, true);
+    assert!(
+        r.violations.is_empty(),
+        "{:?}",
+        &r.violations[..r.violations.len().min(3)]
+    );
+}
+
+/// Known bug (reported to the lead, not fixed): acknowledged writes deleted by peering. Seed
+/// 173 (3 nodes, partitions, metadata cuts, resets, map changes, no kill): at 45.51 s (virtual)
+/// a peering of pg.1.10 (term t38.2, primary dev.10, after dev.50 missed a round during a
+/// partition) decides that the authority of obj.1.1.0 is "absent" and rolls dev.10 and dev.50
+/// back to v0.0; reads then return zeros for blocks whose writes were acknowledged. Fails today.
+#[test]
+#[ignore]
+fn known_bug_peering_rolls_back_acknowledged_writes() {
+    init_log();
+    let r = run_seed(173, true);
+    assert!(
+        r.violations.is_empty(),
+        "{:?}",
+        &r.violations[..r.violations.len().min(3)]
+    );
+}
+
+/// Known problem (reported to the lead, not fixed): after faults and map changes, a PG stays
+/// incomplete for good ("serving member dev.N holds the PG from before its history began; it
+/// needs a backfill"), so the final reads fail. Seeds 139, 152, 238. Fails today.
+#[test]
+#[ignore]
+fn known_bug_pg_stays_incomplete() {
+    init_log();
+    for seed in [139u64, 152, 238] {
+        let r = run_seed(seed, true);
+        assert!(
+            r.violations.is_empty(),
+            "seed {seed}: {:?}",
+            &r.violations[..r.violations.len().min(3)]
+        );
+    }
+}

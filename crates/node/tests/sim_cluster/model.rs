@@ -1,0 +1,196 @@
+//! The model a run is checked against: per 4 KiB block, every write with when it was sent and
+//! when (if) it was acknowledged, on one logical clock (the harness is one thread: the clock's
+//! order is the real order of events).
+//!
+//! A read sent at `s` and answered at `d` may return the value of write `w` only if `w` was sent
+//! before `d` and no acknowledged write `w2` supersedes it: `w2` sent after `w` was acknowledged
+//! and acknowledged itself before `s`. Zeros (never written) only if no write was acknowledged
+//! before `s`. A write that failed (the client gave up) may still land at any time after it was
+//! sent; it never supersedes anything. So: every acknowledged write reads back until a later one
+//! replaces it, and no read returns data older than an acknowledged write.
+
+use bytes::Bytes;
+
+pub const BLOCK: usize = 4096;
+
+#[derive(Clone, Debug)]
+pub struct Write {
+    pub value: u64,
+    pub sent: u64,
+    pub acked: Option<u64>,
+    pub failed: bool,
+}
+
+#[derive(Debug, Default)]
+pub struct Model {
+    clock: u64,
+    pub blocks: Vec<Vec<Write>>,
+}
+
+/// The bytes of a block holding `value`.
+pub fn pattern(value: u64) -> Bytes {
+    let mut b = Vec::with_capacity(BLOCK);
+    for _ in 0..BLOCK / 8 {
+        b.extend_from_slice(&value.to_le_bytes());
+    }
+    Bytes::from(b)
+}
+
+/// The value a block holds, or why it holds none (torn, or not a pattern).
+pub fn value_of(data: &[u8]) -> Result<u64, String> {
+    if data.len() != BLOCK {
+        return Err(format!("read {} bytes, not {BLOCK}", data.len()));
+    }
+    let first = u64::from_le_bytes(data[..8].try_into().expect("8 bytes"));
+    match data.chunks(8).all(|w| w == first.to_le_bytes()) {
+        true => Ok(first),
+        false => {
+            let other = data
+                .chunks(8)
+                .find(|w| *w != first.to_le_bytes())
+                .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")));
+            Err(format!(
+                "torn block: starts with {first:#x}, also holds {other:#x?}"
+            ))
+        }
+    }
+}
+
+impl Model {
+    pub fn new(blocks: u64) -> Model {
+        Model {
+            clock: 0,
+            blocks: vec![Vec::new(); blocks as usize],
+        }
+    }
+
+    pub fn now(&mut self) -> u64 {
+        self.clock += 1;
+        self.clock
+    }
+
+    /// A write of `value` to `block` is sent: returns its index for [`Model::write_done`].
+    pub fn write_sent(&mut self, block: u64, value: u64) -> usize {
+        let sent = self.now();
+        let writes = &mut self.blocks[block as usize];
+        writes.push(Write {
+            value,
+            sent,
+            acked: None,
+            failed: false,
+        });
+        writes.len() - 1
+    }
+
+    pub fn write_done(&mut self, block: u64, i: usize, ok: bool) {
+        let now = self.now();
+        let w = &mut self.blocks[block as usize][i];
+        match ok {
+            true => w.acked = Some(now),
+            false => w.failed = true,
+        }
+    }
+
+    /// Checks a read of `block` sent at `sent`, answered now, that returned `value`.
+    pub fn check_read(&mut self, block: u64, sent: u64, value: u64) -> Result<(), String> {
+        let done = self.now();
+        let writes = &self.blocks[block as usize];
+        let acked_before = |w: &Write| w.acked.is_some_and(|a| a < sent);
+        if value == 0 {
+            return match writes.iter().find(|w| acked_before(w)) {
+                None => Ok(()),
+                Some(w) => Err(format!(
+                    "block {block} read as never written, but write {:#x} was acknowledged \
+                     (at {}) before the read was sent (at {sent})",
+                    w.value,
+                    w.acked.unwrap_or_default()
+                )),
+            };
+        }
+        let Some(w) = writes.iter().find(|w| w.value == value) else {
+            return Err(format!(
+                "block {block} read {value:#x}, which no write of it wrote"
+            ));
+        };
+        if w.sent > done {
+            return Err(format!(
+                "block {block} read {value:#x} before it was written"
+            ));
+        }
+        let Some(acked) = w.acked else {
+            return Ok(());
+        };
+        match writes.iter().find(|w2| acked_before(w2) && w2.sent > acked) {
+            None => Ok(()),
+            Some(w2) => Err(format!(
+                "block {block} read {value:#x} (acknowledged at {acked}), older than write \
+                 {:#x} (sent at {}, acknowledged at {}) acknowledged before the read was sent \
+                 (at {sent})",
+                w2.value,
+                w2.sent,
+                w2.acked.unwrap_or_default()
+            )),
+        }
+    }
+
+    pub fn acked(&self) -> u64 {
+        self.blocks
+            .iter()
+            .flatten()
+            .filter(|w| w.acked.is_some())
+            .count() as u64
+    }
+
+    pub fn failed(&self) -> u64 {
+        self.blocks.iter().flatten().filter(|w| w.failed).count() as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_are_checked_against_acknowledged_writes() {
+        let mut m = Model::new(1);
+        let s = m.now();
+        assert!(m.check_read(0, s, 0).is_ok(), "nothing written yet");
+        let a = m.write_sent(0, 1);
+        m.write_done(0, a, true);
+        let s = m.now();
+        assert!(
+            m.check_read(0, s, 0).is_err(),
+            "zeros after an acknowledged write"
+        );
+        assert!(m.check_read(0, s, 1).is_ok());
+        let b = m.write_sent(0, 2);
+        let s = m.now();
+        assert!(
+            m.check_read(0, s, 1).is_ok(),
+            "the newer write is only in flight"
+        );
+        assert!(
+            m.check_read(0, s, 2).is_ok(),
+            "an in-flight write may be seen"
+        );
+        m.write_done(0, b, true);
+        let s = m.now();
+        assert!(
+            m.check_read(0, s, 1).is_err(),
+            "older than an acknowledged write"
+        );
+        assert!(m.check_read(0, s, 3).is_err(), "never written");
+        let c = m.write_sent(0, 3);
+        m.write_done(0, c, false);
+        let s = m.now();
+        assert!(
+            m.check_read(0, s, 3).is_ok(),
+            "a failed write may have landed"
+        );
+        assert!(m.check_read(0, s, 2).is_ok());
+        assert!(value_of(&pattern(7)).is_ok_and(|v| v == 7));
+        let mut torn = pattern(7).to_vec();
+        torn[4095] = 1;
+        assert!(value_of(&torn).is_err());
+    }
+}

@@ -1,0 +1,282 @@
+//! The clients (writes and reads of 4 KiB blocks through the client library) and the fault
+//! injector, as futures of the harness's one task; the model records and checks every answer.
+
+use crate::cluster::{CLIENT, SimCluster};
+use crate::config::{Config, Rng};
+use crate::model::{BLOCK, Model, pattern, value_of};
+use crate::trace::Trace;
+use basalt_client::Volume;
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// What the clients saw, shared by the futures of one run.
+#[derive(Default)]
+pub struct Seen {
+    pub model: Model,
+    pub trace: Trace,
+    pub reads: u64,
+    pub read_errors: u64,
+    pub write_errors: u64,
+    pub violations: Vec<String>,
+    /// Clients still running.
+    pub running: u32,
+}
+
+pub type Shared = Rc<RefCell<Seen>>;
+
+fn ms_since(start: Instant) -> u64 {
+    start.elapsed().as_millis() as u64
+}
+
+/// One client: the configured number of operations on random blocks.
+pub async fn client(
+    c: u32,
+    volume: &Volume,
+    seen: Shared,
+    mut rng: Rng,
+    cfg: &Config,
+    start: Instant,
+) {
+    let (blocks, reads, think) = (cfg.blocks, cfg.reads, cfg.think);
+    for n in 0..cfg.ops_per_client {
+        let pause = rng.ms(think.0, think.1);
+        if !pause.is_zero() {
+            tokio::time::sleep(pause).await;
+        }
+        let block = rng.range(0, blocks - 1);
+        let offset = block * BLOCK as u64;
+        if rng.chance(reads) {
+            let sent = seen.borrow_mut().model.now();
+            let answer = volume.read(offset, BLOCK as u32).await;
+            let mut s = seen.borrow_mut();
+            s.reads += 1;
+            match answer {
+                Ok(data) => {
+                    let checked = value_of(&data)
+                        .and_then(|v| s.model.check_read(block, sent, v).map(|()| v));
+                    let v = checked.as_ref().copied().unwrap_or(u64::MAX);
+                    s.trace.add(10, &[u64::from(c), block, v, ms_since(start)]);
+                    if let Err(e) = checked {
+                        s.violations
+                            .push(format!("client {c} at {} ms: {e}", ms_since(start)));
+                    }
+                }
+                Err(e) => {
+                    s.read_errors += 1;
+                    s.trace.add(11, &[u64::from(c), block, ms_since(start)]);
+                    s.trace.add_str(12, &e.to_string());
+                }
+            }
+        } else {
+            let value = (u64::from(c) + 1) << 32 | u64::from(n + 1);
+            let i = seen.borrow_mut().model.write_sent(block, value);
+            let answer = volume.write(offset, pattern(value), true).await;
+            let mut s = seen.borrow_mut();
+            s.model.write_done(block, i, answer.is_ok());
+            s.trace.add(
+                13,
+                &[
+                    u64::from(c),
+                    block,
+                    value,
+                    u64::from(answer.is_ok()),
+                    ms_since(start),
+                ],
+            );
+            if let Err(e) = answer {
+                s.write_errors += 1;
+                s.trace.add_str(14, &e.to_string());
+            }
+        }
+    }
+    seen.borrow_mut().running -= 1;
+}
+
+/// Reads every block once the faults are healed: each must hold a value the model allows (so
+/// every acknowledged write that was not replaced reads back). Retries errors for a while (the
+/// cluster may still be peering).
+pub async fn final_check(volume: &Volume, seen: &Shared, blocks: u64, start: Instant) {
+    for block in 0..blocks {
+        let offset = block * BLOCK as u64;
+        let mut tries = 0;
+        loop {
+            let sent = seen.borrow_mut().model.now();
+            match volume.read(offset, BLOCK as u32).await {
+                Ok(data) => {
+                    let mut s = seen.borrow_mut();
+                    let checked = value_of(&data)
+                        .and_then(|v| s.model.check_read(block, sent, v).map(|()| v));
+                    let v = checked.as_ref().copied().unwrap_or(u64::MAX);
+                    s.trace.add(20, &[block, v, ms_since(start)]);
+                    if let Err(e) = checked {
+                        s.violations.push(format!("final read: {e}"));
+                    }
+                    break;
+                }
+                Err(e) => {
+                    tries += 1;
+                    if tries == 3 {
+                        seen.borrow_mut().violations.push(format!(
+                            "final read of block {block} failed {tries} times after every fault \
+                             healed: {e}"
+                        ));
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
+    }
+}
+
+/// Injects faults until the clients are done: each pause, one fault drawn from the seed's mix,
+/// and the faults whose time is up are healed. The clients never touch the cluster: this
+/// future owns it.
+pub async fn faults(c: &mut SimCluster, seen: &Shared, start: Instant) {
+    // (slot, what, heal at)
+    let mut active: Vec<(usize, Fault, Instant)> = Vec::new();
+    let f = c.cfg.faults.clone();
+    let mut kinds = Vec::new();
+    for (on, kind) in [
+        (f.kills, Fault::Kill),
+        (f.partitions, Fault::Partition),
+        (f.meta_cuts, Fault::MetaCut),
+        (f.breaks, Fault::Break),
+        (f.map_changes, Fault::Out),
+    ] {
+        if on {
+            kinds.push(kind);
+        }
+    }
+    loop {
+        let (lo, hi) = c.cfg.fault_every;
+        let pause = c.rng.ms(lo, hi);
+        tokio::time::sleep(pause).await;
+        if seen.borrow().running == 0 {
+            break;
+        }
+        let now = Instant::now();
+        let mut due = Vec::new();
+        active.retain(|(i, what, at)| {
+            let keep = *at > now;
+            if !keep {
+                due.push((*i, *what));
+            }
+            keep
+        });
+        for (i, what) in due {
+            heal(c, i, what, start).await;
+        }
+        if kinds.is_empty() {
+            continue;
+        }
+        let what = c.rng.pick(&kinds);
+        let i = c.rng.range(0, c.slots.len() as u64 - 1) as usize;
+        let (lo, hi) = c.cfg.fault_length;
+        let until = Instant::now() + c.rng.ms(lo, hi);
+        let t = ms_since(start);
+        match what {
+            Fault::Break => {
+                let host = c.slots[i].host;
+                c.net.break_links(|a, b| a == host || b == host);
+                c.trace.add(30, &[i as u64, t]);
+            }
+            Fault::Out if c.rng.chance(0.15) && c.slots.len() < 6 => {
+                c.trace.add(31, &[t]);
+                c.add_node().await;
+            }
+            Fault::Out => {
+                let dev = c.rng.pick(&c.slots[i].devices);
+                c.set_out(dev, true).await;
+                active.push((i, Fault::In(dev), until));
+            }
+            _ => {
+                let down = c.slots.iter().filter(|s| s.faulted).count() as u32;
+                if c.slots[i].faulted || down >= c.cfg.max_down {
+                    continue;
+                }
+                c.slots[i].faulted = true;
+                c.trace.add(32, &[i as u64, what.code(), t]);
+                inject(c, i, what);
+                active.push((i, what, until));
+            }
+        }
+    }
+    for (i, what, _) in active {
+        heal(c, i, what, start).await;
+    }
+}
+
+fn inject(c: &mut SimCluster, i: usize, what: Fault) {
+    match what {
+        Fault::Kill => c.kill(i),
+        Fault::Partition => {
+            let host = c.slots[i].host;
+            let hosts: Vec<_> = c.slots.iter().map(|s| s.host).chain([CLIENT]).collect();
+            let one_way = c.rng.chance(0.3);
+            let inbound = c.rng.chance(0.5);
+            // Some partitions leave the client's way open, some do not.
+            let client_too = c.rng.chance(0.5);
+            for h in hosts.into_iter().filter(|h| *h != host) {
+                if h == CLIENT && !client_too {
+                    continue;
+                }
+                if !one_way || inbound {
+                    c.net.cut(h, host);
+                }
+                if !one_way || !inbound {
+                    c.net.cut(host, h);
+                }
+            }
+        }
+        Fault::MetaCut => c.slots[i].meta.set_reachable(false),
+        Fault::Break | Fault::Out | Fault::In(_) => unreachable!("not a fault on one node"),
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    Kill,
+    Partition,
+    MetaCut,
+    Break,
+    Out,
+    In(basalt_engine::DeviceId),
+}
+
+impl Fault {
+    fn code(self) -> u64 {
+        match self {
+            Fault::Kill => 1,
+            Fault::Partition => 2,
+            Fault::MetaCut => 3,
+            Fault::Break => 4,
+            Fault::Out => 5,
+            Fault::In(d) => 6 | (u64::from(d.0) << 8),
+        }
+    }
+}
+
+async fn heal(c: &mut SimCluster, i: usize, what: Fault, start: Instant) {
+    let t = ms_since(start);
+    c.trace.add(33, &[i as u64, what.code(), t]);
+    match what {
+        Fault::Kill => c.restart(i).await,
+        Fault::Partition => {
+            let host = c.slots[i].host;
+            let hosts: Vec<_> = c.slots.iter().map(|s| s.host).chain([CLIENT]).collect();
+            for h in hosts {
+                c.net.heal(h, host);
+                c.net.heal(host, h);
+            }
+        }
+        Fault::MetaCut => c.slots[i].meta.set_reachable(true),
+        Fault::In(dev) => c.set_out(dev, false).await,
+        Fault::Break | Fault::Out => {}
+    }
+    if !matches!(what, Fault::In(_)) {
+        c.slots[i].faulted = false;
+    }
+}
