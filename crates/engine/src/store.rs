@@ -432,10 +432,15 @@ impl Store {
 
     /// Forgets an object entirely, tombstone included (a PG or volume that goes away).
     pub async fn purge(&self, oid: ObjectId, opts: WriteOptions) -> Result<(), EngineError> {
+        self.submit_purge(oid, opts).await.map(|_| ())
+    }
+
+    /// [`Store::purge`], enqueued now.
+    pub fn submit_purge(&self, oid: ObjectId, opts: WriteOptions) -> Pending<Version> {
         let kind = WKind::Purge {
             only_tombstone_upto: None,
         };
-        self.submit_write_op(oid, 0, kind, opts).await.map(|_| ())
+        self.submit_write_op(oid, 0, kind, opts)
     }
 
     /// Replaces an object with `image` whatever its current version (recovery, and rolling
@@ -446,9 +451,18 @@ impl Store {
         image: ObjectImage,
         opts: WriteOptions,
     ) -> Result<(), EngineError> {
+        self.submit_install(oid, image, opts).await.map(|_| ())
+    }
+
+    /// [`Store::install`], enqueued now (so a caller can check a condition and submit under
+    /// one lock).
+    pub fn submit_install(
+        &self,
+        oid: ObjectId,
+        image: ObjectImage,
+        opts: WriteOptions,
+    ) -> Pending<Version> {
         self.submit_write_op(oid, 0, WKind::Install(image), opts)
-            .await
-            .map(|_| ())
     }
 
     /// Commits one held write of `oid` (see [`WriteOptions::pending`]): once every held write

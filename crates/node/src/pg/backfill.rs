@@ -74,6 +74,19 @@ impl Pg {
             tokio::time::sleep(ctx.tuning.retry).await;
             return Err(format!("backfill targets {unreached:?} did not answer"));
         }
+        // An up member that neither holds the PG (acting) nor was backfilled here, because it
+        // is down, would enter the acting set without the PG's data: no report until it is up
+        // (its coming up restarts this primary, which then backfills it).
+        let away: Vec<DeviceId> = entry
+            .up
+            .iter()
+            .copied()
+            .filter(|d| !entry.acting.contains(d) && !known.contains(d) && !map.is_up(*d))
+            .collect();
+        if !away.is_empty() {
+            tracing::info!(pg = %self.id, ?away, "backfill waits for down up-set members");
+            return Ok(());
+        }
         let record = PgReadyRecord::new(self.id, map.epoch, entry.up.clone());
         ctx.catalog
             .put_pg_ready(&record)

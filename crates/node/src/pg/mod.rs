@@ -144,7 +144,12 @@ pub(crate) struct Pg {
 pub(crate) enum Status {
     Peering,
     Active,
-    /// Cannot go active: too few members, or no member of some past interval reachable.
+    /// Peered with fewer serving members than the pool's `min_size`: its members are reconciled
+    /// and recovery and backfill run (so the PG can regain its up set), but it serves no client
+    /// I/O, and its interval is not recorded in the history (nothing is acknowledged in it).
+    Peered(String),
+    /// Cannot go active: no member of some past interval reachable, or a serving member did
+    /// not answer.
     Incomplete(String),
 }
 
@@ -613,6 +618,7 @@ impl Pgs {
             let (state, why) = match &p.status {
                 Status::Peering => ("peering", None),
                 Status::Active => ("active", None),
+                Status::Peered(w) => ("peered", Some(w.clone())),
                 Status::Incomplete(w) => ("incomplete", Some(w.clone())),
             };
             out.push(PgSummary {

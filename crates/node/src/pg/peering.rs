@@ -5,16 +5,18 @@
 //!    past intervals) what it holds. Asking is a promise: the device refuses sub-operations of
 //!    older intervals from then on, so a deposed primary can get no more acknowledgements.
 //! 3. Check that the interval can be served: every serving member answered (writes need them
-//!    all), there are at least `min_size` of them, and every past interval has a reachable
-//!    member with complete data (else some acknowledged write may be unreachable: the PG waits,
-//!    it is never served without it).
+//!    all), and every past interval has a reachable member with complete data (else some
+//!    acknowledged write may be unreachable: the PG waits, it is never served without it).
+//!    With fewer than `min_size` serving members the PG still peers, recovers and backfills
+//!    (status `Peered`) but serves no client I/O, and step 6 does not record its interval
+//!    (nothing is acknowledged in it, so no later peering needs a witness of it).
 //! 4. Gather what may differ: every source's log since the lowest point every source is known
 //!    complete at (a full listing where a log was trimmed), then every device's version of each
 //!    such object.
 //! 5. Decide the authoritative version of each (`authority.rs`); reset divergent members now,
 //!    remember what members lack (recovered once active).
 //! 6. Append the interval to the history (compare-and-swap: a racing primary with a stale map
-//!    cannot), activate every serving member (it persists its new state and accepts the
+//!    cannot; skipped below `min_size`), activate every serving member (it persists its new state and accepts the
 //!    interval's sub-operations), and go active.
 
 use super::authority::{self, Auth, Verdict};
@@ -46,13 +48,15 @@ impl Pg {
             return Err("no longer the primary".into());
         }
         let serving: Vec<DeviceId> = map.serving(&entry).collect();
-        if serving.len() < min_size {
-            return Err(format!(
+        // Below min_size the PG still peers, recovers and backfills (how else would it regain
+        // its up set when its acting set is all that is left?), but serves no client I/O.
+        let undersized = (serving.len() < min_size).then(|| {
+            format!(
                 "{} of its acting devices {:?} are up, min_size is {min_size}",
                 serving.len(),
                 entry.acting
-            ));
-        }
+            )
+        });
         let (history, revision) = ctx
             .catalog
             .get_pg_history(self.id)
@@ -66,7 +70,8 @@ impl Pg {
         check_history(&history, &holdings)?;
         let sources = sources(&history, &holdings);
         if let Some(d) = serving.iter().find(|d| !sources.contains(d)) {
-            // Cannot happen while devices re-enter acting sets only through backfill.
+            // Cannot happen while devices re-enter acting sets only through backfill (a new
+            // PG's members that were down when it first went active hold nothing: sources).
             return Err(format!(
                 "serving member {d} holds the PG from before its history began; it needs a \
                  backfill (mark it out and in)"
@@ -90,7 +95,11 @@ impl Pg {
             );
         }
         self.reset_divergent(ctx, &map, term, &verdicts).await?;
-        let new_history = extend(&history, interval, &serving);
+        // An interval below min_size acknowledges nothing: it needs no witness later.
+        let new_history = match undersized {
+            None => extend(&history, interval, &serving),
+            Some(_) => history.clone(),
+        };
         if new_history != history {
             ctx.catalog
                 .put_pg_history(self.id, &new_history, revision)
@@ -132,11 +141,20 @@ impl Pg {
         p.members = members;
         p.targets = targets;
         p.missing = missing;
-        p.status = Status::Active;
         p.min_size = min_size;
-        drop(st);
+        match undersized {
+            None => {
+                p.status = Status::Active;
+                drop(st);
+                tracing::info!(pg = %self.id, device = %self.dev, %term, "active");
+            }
+            Some(why) => {
+                p.status = Status::Peered(why.clone());
+                drop(st);
+                tracing::info!(pg = %self.id, device = %self.dev, %term, "peered, serving no I/O: {why}");
+            }
+        }
         self.changed.notify_waiters();
-        tracing::info!(pg = %self.id, device = %self.dev, %term, "active");
         Ok(())
     }
 
@@ -441,12 +459,13 @@ impl Pg {
         data: Bytes,
     ) -> Result<(), String> {
         if dev == self.dev {
+            // Checked against this device's promise as a member's copy is: a peering of an
+            // older term (a superseded generation still running) must not roll it back.
             let opts = WriteOptions::durable().in_pg(self.id.pg);
-            return self
-                .store
-                .install(oid, meta.into_image(data), opts)
-                .await
-                .map_err(|e| e.to_string());
+            let pending = self
+                .submit_install(term, oid, meta.into_image(data), opts)
+                .map_err(|e| e.to_string())?;
+            return pending.await.map(|_| ()).map_err(|e| e.to_string());
         }
         let msg = PeerMsg::Put {
             device: dev,
@@ -622,12 +641,15 @@ fn check_history(
 
 /// The devices whose data counts: they answered, hold complete data (no backfill under way),
 /// and were activated since the history began (a device last active before the PG was last
-/// clean holds nothing the clean members lack, and may hold objects deleted since).
+/// clean holds nothing the clean members lack, and may hold objects deleted since), or hold
+/// no object of the PG at all (an acting member of a new PG that was down when the PG first
+/// went active: it adds nothing to any object's authority, and as its `last_complete` is
+/// none, peering compares every object and recovery copies each onto it).
 fn sources(history: &PgHistory, holdings: &BTreeMap<DeviceId, Holding>) -> Vec<DeviceId> {
     let first = history.intervals.first().map_or(Epoch(0), |i| i.epoch);
     holdings
         .iter()
-        .filter(|(_, h)| h.info.backfill.is_none() && h.info.les >= first)
+        .filter(|(_, h)| h.info.backfill.is_none() && (h.info.les >= first || h.objects == 0))
         .map(|(d, _)| *d)
         .collect()
 }
@@ -748,13 +770,21 @@ mod tests {
     #[test]
     fn sources_are_complete_members_activated_since_the_history_began() {
         let h = history(&[(5, &[1, 2]), (7, &[1, 3])]);
+        // Device 4 was last active before the history began and holds objects; device 5 was
+        // never activated and holds nothing (it counts: it adds nothing, and lacks everything).
+        let mut old = holding(2, false);
+        old.objects = 3;
         let all = holdings(&[
             (1, holding(7, false)),
             (2, holding(5, false)),
             (3, holding(7, true)),
-            (4, holding(2, false)),
+            (4, old),
+            (5, holding(0, false)),
         ]);
-        assert_eq!(sources(&h, &all), vec![DeviceId(1), DeviceId(2)]);
+        assert_eq!(
+            sources(&h, &all),
+            vec![DeviceId(1), DeviceId(2), DeviceId(5)]
+        );
     }
 
     #[test]

@@ -66,6 +66,9 @@ impl Pg {
         match &p.status {
             Status::Active => {}
             Status::Peering => return Err(busy(format!("{} is peering", self.id))),
+            Status::Peered(why) => {
+                return Err(busy(format!("{} serves no I/O: {why}", self.id)));
+            }
             Status::Incomplete(why) => {
                 return Err(busy(format!("{} is incomplete: {why}", self.id)));
             }

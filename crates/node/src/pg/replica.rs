@@ -142,20 +142,16 @@ impl Pgs {
                 image,
                 ..
             } => {
-                self.check_term(dev, pg, term)?;
+                let p = self.get(dev, pg).expect("the store exists");
                 let opts = WriteOptions::durable().in_pg(pg.pg);
-                store
-                    .install(oid, image.into_image(payload), opts)
+                p.submit_install(term, oid, image.into_image(payload), opts)?
                     .await
                     .map_err(e)?;
                 done(PeerAnswer::Done)
             }
             PeerMsg::Purge { pg, term, oid, .. } => {
-                self.check_term(dev, pg, term)?;
-                store
-                    .purge(oid, WriteOptions::durable().in_pg(pg.pg))
-                    .await
-                    .map_err(e)?;
+                let p = self.get(dev, pg).expect("the store exists");
+                p.submit_purge(term, oid)?.await.map_err(e)?;
                 done(PeerAnswer::Done)
             }
             PeerMsg::Activate { pg, term, info, .. } => {
@@ -293,3 +289,54 @@ impl Pgs {
         Ok(())
     }
 }
+
+impl super::Pg {
+    /// Installs `image` as `oid` for a primary of `term` (recovery, backfill, rolling back):
+    /// refused if this member promised a newer term. Submitted under the PG's lock, so a
+    /// peering query of a newer term cannot slip in between the check and the store seeing the
+    /// write (the query flushes the store after promising). The primary's own copy goes through
+    /// here too: a superseded peering of this very device must not write either.
+    pub(crate) fn submit_install(
+        &self,
+        term: Term,
+        oid: basalt_types::ObjectId,
+        image: basalt_engine::ObjectImage,
+        opts: WriteOptions,
+    ) -> Result<Pending<Version>, WireError> {
+        let st = self.st.lock();
+        self.check_promise(st.promised, term)?;
+        let pending = self.store.submit_install(oid, image, opts);
+        drop(st);
+        Ok(pending)
+    }
+
+    /// Forgets `oid` for a primary of `term` (backfill purging what its source lacks), as
+    /// [`Self::submit_install`].
+    pub(crate) fn submit_purge(
+        &self,
+        term: Term,
+        oid: basalt_types::ObjectId,
+    ) -> Result<Pending<Version>, WireError> {
+        let st = self.st.lock();
+        self.check_promise(st.promised, term)?;
+        let pending = self
+            .store
+            .submit_purge(oid, WriteOptions::durable().in_pg(self.id.pg));
+        drop(st);
+        Ok(pending)
+    }
+
+    fn check_promise(&self, promised: Term, term: Term) -> Result<(), WireError> {
+        if term < promised {
+            return Err(refused(
+                ErrorCode::StaleEpoch,
+                format!("{} on {} follows term {promised} now", self.id, self.dev),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[path = "replica_tests.rs"]
+mod tests;

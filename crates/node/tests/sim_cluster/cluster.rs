@@ -100,8 +100,7 @@ impl SimCluster {
             pool: None,
         };
         // The pool is created once every node has registered, as `basalt up --nodes N` does
-        // (with the pool first, PGs placed while nodes join one by one can stay incomplete:
-        // `known_bug_pool_before_nodes` in main.rs).
+        // (`pool_created_before_its_nodes` in main.rs runs the other order).
         if pool_first {
             c.pool = Some(c.catalog.create_pool(&spec).await.expect("pool").id);
         }

@@ -1,0 +1,75 @@
+//! The promise check on changes peering and recovery make to a copy: a `Put` of an older term
+//! than the member promised is refused, and so is the primary's own install (a superseded
+//! generation of the same device must not roll back what a newer term decided).
+
+use crate::pg::messages::{ImageKind, ImageMeta, PeerAnswer, PeerMsg};
+use crate::testing::{Flaky, shared, sim_store};
+use basalt_meta::Catalog;
+use basalt_proto::ErrorCode;
+use basalt_types::{DeviceId, Epoch, NodeId, ObjectId, PgId, PoolId, Term, VolumeId};
+use bytes::Bytes;
+use std::time::Duration;
+
+fn tombstone(term: Term) -> ImageMeta {
+    ImageMeta {
+        version: term.version(1).unwrap(),
+        kind: ImageKind::Tombstone,
+        allocated: Vec::new(),
+    }
+}
+
+#[tokio::test]
+async fn changes_of_an_older_term_than_promised_are_refused_on_every_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = Catalog::new(Flaky::open(&dir.path().join("meta.redb")).await);
+    let node = shared(
+        NodeId(1),
+        Duration::from_secs(3600),
+        vec![sim_store(1)],
+        catalog,
+    );
+    let dev = DeviceId(1);
+    let pg = PgId {
+        pool: PoolId(1),
+        pg: 0,
+    };
+    let oid = ObjectId::new(PoolId(1), VolumeId(1), 0);
+    let (old, new) = (Term::new(Epoch(5), 0), Term::new(Epoch(7), 0));
+    let query = PeerMsg::Query {
+        device: dev,
+        pg,
+        term: new,
+    };
+    let (answer, _) = node.pgs.peer(query, Bytes::new()).await.unwrap();
+    assert!(matches!(answer, PeerAnswer::Holding(_)), "{answer:?}");
+    let put = |term| PeerMsg::Put {
+        device: dev,
+        pg,
+        term,
+        oid,
+        image: tombstone(term),
+    };
+    // A member's copy: a Put of the older term is refused, the newer one applies.
+    let err = node.pgs.peer(put(old), Bytes::new()).await.unwrap_err();
+    assert_eq!(err.code, ErrorCode::StaleEpoch, "{err:?}");
+    let store = node.pgs.store(dev).unwrap().clone();
+    assert_eq!(store.object_info(oid).await.unwrap(), None);
+    node.pgs.peer(put(new), Bytes::new()).await.unwrap();
+    let held = store.object_info(oid).await.unwrap().unwrap();
+    assert_eq!(held.version, new.version(1).unwrap());
+    // The primary's own copy: the same check.
+    let p = node.pgs.get(dev, pg).unwrap();
+    let map = basalt_placement::ClusterMap::default();
+    let ctx = node.pgs.ctx.clone();
+    let err = p
+        .put(&ctx, &map, dev, old, oid, tombstone(old), Bytes::new())
+        .await
+        .unwrap_err();
+    assert!(err.contains("follows term"), "{err}");
+    let err = p.submit_purge(old, oid).unwrap_err();
+    assert_eq!(err.code, ErrorCode::StaleEpoch, "{err:?}");
+    let held = store.object_info(oid).await.unwrap().unwrap();
+    assert_eq!(held.version, new.version(1).unwrap(), "nothing rolled back");
+    p.submit_purge(new, oid).unwrap().await.unwrap();
+    assert_eq!(store.object_info(oid).await.unwrap(), None);
+}
