@@ -181,7 +181,7 @@ fn with_two_of_three_nodes_down_writes_wait_and_complete_when_one_returns() {
         .copied()
         .find(|id| !victims.contains(id))
         .unwrap();
-    wait_until("the survivor's PGs incomplete", WAIT, || {
+    wait_until("the survivor's PGs not active (peered below min_size)", WAIT, || {
         let s = c.up.cli_json(&["status"]);
         let pgs = s["nodes"]
             .as_array()
