@@ -181,17 +181,21 @@ fn with_two_of_three_nodes_down_writes_wait_and_complete_when_one_returns() {
         .copied()
         .find(|id| !victims.contains(id))
         .unwrap();
-    wait_until("the survivor's PGs not active (peered below min_size)", WAIT, || {
-        let s = c.up.cli_json(&["status"]);
-        let pgs = s["nodes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|n| n["id"].as_u64() == Some(survivor))
-            .and_then(|n| n["status"]["pgs"].as_array().cloned())
-            .unwrap_or_default();
-        pgs.len() == c.pg_count as usize && pgs.iter().all(|p| p["state"] != "active")
-    });
+    wait_until(
+        "the survivor's PGs not active (peered below min_size)",
+        WAIT,
+        || {
+            let s = c.up.cli_json(&["status"]);
+            let pgs = s["nodes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|n| n["id"].as_u64() == Some(survivor))
+                .and_then(|n| n["status"]["pgs"].as_array().cloned())
+                .unwrap_or_default();
+            pgs.len() == c.pg_count as usize && pgs.iter().all(|p| p["state"] != "active")
+        },
+    );
     let (acked_after, pending) = writer.peek(|l| (l.acks_sent_after(t2), l.in_flight));
     assert_eq!(
         acked_after, 0,

@@ -16,8 +16,8 @@
 //! 5. Decide the authoritative version of each (`authority.rs`); reset divergent members now,
 //!    remember what members lack (recovered once active).
 //! 6. Append the interval to the history (compare-and-swap: a racing primary with a stale map
-//!    cannot; skipped below `min_size`), activate every serving member (it persists its new state and accepts the
-//!    interval's sub-operations), and go active.
+//!    cannot; skipped below `min_size`), activate every serving member (it persists its new
+//!    state and accepts the interval's sub-operations), and go active.
 
 use super::authority::{self, Auth, Verdict};
 use super::info::MemberInfo;
@@ -641,15 +641,17 @@ fn check_history(
 
 /// The devices whose data counts: they answered, hold complete data (no backfill under way),
 /// and were activated since the history began (a device last active before the PG was last
-/// clean holds nothing the clean members lack, and may hold objects deleted since), or hold
-/// no object of the PG at all (an acting member of a new PG that was down when the PG first
-/// went active: it adds nothing to any object's authority, and as its `last_complete` is
-/// none, peering compares every object and recovery copies each onto it).
+/// clean holds nothing the clean members lack, and may hold objects deleted since), or never
+/// held anything of the PG (no object, nothing in its log: an acting member of a new PG that
+/// was down when the PG first went active; it adds nothing to any object's authority, and as
+/// its `last_complete` is none, peering compares every object and recovery copies each onto
+/// it).
 fn sources(history: &PgHistory, holdings: &BTreeMap<DeviceId, Holding>) -> Vec<DeviceId> {
     let first = history.intervals.first().map_or(Epoch(0), |i| i.epoch);
+    let empty = |h: &Holding| h.objects == 0 && h.last_update == Version::NONE;
     holdings
         .iter()
-        .filter(|(_, h)| h.info.backfill.is_none() && (h.info.les >= first || h.objects == 0))
+        .filter(|(_, h)| h.info.backfill.is_none() && (h.info.les >= first || empty(h)))
         .map(|(d, _)| *d)
         .collect()
 }
@@ -770,16 +772,21 @@ mod tests {
     #[test]
     fn sources_are_complete_members_activated_since_the_history_began() {
         let h = history(&[(5, &[1, 2]), (7, &[1, 3])]);
-        // Device 4 was last active before the history began and holds objects; device 5 was
-        // never activated and holds nothing (it counts: it adds nothing, and lacks everything).
+        // Device 4 was last active before the history began and holds objects, device 6 only
+        // tombstones (its log is not empty); device 5 was never activated and never held
+        // anything (it counts: it adds nothing, and lacks everything).
         let mut old = holding(2, false);
         old.objects = 3;
+        old.last_update = Term::new(Epoch(2), 0).version(4).unwrap();
+        let mut tombs = holding(2, false);
+        tombs.last_update = Term::new(Epoch(2), 0).version(9).unwrap();
         let all = holdings(&[
             (1, holding(7, false)),
             (2, holding(5, false)),
             (3, holding(7, true)),
             (4, old),
             (5, holding(0, false)),
+            (6, tombs),
         ]);
         assert_eq!(
             sources(&h, &all),
