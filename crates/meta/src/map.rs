@@ -387,6 +387,14 @@ async fn follow_once<M: MapCodec>(
         };
         let mut next = event;
         loop {
+            // Events of a later publication are queued behind this one's header: deliver it
+            // first (its chunks came at or before its revision), so none is skipped.
+            if let Some(WatchEvent::Put(kv) | WatchEvent::Delete(kv)) = &next
+                && mirror.pending
+                && kv.mod_revision > mirror.header_rev
+            {
+                mirror.deliver(tx, last).await;
+            }
             match next {
                 Some(WatchEvent::Put(kv)) => mirror.apply(&kv, false),
                 Some(WatchEvent::Delete(kv)) => mirror.apply(&kv, true),
@@ -396,7 +404,7 @@ async fn follow_once<M: MapCodec>(
                 }
                 None => return Err(MetaError::Backend("the map watch ended".into())),
             }
-            // Take every event already here (one publication's keys) before decoding.
+            // Take every event already here (this publication's keys) before decoding.
             match events.try_recv() {
                 Ok(ev) => next = Some(ev),
                 Err(_) => break,

@@ -62,6 +62,7 @@ conformance!(
     catalog_resize_is_compare_and_swap,
     catalog_rejects_bad_input_and_stores_nothing,
     catalog_map_cas_and_watch,
+    catalog_map_watch_delivers_every_publication,
     catalog_map_writes_changed_chunks_in_batches_and_cleans_up,
     catalog_map_refuses_format_1,
     catalog_pg_ready_reports_are_removed_by_revision,
