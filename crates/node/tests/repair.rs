@@ -4,89 +4,35 @@
 //! no read touched, an object bad on every member fails its read, and a store that fails its
 //! writes (poisoned) is reported down so its PGs are served by the others.
 
-use basalt_client::{ClientError, Cluster as Client, ClusterConfig, Volume, VolumeOptions};
+use basalt_client::{ClientError, Cluster as Client, Volume};
 use basalt_engine::sim::SimDisk;
-use basalt_meta::{Catalog, DeviceState, EmbeddedStore, MetaStore, PoolSpec};
+use basalt_meta::DeviceState;
 use basalt_node::{AdminRequest, DeviceConfig, Node, NodeConfig, ScrubReport};
 use basalt_placement::ClusterMap;
 use basalt_proto::{Request, Response};
 use basalt_types::{DeviceId, ObjectId};
 use bytes::Bytes;
-use std::sync::Arc;
 use std::time::Duration;
 
-const WAIT: Duration = Duration::from_secs(60);
-const OBJECT: u64 = 128 << 10;
-const PGS: u32 = 8;
+mod common;
+
+use common::{Cluster, OBJECT, PGS, WAIT};
+
 const DISK: u64 = 64 << 20;
 
-struct Cluster {
-    dir: tempfile::TempDir,
-    store: Arc<dyn MetaStore>,
-    catalog: Catalog,
-}
-
 impl Cluster {
-    async fn new() -> Cluster {
-        // RUST_LOG=basalt_node=info shows what the nodes do (repairs, scrub).
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_test_writer()
-            .try_init();
-        let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn MetaStore> = Arc::new(
-            EmbeddedStore::open(dir.path().join("meta.redb"))
-                .await
-                .unwrap(),
-        );
-        let catalog = Catalog::new(store.clone());
-        Cluster {
-            dir,
-            store,
-            catalog,
-        }
-    }
-
-    async fn pool(&self, replicas: u8, min_size: u8) {
-        let mut spec = PoolSpec::new("default");
-        spec.replicas = replicas;
-        spec.min_size = Some(min_size);
-        spec.pg_count = PGS;
-        self.catalog.create_pool(&spec).await.unwrap();
-    }
-
-    /// Starts node `name` on simulated disk `disk`; `tune` adjusts its configuration.
+    /// Starts node `name` on simulated disk `disk` (background scrub off); `tune` adjusts its
+    /// configuration.
     async fn node(&self, name: &str, disk: &SimDisk, tune: impl FnOnce(&mut NodeConfig)) -> Node {
-        let data = self.dir.path().join(name);
-        let mut config = NodeConfig::new(&data, "127.0.0.1:0".parse().unwrap());
-        config.name = name.into();
-        config.lease_ttl = Duration::from_secs(2);
-        config.peer_timeout = Duration::from_secs(2);
-        config.scrub_bytes_per_sec = 0;
-        config.devices.push(DeviceConfig {
+        let device = |data: &std::path::Path| DeviceConfig {
             sim: Some(disk.clone()),
             ..DeviceConfig::new(data.join("dev.img"))
-        });
-        tune(&mut config);
-        Node::start(config, self.store.clone(), false)
-            .await
-            .unwrap()
-    }
-
-    async fn client(&self) -> Client {
-        let config = ClusterConfig {
-            op_timeout: Duration::from_secs(10),
-            ..ClusterConfig::default()
         };
-        Client::connect(self.store.clone(), config).await.unwrap()
-    }
-
-    async fn volume(&self, client: &Client, name: &str, size: u64) -> Volume {
-        client.create_volume(name, size, "default").await.unwrap();
-        client
-            .open_volume(name, VolumeOptions::default())
-            .await
-            .unwrap()
+        let tune = |config: &mut NodeConfig| {
+            config.scrub_bytes_per_sec = 0;
+            tune(config);
+        };
+        self.start_node(name, device, tune).await
     }
 
     async fn map(&self) -> ClusterMap {
@@ -96,21 +42,6 @@ impl Cluster {
             .unwrap()
             .expect("a map")
             .0
-    }
-
-    /// Waits (on the map watch) for a map satisfying `pred`.
-    async fn map_where(&self, what: &str, pred: impl Fn(&ClusterMap) -> bool) -> ClusterMap {
-        let mut maps = self.catalog.watch_map::<ClusterMap>().await.unwrap();
-        let found = tokio::time::timeout(WAIT, async {
-            while let Some(m) = maps.recv().await {
-                if pred(&m) {
-                    return m;
-                }
-            }
-            panic!("the map watch ended");
-        })
-        .await;
-        found.unwrap_or_else(|_| panic!("no map with {what} within {WAIT:?}"))
     }
 }
 
@@ -235,7 +166,7 @@ async fn scrub(client: &Client, nodes: &[Node]) -> ScrubReport {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn flipped_bits_in_one_copy_are_never_read_and_are_repaired() {
     let t = three(|_| {}).await;
-    let client = t.c.client().await;
+    let client = t.c.client(Duration::from_secs(10)).await;
     let objects = 24;
     let vol = t.c.volume(&client, "v", objects * OBJECT).await;
     write_all(&vol, objects, 1).await;
@@ -296,7 +227,7 @@ async fn flipped_bits_in_one_copy_are_never_read_and_are_repaired() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_object_bad_on_every_member_fails_its_read() {
     let t = three(|_| {}).await;
-    let client = t.c.client().await;
+    let client = t.c.client(Duration::from_secs(10)).await;
     let objects = 8;
     let vol = t.c.volume(&client, "v", objects * OBJECT).await;
     write_all(&vol, objects, 1).await;
@@ -337,7 +268,7 @@ async fn an_object_bad_on_every_member_fails_its_read() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_background_scrub_repairs_a_copy_no_read_touched() {
     let t = three(|c| c.tuning.scrub_start_delay = Duration::ZERO).await;
-    let client = t.c.client().await;
+    let client = t.c.client(Duration::from_secs(10)).await;
     let objects = 16;
     let vol = t.c.volume(&client, "v", objects * OBJECT).await;
     write_all(&vol, objects, 1).await;
@@ -383,7 +314,7 @@ async fn the_background_scrub_repairs_a_copy_no_read_touched() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_poisoned_store_is_reported_down_and_its_pgs_fail_over() {
     let t = three(|_| {}).await;
-    let client = t.c.client().await;
+    let client = t.c.client(Duration::from_secs(10)).await;
     let objects = 16;
     let vol = t.c.volume(&client, "v", objects * OBJECT).await;
     write_all(&vol, objects, 1).await;
@@ -424,7 +355,7 @@ async fn repeated_checksum_errors_mark_a_device_down() {
         c.checksum_error_window = Duration::from_secs(600);
     })
     .await;
-    let client = t.c.client().await;
+    let client = t.c.client(Duration::from_secs(10)).await;
     let objects = 24;
     let vol = t.c.volume(&client, "v", objects * OBJECT).await;
     write_all(&vol, objects, 1).await;

@@ -3,101 +3,25 @@
 //! PGs fail over to the others, a returning node is recovered, a new node is backfilled, and a
 //! volume delete leaves tombstones on every member.
 
-use basalt_client::{Cluster as Client, ClusterConfig, Volume, VolumeOptions};
-use basalt_meta::{Catalog, EmbeddedStore, MetaStore, PoolSpec};
-use basalt_node::{DeviceConfig, Node, NodeConfig, NodeStatus};
-use basalt_placement::ClusterMap;
+use basalt_client::Volume;
+use basalt_node::{DeviceConfig, Node, NodeStatus};
 use basalt_types::DeviceId;
 use bytes::Bytes;
-use std::sync::Arc;
 use std::time::Duration;
 
-const WAIT: Duration = Duration::from_secs(60);
-const OBJECT: u64 = 128 << 10;
-const PGS: u32 = 8;
+mod common;
 
-struct Cluster {
-    dir: tempfile::TempDir,
-    store: Arc<dyn MetaStore>,
-    catalog: Catalog,
-}
+use common::{Cluster, OBJECT, PGS, WAIT};
 
 impl Cluster {
-    async fn new() -> Cluster {
-        // RUST_LOG=basalt_node=info shows what the nodes do (peering, recovery, backfill).
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_test_writer()
-            .try_init();
-        let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn MetaStore> = Arc::new(
-            EmbeddedStore::open(dir.path().join("meta.redb"))
-                .await
-                .unwrap(),
-        );
-        let catalog = Catalog::new(store.clone());
-        Cluster {
-            dir,
-            store,
-            catalog,
-        }
-    }
-
-    /// A pool of `replicas` copies with `min_size`.
-    async fn pool(&self, replicas: u8, min_size: u8) {
-        let mut spec = PoolSpec::new("default");
-        spec.replicas = replicas;
-        spec.min_size = Some(min_size);
-        spec.pg_count = PGS;
-        self.catalog.create_pool(&spec).await.unwrap();
-    }
-
     /// Starts (or restarts, with its data) node `name` with one 256 MiB device file.
     async fn node(&self, name: &str) -> Node {
-        let data = self.dir.path().join(name);
-        let mut config = NodeConfig::new(&data, "127.0.0.1:0".parse().unwrap());
-        config.name = name.into();
-        config.lease_ttl = Duration::from_secs(2);
-        config.peer_timeout = Duration::from_secs(2);
-        config.devices.push(DeviceConfig {
+        let device = |data: &std::path::Path| DeviceConfig {
             size: Some(256 << 20),
             journal_size: Some(16 << 20),
             ..DeviceConfig::new(data.join("dev.img"))
-        });
-        Node::start(config, self.store.clone(), false)
-            .await
-            .unwrap()
-    }
-
-    async fn client(&self) -> Client {
-        let config = ClusterConfig {
-            op_timeout: WAIT,
-            ..ClusterConfig::default()
         };
-        Client::connect(self.store.clone(), config).await.unwrap()
-    }
-
-    async fn volume(&self, client: &Client, name: &str, size: u64) -> Volume {
-        client.create_volume(name, size, "default").await.unwrap();
-        client
-            .open_volume(name, VolumeOptions::default())
-            .await
-            .unwrap()
-    }
-
-    /// Waits (on the map watch) for a map satisfying `pred`.
-    async fn map_where(&self, what: &str, pred: impl Fn(&ClusterMap) -> bool) -> ClusterMap {
-        let mut maps = self.catalog.watch_map::<ClusterMap>().await.unwrap();
-        let found = tokio::time::timeout(WAIT, async {
-            while let Some(m) = maps.recv().await {
-                if pred(&m) {
-                    return m;
-                }
-            }
-            panic!("the map watch ended");
-        })
-        .await;
-        found.unwrap_or_else(|_| panic!("no map with {what} within {WAIT:?}"))
+        self.start_node(name, device, |_| {}).await
     }
 }
 
@@ -180,7 +104,7 @@ async fn a_returning_member_is_recovered_and_can_then_serve_alone() {
     })
     .await;
     until("every PG active", || all_active(&[&a, &b, &d], false)).await;
-    let client = c.client().await;
+    let client = c.client(WAIT).await;
     let objects = 24;
     let vol = c.volume(&client, "v", objects * OBJECT).await;
     write_all(&vol, objects, 1).await;
@@ -242,7 +166,7 @@ async fn a_new_node_is_backfilled_and_serves_what_moved_to_it() {
     })
     .await;
     until("every PG active", || all_active(&[&a, &b], false)).await;
-    let client = c.client().await;
+    let client = c.client(WAIT).await;
     let objects = 32;
     let vol = c.volume(&client, "v", objects * OBJECT).await;
     write_all(&vol, objects, 1).await;
@@ -297,7 +221,7 @@ async fn objects_created_during_backfill_reach_the_new_member() {
     })
     .await;
     until("every PG active", || all_active(&[&a, &b], false)).await;
-    let client = c.client().await;
+    let client = c.client(WAIT).await;
     let objects = 64;
     let vol = c.volume(&client, "v", objects * OBJECT).await;
     for i in (0..objects).step_by(2) {
@@ -372,7 +296,7 @@ async fn a_deleted_volume_is_gone_from_every_member() {
     let b = c.node("b").await;
     c.pool(2, 2).await;
     until("every PG active", || all_active(&[&a, &b], false)).await;
-    let client = c.client().await;
+    let client = c.client(WAIT).await;
     let objects = 16;
     let vol = c.volume(&client, "v", objects * OBJECT).await;
     write_all(&vol, objects, 1).await;

@@ -1,0 +1,104 @@
+//! The fixture shared by the in-process cluster tests (`replication.rs`, `repair.rs`): real
+//! nodes in one process on the embedded metadata store, TCP between them, the client library.
+#![allow(dead_code)]
+
+use basalt_client::{Cluster as Client, ClusterConfig, Volume, VolumeOptions};
+use basalt_meta::{Catalog, EmbeddedStore, MetaStore, PoolSpec};
+use basalt_node::{DeviceConfig, Node, NodeConfig};
+use basalt_placement::ClusterMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub const WAIT: Duration = Duration::from_secs(60);
+pub const OBJECT: u64 = 128 << 10;
+pub const PGS: u32 = 8;
+
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub store: Arc<dyn MetaStore>,
+    pub catalog: Catalog,
+}
+
+impl Cluster {
+    pub async fn new() -> Cluster {
+        // RUST_LOG=basalt_node=info shows what the nodes do (peering, recovery, repairs).
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn MetaStore> = Arc::new(
+            EmbeddedStore::open(dir.path().join("meta.redb"))
+                .await
+                .unwrap(),
+        );
+        let catalog = Catalog::new(store.clone());
+        Cluster {
+            dir,
+            store,
+            catalog,
+        }
+    }
+
+    /// A pool "default" of `replicas` copies with `min_size`, [`PGS`] PGs.
+    pub async fn pool(&self, replicas: u8, min_size: u8) {
+        let mut spec = PoolSpec::new("default");
+        spec.replicas = replicas;
+        spec.min_size = Some(min_size);
+        spec.pg_count = PGS;
+        self.catalog.create_pool(&spec).await.unwrap();
+    }
+
+    /// Starts (or restarts, with its data) node `name` with one device, which `device` makes
+    /// from the node's data directory; `tune` adjusts the rest (leases and peer timeouts are
+    /// 2 s).
+    pub async fn start_node(
+        &self,
+        name: &str,
+        device: impl FnOnce(&Path) -> DeviceConfig,
+        tune: impl FnOnce(&mut NodeConfig),
+    ) -> Node {
+        let data = self.dir.path().join(name);
+        let mut config = NodeConfig::new(&data, "127.0.0.1:0".parse().unwrap());
+        config.name = name.into();
+        config.lease_ttl = Duration::from_secs(2);
+        config.peer_timeout = Duration::from_secs(2);
+        config.devices.push(device(&data));
+        tune(&mut config);
+        Node::start(config, self.store.clone(), false)
+            .await
+            .unwrap()
+    }
+
+    pub async fn client(&self, op_timeout: Duration) -> Client {
+        let config = ClusterConfig {
+            op_timeout,
+            ..ClusterConfig::default()
+        };
+        Client::connect(self.store.clone(), config).await.unwrap()
+    }
+
+    pub async fn volume(&self, client: &Client, name: &str, size: u64) -> Volume {
+        client.create_volume(name, size, "default").await.unwrap();
+        client
+            .open_volume(name, VolumeOptions::default())
+            .await
+            .unwrap()
+    }
+
+    /// Waits (on the map watch) for a map satisfying `pred`.
+    pub async fn map_where(&self, what: &str, pred: impl Fn(&ClusterMap) -> bool) -> ClusterMap {
+        let mut maps = self.catalog.watch_map::<ClusterMap>().await.unwrap();
+        let found = tokio::time::timeout(WAIT, async {
+            while let Some(m) = maps.recv().await {
+                if pred(&m) {
+                    return m;
+                }
+            }
+            panic!("the map watch ended");
+        })
+        .await;
+        found.unwrap_or_else(|_| panic!("no map with {what} within {WAIT:?}"))
+    }
+}
