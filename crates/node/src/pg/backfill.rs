@@ -11,6 +11,7 @@ use super::info::{Backfill, MemberInfo};
 use super::messages::{Held, ImageMeta, PeerAnswer, PeerMsg};
 use super::peering::{ask, entry_of};
 use super::{Ctx, Member, Pg};
+use basalt_engine::EngineError;
 use basalt_meta::PgReadyRecord;
 use basalt_placement::ClusterMap;
 use basalt_types::{DeviceId, ObjectId, Term, Version};
@@ -330,12 +331,21 @@ impl Pg {
             ask(ctx, map, dev, &msg).await?;
             return Ok(0);
         }
-        let (meta, data) = ImageMeta::of(
-            self.store
-                .read_object(oid)
-                .await
-                .map_err(|e| e.to_string())?,
-        );
+        let (meta, data) = match self.store.read_object(oid).await {
+            Ok(image) => ImageMeta::of(image),
+            // This copy is bad: the serving members' (one of which then replaces it).
+            Err(EngineError::Checksum { .. }) => {
+                let version = mine.map_or(Version::NONE, |m| m.version);
+                let devs: Vec<DeviceId> = {
+                    let st = self.st.lock();
+                    let members = st.primary.iter().flat_map(|p| p.members.iter());
+                    members.map(|m| m.dev).collect()
+                };
+                self.good_image(ctx, map, term, &devs, &[self.dev], oid, version)
+                    .await?
+            }
+            Err(e) => return Err(e.to_string()),
+        };
         let bytes = data.len() as u64;
         self.put(ctx, map, dev, term, oid, meta, data).await?;
         ctx.recovery.rate.record(1, bytes);

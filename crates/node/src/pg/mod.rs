@@ -111,6 +111,8 @@ pub(crate) struct Pgs {
     pgs: Mutex<BTreeMap<(DeviceId, PgId), Arc<Pg>>>,
     /// The background scrub's rate and what scrubs compared (`scrub.rs`).
     pub scrub: ScrubStats,
+    /// Repairs of every PG since the node started (they outlive a PG that leaves the node).
+    repairs: Arc<repair::RepairTotals>,
 }
 
 /// The scrub setting and counters of a node.
@@ -190,8 +192,9 @@ pub(crate) struct Missing {
     pub version: Version,
     /// The authoritative version is a tombstone.
     pub deleted: bool,
-    /// A device holding the authoritative version.
-    pub source: DeviceId,
+    /// Devices holding the authoritative version, the preferred source first (recovery falls
+    /// back to the next when a copy fails its checksum).
+    pub sources: Vec<DeviceId>,
     /// Serving members (maybe the primary itself) that need it.
     pub need: Vec<DeviceId>,
 }
@@ -271,6 +274,7 @@ impl Pgs {
             stores,
             pgs: Mutex::new(BTreeMap::new()),
             scrub: ScrubStats::default(),
+            repairs: Arc::default(),
         })
     }
 
@@ -314,7 +318,7 @@ impl Pgs {
                     primary: None,
                 }),
                 changed: Notify::new(),
-                repairs: repair::RepairStats::default(),
+                repairs: repair::RepairStats::new(self.repairs.clone()),
                 scrubbing: tokio::sync::Mutex::new(()),
             })
         });
@@ -587,18 +591,12 @@ pub struct PgStatusView {
 impl Pgs {
     /// Copies repaired by this node's primaries since it started.
     pub fn repaired(&self) -> u64 {
-        self.all()
-            .iter()
-            .map(|pg| pg.repairs.repaired.load(Ordering::Relaxed))
-            .fold(0, u64::saturating_add)
+        self.repairs.repaired.load(Ordering::Relaxed)
     }
 
     /// Objects this node's primaries found with no good copy since it started.
     pub fn unrepairable(&self) -> u64 {
-        self.all()
-            .iter()
-            .map(|pg| pg.repairs.unrepairable.load(Ordering::Relaxed))
-            .fold(0, u64::saturating_add)
+        self.repairs.unrepairable.load(Ordering::Relaxed)
     }
 
     /// What this node's recovery moved, how fast, and its throttle.

@@ -109,7 +109,7 @@ impl Pg {
         if !self.current(generation) {
             return Err("superseded".into());
         }
-        let missing = missing_of(&verdicts);
+        let missing = missing_of(&verdicts, &copies);
         let complete_at = sources
             .iter()
             .map(|d| holdings[d].last_update.max(holdings[d].info.last_complete))
@@ -678,8 +678,11 @@ fn extend(history: &PgHistory, interval: Epoch, serving: &[DeviceId]) -> PgHisto
     h
 }
 
-/// What members lack, by object.
-fn missing_of(verdicts: &BTreeMap<ObjectId, Verdict>) -> BTreeMap<ObjectId, Missing> {
+/// What members lack, by object, and which devices hold the authoritative version.
+fn missing_of(
+    verdicts: &BTreeMap<ObjectId, Verdict>,
+    copies: &BTreeMap<ObjectId, authority::Copies>,
+) -> BTreeMap<ObjectId, Missing> {
     verdicts
         .iter()
         .filter(|(_, v)| !v.behind.is_empty())
@@ -688,15 +691,19 @@ fn missing_of(verdicts: &BTreeMap<ObjectId, Verdict>) -> BTreeMap<ObjectId, Miss
                 version,
                 deleted,
                 source,
-            } => Some((
-                *oid,
-                Missing {
+            } => {
+                let others = copies[oid]
+                    .iter()
+                    .filter(|(d, h)| **d != source && h.version == version && h.deleted == deleted)
+                    .map(|(d, _)| *d);
+                let m = Missing {
                     version,
                     deleted,
-                    source,
+                    sources: std::iter::once(source).chain(others).collect(),
                     need: v.behind.clone(),
-                },
-            )),
+                };
+                Some((*oid, m))
+            }
             Auth::Absent => None,
         })
         .collect()

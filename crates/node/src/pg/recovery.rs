@@ -124,20 +124,9 @@ impl Pg {
                 allocated: Vec::new(),
             };
             (meta, Bytes::new())
-        } else if m.source == self.dev {
-            ImageMeta::of(
-                self.store
-                    .read_object(oid)
-                    .await
-                    .map_err(|e| e.to_string())?,
-            )
         } else {
-            let auth = super::authority::Auth::Present {
-                version: m.version,
-                deleted: false,
-                source: m.source,
-            };
-            self.image(ctx, map, oid, &auth).await?
+            self.good_image(ctx, map, term, &m.sources, &[], oid, m.version)
+                .await?
         };
         if meta.version != m.version {
             return Err(format!(

@@ -8,6 +8,10 @@
 //! - **Member repair**: a member whose `Get` answered a checksum error (read repair asked it
 //!   first), or whose copy scrub found bad or divergent (`scrub.rs`), gets the good image
 //!   (`Put`).
+//! - **Source repair**: recovery and backfill copy an object from the first source whose copy
+//!   verifies (recovery: every device peering found at the authoritative version; backfill: the
+//!   primary, then the serving members), so one bad copy never stalls them, and replace the
+//!   bad copies of serving members they met ([`Pg::good_image`]).
 //!
 //! A repair is a sub-operation of the primary's current term: it runs only while the primary
 //! serves that term, with the object held exclusively (writes and reads of it wait, and writes
@@ -18,6 +22,7 @@ use super::messages::{ImageKind, ImageMeta, PeerAnswer, PeerMsg};
 use super::{Ctx, Member, Pg, Status};
 use crate::error::engine_to_wire;
 use crate::peers::PeerError;
+use basalt_engine::EngineError;
 use basalt_placement::ClusterMap;
 use basalt_proto::{ErrorCode, WireError};
 use basalt_types::{DeviceId, ObjectId, Term, Version};
@@ -40,13 +45,42 @@ pub(crate) fn bump(counter: &AtomicU64, n: u64) {
     });
 }
 
-/// Repair counters of one PG on this node (since the node started).
-#[derive(Default)]
+/// Repair counters of one PG on this node (since the node started), and of the node.
 pub(crate) struct RepairStats {
     /// Copies replaced by a good one (the primary's own and members').
     pub repaired: AtomicU64,
     /// Objects found bad for which no good copy existed (or the repair failed).
     pub unrepairable: AtomicU64,
+    node: Arc<RepairTotals>,
+}
+
+/// The node's repair counters: every PG's, also those the node no longer holds.
+#[derive(Default)]
+pub(crate) struct RepairTotals {
+    pub repaired: AtomicU64,
+    pub unrepairable: AtomicU64,
+}
+
+impl RepairStats {
+    pub fn new(node: Arc<RepairTotals>) -> RepairStats {
+        RepairStats {
+            repaired: AtomicU64::new(0),
+            unrepairable: AtomicU64::new(0),
+            node,
+        }
+    }
+
+    /// Counts `n` copies replaced by a good one.
+    pub fn repaired(&self, n: u64) {
+        bump(&self.repaired, n);
+        bump(&self.node.repaired, n);
+    }
+
+    /// Counts `n` objects with no good copy.
+    pub fn unrepairable(&self, n: u64) {
+        bump(&self.unrepairable, n);
+        bump(&self.node.unrepairable, n);
+    }
 }
 
 /// Exclusive use of one object on the primary in one generation: writes and reads of it wait
@@ -169,7 +203,7 @@ impl Pg {
         let devs: Vec<DeviceId> = held.members.iter().map(|m| m.dev).collect();
         let search = self.search(ctx, &map, &devs, oid, info.version).await;
         let Some((source, meta, data)) = search.found else {
-            super::repair::bump(&self.repairs.unrepairable, 1);
+            self.repairs.unrepairable(1);
             let why = if search.why.is_empty() {
                 "no other member serves the PG".to_string()
             } else {
@@ -197,7 +231,8 @@ impl Pg {
         Ok(())
     }
 
-    /// Asks `devs` in order for a good copy of `oid` at `version`; stops at the first.
+    /// Asks `devs` in order for a good copy of `oid` at `version` (this device's own copy is
+    /// read directly); stops at the first.
     pub(super) async fn search(
         &self,
         ctx: &Arc<Ctx>,
@@ -212,6 +247,27 @@ impl Pg {
             why: Vec::new(),
         };
         for &dev in devs {
+            if dev == self.dev {
+                match self.store.read_object(oid).await {
+                    Ok(image) => {
+                        let (meta, data) = ImageMeta::of(image);
+                        if meta.version == version && meta.kind == ImageKind::Data {
+                            out.found = Some((dev, meta, data));
+                            return out;
+                        }
+                        out.why.push(format!(
+                            "{dev} holds {:?} at {} instead",
+                            meta.kind, meta.version
+                        ));
+                    }
+                    Err(e @ EngineError::Checksum { .. }) => {
+                        out.why.push(format!("{dev}: {e}"));
+                        out.bad.push(dev);
+                    }
+                    Err(e) => out.why.push(format!("{dev}: {e}")),
+                }
+                continue;
+            }
             let msg = PeerMsg::Get {
                 device: dev,
                 pg: self.id,
@@ -239,6 +295,55 @@ impl Pg {
         out
     }
 
+    /// For recovery and backfill, which hold `oid` already: a good image of it at `version`
+    /// from the first of `devs` whose copy verifies, so that one bad source does not fail the
+    /// copy. Copies found bad on the way are replaced by it when their device serves the PG
+    /// (this one included), as are those in `known_bad`; others (a former member) are left to
+    /// the PG's cleanup.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn good_image(
+        &self,
+        ctx: &Arc<Ctx>,
+        map: &ClusterMap,
+        term: Term,
+        devs: &[DeviceId],
+        known_bad: &[DeviceId],
+        oid: ObjectId,
+        version: Version,
+    ) -> Result<(ImageMeta, Bytes), String> {
+        let mut search = self.search(ctx, map, devs, oid, version).await;
+        search.bad.extend_from_slice(known_bad);
+        let Some((source, meta, data)) = search.found else {
+            if !search.bad.is_empty() {
+                self.repairs.unrepairable(1);
+            }
+            return Err(format!(
+                "{oid}: no good copy at {version}: {}",
+                search.why.join("; ")
+            ));
+        };
+        let serving: Vec<DeviceId> = {
+            let st = self.st.lock();
+            let members = st.primary.iter().flat_map(|p| p.members.iter());
+            members.map(|m| m.dev).chain([self.dev]).collect()
+        };
+        for dev in search.bad.into_iter().filter(|d| serving.contains(d)) {
+            match self
+                .put(ctx, map, dev, term, oid, meta.clone(), data.clone())
+                .await
+            {
+                Ok(()) => {
+                    self.repairs.repaired(1);
+                    tracing::warn!(pg = %self.id, %oid, device = %dev, %source, %version, "replaced a source copy that failed its checksum");
+                }
+                Err(e) => {
+                    tracing::warn!(pg = %self.id, %oid, device = %dev, "repairing a bad source copy: {e}")
+                }
+            }
+        }
+        Ok((meta, data))
+    }
+
     /// Installs the good image on `dev` (this device or a member) in the hold's term, durably,
     /// and counts the repair.
     pub(super) async fn replace(
@@ -261,7 +366,7 @@ impl Pg {
             data.clone(),
         )
         .await?;
-        bump(&self.repairs.repaired, 1);
+        self.repairs.repaired(1);
         Ok(())
     }
 }

@@ -320,7 +320,7 @@ impl Pg {
             _ => match self.member_copy(ctx, map, oid, &view.members).await {
                 Some(((meta, data), d)) => (meta, data, d),
                 None => {
-                    bump(&self.repairs.unrepairable, 1);
+                    self.repairs.unrepairable(1);
                     tracing::error!(pg = %self.id, %oid, "scrub: no copy of the object verifies; it cannot be repaired");
                     return false;
                 }
@@ -348,7 +348,7 @@ impl Pg {
             }
         }
         if !whole {
-            bump(&self.repairs.unrepairable, 1);
+            self.repairs.unrepairable(1);
         }
         whole
     }
