@@ -30,6 +30,10 @@ pub struct PgHistory {
     pub intervals: Vec<PgInterval>,
     /// The epoch of the interval in which the PG was last found clean (0: never).
     pub clean: Epoch,
+    /// Devices that held the PG before its history was last compacted and have not yet
+    /// confirmed forgetting it (they were down then); never sources of data.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub strays: Vec<DeviceId>,
 }
 
 impl PgHistory {

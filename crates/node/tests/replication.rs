@@ -4,6 +4,7 @@
 //! volume delete leaves tombstones on every member.
 
 use basalt_client::Volume;
+use basalt_meta::OutReason;
 use basalt_node::{DeviceConfig, Node, NodeStatus};
 use basalt_types::DeviceId;
 use bytes::Bytes;
@@ -310,4 +311,74 @@ async fn a_deleted_volume_is_gone_from_every_member() {
     }
     a.shutdown().await;
     b.shutdown().await;
+}
+
+/// A device that was down while its PGs were rebuilt elsewhere (the operator marked it out)
+/// keeps its old copies, never served; when it is up again the PGs' primaries tell it to
+/// forget them (stray copies), and the PG histories stop listing it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stray_copies_are_forgotten_when_their_device_returns() {
+    let c = Cluster::new().await;
+    let a = c.node("a").await;
+    let b = c.node("b").await;
+    let d = c.node("d").await;
+    c.pool(2, 1).await;
+    c.map_where("every PG on two devices", |m| {
+        m.pools
+            .values()
+            .all(|p| p.pgs.iter().all(|pg| pg.acting.len() == 2))
+    })
+    .await;
+    until("every PG clean", || all_active(&[&a, &b, &d], true)).await;
+    let client = c.client(WAIT).await;
+    let objects = 32;
+    let vol = c.volume(&client, "v", objects * OBJECT).await;
+    write_all(&vol, objects, 1).await;
+    assert!(objects_on(&d.status()) > 0, "d holds copies");
+    let dd = device_of(&d);
+    d.shutdown().await;
+    c.map_where("d down", |m| !m.is_up(dd)).await;
+    c.catalog
+        .set_device_out(dd, Some(OutReason::Operator))
+        .await
+        .unwrap();
+    c.map_where("nothing placed on d", |m| {
+        m.pools
+            .values()
+            .flat_map(|p| p.pgs.iter())
+            .all(|pg| pg.acting == pg.up && !pg.up.contains(&dd) && pg.up.len() == 2)
+    })
+    .await;
+    until("every PG clean on a and b", || all_active(&[&a, &b], true)).await;
+    let strays = stray_histories(&c, dd).await;
+    assert!(strays > 0, "the histories list d as a stray");
+
+    let d = c.node("d").await;
+    until("d forgot its stray copies", || objects_on(&d.status()) == 0).await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while stray_histories(&c, dd).await > 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "d still listed as a stray"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    check_all(&vol, objects, |_| 1).await;
+    for n in [a, b, d] {
+        n.shutdown().await;
+    }
+}
+
+/// How many PG histories list `dev` as a stray.
+async fn stray_histories(c: &Cluster, dev: DeviceId) -> usize {
+    let mut n = 0;
+    for pg in 0..PGS {
+        let id = basalt_types::PgId {
+            pool: basalt_types::PoolId(1),
+            pg,
+        };
+        let (history, _) = c.catalog.get_pg_history(id).await.unwrap();
+        n += usize::from(history.strays.contains(&dev));
+    }
+    n
 }

@@ -224,6 +224,7 @@ mod tests {
                 })
                 .collect(),
             clean: Epoch(0),
+            strays: Vec::new(),
         }
     }
 

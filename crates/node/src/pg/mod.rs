@@ -26,6 +26,7 @@ mod recovery;
 pub(crate) mod repair;
 pub(crate) mod replica;
 pub mod scrub;
+mod strays;
 pub(crate) mod throttle;
 
 use crate::mapstate::MapState;

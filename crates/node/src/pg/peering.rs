@@ -724,6 +724,7 @@ mod tests {
                 })
                 .collect(),
             clean: Epoch(0),
+            strays: Vec::new(),
         }
     }
 

@@ -146,6 +146,8 @@ impl Pg {
     pub(super) async fn settle(self: &Arc<Self>, ctx: &Arc<Ctx>, generation: u64) {
         let mut cleaned = false;
         let mut trimmed = Version::NONE;
+        // Stray holders that were down when last told to forget the PG (`strays.rs`).
+        let mut strays = Vec::new();
         loop {
             if !self.current(generation) {
                 return;
@@ -161,16 +163,25 @@ impl Pg {
             } else if let Err(e) = self.trim(ctx, &mut trimmed).await {
                 tracing::warn!(pg = %self.id, "trimming tombstones: {e}");
             }
+            if cleaned {
+                match self.forget_strays(ctx, generation).await {
+                    Ok(down) => strays = down,
+                    Err(e) => tracing::warn!(pg = %self.id, "stray copies: {e}"),
+                }
+            }
             let deadline = Instant::now() + PUBLISH_COMPLETE;
             while Instant::now() < deadline && self.current(generation) {
                 self.wait_change().await;
+                if super::strays::any_up(&ctx.maps.map(), &strays) {
+                    break;
+                }
             }
         }
     }
 
     /// Everything written before the oldest write still in flight is on every member: the
     /// term, that version, and the members (this device included).
-    fn committed(&self) -> Option<(Term, Version, Vec<DeviceId>)> {
+    pub(super) fn committed(&self) -> Option<(Term, Version, Vec<DeviceId>)> {
         let st = self.st.lock();
         let p = st.primary.as_ref()?;
         if !p.missing.is_empty() || p.status != super::Status::Active {
@@ -254,28 +265,22 @@ impl Pg {
             .into_iter()
             .filter(|d| !entry.acting.contains(d) && !entry.up.contains(d))
             .collect();
+        let mut strays = history.strays.clone();
+        strays.extend(former);
+        strays.sort_unstable();
+        strays.dedup();
         let compacted = PgHistory {
             intervals: vec![current],
             clean: history.clean,
+            strays,
         };
         ctx.catalog
             .put_pg_history(self.id, &compacted, revision)
             .await
             .map_err(|e| e.to_string())?;
         tracing::info!(pg = %self.id, %term, "recovered: history compacted to the current interval");
-        for dev in former.into_iter().filter(|d| map.is_up(*d)) {
-            if !self.current(generation) {
-                break;
-            }
-            let msg = PeerMsg::Remove {
-                device: dev,
-                pg: self.id,
-                term,
-            };
-            if let Err(e) = ask(ctx, &map, dev, &msg).await {
-                tracing::info!(pg = %self.id, device = %dev, "a former holder did not forget the PG: {e}");
-            }
-        }
+        // The former holders forget the PG now or, those down, when they are up again.
+        self.forget_strays(ctx, generation).await?;
         Ok(())
     }
 
@@ -310,8 +315,8 @@ impl Pg {
         }
         if history.clean != term.interval {
             let marked = PgHistory {
-                intervals: history.intervals.clone(),
                 clean: term.interval,
+                ..history
             };
             ctx.catalog
                 .put_pg_history(self.id, &marked, revision)

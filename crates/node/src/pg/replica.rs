@@ -162,7 +162,7 @@ impl Pgs {
             PeerMsg::Remove { pg, term, .. } => {
                 self.check_term(dev, pg, term)?;
                 self.check_not_placed(dev, pg)?;
-                self.remove(dev, pg).await?;
+                self.remove(dev, pg, term).await?;
                 done(PeerAnswer::Done)
             }
             PeerMsg::Trim { pg, term, upto, .. } => {
@@ -264,27 +264,44 @@ impl Pgs {
         Ok(())
     }
 
-    /// Forgets everything this device holds of `pg`.
-    pub(crate) async fn remove(&self, dev: DeviceId, pg: PgId) -> Result<(), WireError> {
+    /// Forgets everything this device holds of `pg`, for a primary of `term`. Each batch of
+    /// purges is submitted under the PG's lock after checking that no newer term was promised
+    /// meanwhile (a map that places the PG here again, whose primary backfills this device,
+    /// stops the removal before it erases what the backfill copied).
+    pub(crate) async fn remove(
+        &self,
+        dev: DeviceId,
+        pg: PgId,
+        term: Term,
+    ) -> Result<(), WireError> {
         let store = self.store(dev).expect("checked by the caller");
+        let p = self.get(dev, pg).expect("the store exists");
         loop {
             let page = store.list(pg, None, 1024).await.map_err(engine_to_wire)?;
             if page.is_empty() {
                 break;
             }
-            let purges = page
-                .iter()
-                .map(|o| store.purge(o.oid, WriteOptions::buffered().in_pg(pg.pg)));
+            let purges: Vec<_> = {
+                let st = p.st.lock();
+                p.check_promise(st.promised, term)?;
+                let opts = WriteOptions::buffered().in_pg(pg.pg);
+                page.iter()
+                    .map(|o| store.submit_purge(o.oid, opts))
+                    .collect()
+            };
             for r in futures::future::join_all(purges).await {
                 r.map_err(engine_to_wire)?;
             }
         }
-        store.set_pg(pg, None, true).await.map_err(engine_to_wire)?;
-        if let Some(p) = self.existing(dev, pg) {
-            let mut st = p.st.lock();
-            st.info = MemberInfo::default();
-            st.accepting = Term::default();
+        {
+            let st = p.st.lock();
+            p.check_promise(st.promised, term)?;
         }
+        store.set_pg(pg, None, true).await.map_err(engine_to_wire)?;
+        let mut st = p.st.lock();
+        st.info = MemberInfo::default();
+        st.accepting = Term::default();
+        drop(st);
         tracing::info!(%pg, device = %dev, "removed the PG's data (no longer needed here)");
         Ok(())
     }
