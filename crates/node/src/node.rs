@@ -327,6 +327,13 @@ impl Node {
         }
     }
 
+    /// Tests: the store of one of this node's devices, to change a copy behind the PG's back
+    /// (as media or a bug would) and check that scrub finds it.
+    #[cfg(feature = "sim")]
+    pub fn store_for_test(&self, dev: basalt_types::DeviceId) -> Option<Store> {
+        self.shared.maps.stores().get(&dev).cloned()
+    }
+
     pub fn id(&self) -> NodeId {
         self.shared.id
     }

@@ -6,11 +6,12 @@
 
 use basalt_client::{ClientError, Cluster as Client, Volume};
 use basalt_engine::sim::SimDisk;
+use basalt_engine::{ObjectContent, ObjectImage, WriteOptions};
 use basalt_meta::DeviceState;
 use basalt_node::{AdminRequest, DeviceConfig, Node, NodeConfig, ScrubReport};
 use basalt_placement::ClusterMap;
 use basalt_proto::{Request, Response};
-use basalt_types::{DeviceId, ObjectId};
+use basalt_types::{DeviceId, ObjectId, Version};
 use bytes::Bytes;
 use std::time::Duration;
 
@@ -355,6 +356,82 @@ async fn backfill_copies_a_good_members_copy_when_the_primarys_is_bad() {
         let got = vol.read(i * OBJECT, OBJECT as u32).await.unwrap();
         assert!(got == pattern(i, 1), "object {i} read back wrong");
     }
+    for n in t.nodes {
+        n.shutdown().await;
+    }
+}
+
+/// Copies only a member holds, found by scrub walking every member's listing: a member's copy
+/// that missed its object's delete (the primary holds the newer tombstone) gets the tombstone;
+/// an object a member holds that the primary never had is reported unrepairable and left
+/// alone (it could be the only copy of acknowledged data). Before, scrub walked only the
+/// primary's live objects and found neither.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scrub_finds_copies_only_a_member_holds() {
+    let t = three(|_| {}).await;
+    let client = t.c.client(Duration::from_secs(10)).await;
+    let objects = 8;
+    let vol = t.c.volume(&client, "v", objects * OBJECT).await;
+    write_all(&vol, objects, 1).await;
+    vol.trim(2 * OBJECT, OBJECT).await.unwrap();
+    let map = t.c.map().await;
+    let deleted = oid(&vol, 2);
+    let primary = map.primary(&deleted).unwrap();
+    let k = (0..3).find(|k| device_of(&t.nodes[*k]) != primary).unwrap();
+    let dev = device_of(&t.nodes[k]);
+    let store = t.nodes[k].store_for_test(dev).unwrap();
+    let info = store.object_info(deleted).await.unwrap().unwrap();
+    assert!(
+        info.deleted,
+        "a whole-object trim leaves a tombstone: {info:?}"
+    );
+    // The member's copy goes back to live data older than the tombstone.
+    let image = |version: Version, i: u64| ObjectImage {
+        version,
+        content: ObjectContent::Data {
+            data: pattern(i, 1),
+            allocated: vec![u64::MAX; OBJECT as usize / 4096 / 64],
+        },
+    };
+    let older = Version::new(info.version.epoch, info.version.seq - 1);
+    let in_pg = |o: &ObjectId| WriteOptions::durable().in_pg(map.locate(o).unwrap().0.pg);
+    store
+        .install(deleted, image(older, 2), in_pg(&deleted))
+        .await
+        .unwrap();
+    // An object past the volume's end that only this member holds (not its primary).
+    let stray = (objects..objects + 64)
+        .map(|i| oid(&vol, i))
+        .find(|o| {
+            let (_, pg) = map.locate(o).unwrap();
+            pg.acting.contains(&dev) && map.primary(o) != Some(dev)
+        })
+        .unwrap();
+    store
+        .install(stray, image(info.version, 99), in_pg(&stray))
+        .await
+        .unwrap();
+
+    let report = scrub(&client, &t.nodes).await;
+    assert_eq!(report.inconsistent(), 2, "{report:?}");
+    assert_eq!(report.repaired(), 1, "{report:?}");
+    assert_eq!(report.unrepairable(), 1, "{report:?}");
+    let now = store.object_info(deleted).await.unwrap().unwrap();
+    assert!(now.deleted && now.version == info.version, "{now:?}");
+    assert!(
+        store.object_info(stray).await.unwrap().is_some(),
+        "the member's only copy is left alone"
+    );
+    assert!(
+        vol.read(2 * OBJECT, OBJECT as u32)
+            .await
+            .unwrap()
+            .iter()
+            .all(|b| *b == 0)
+    );
+    let again = scrub(&client, &t.nodes).await;
+    assert_eq!(again.inconsistent(), 1, "{again:?}");
+    assert_eq!(again.unrepairable(), 1, "{again:?}");
     for n in t.nodes {
         n.shutdown().await;
     }

@@ -9,9 +9,12 @@
 //! Copies are compared first without holding the object; only when they differ is the object
 //! held ([`Pg::exclusive`]: writes of it wait) and compared again, so a write in flight is
 //! never mistaken for an inconsistency. Tombstones are not compared (members trim them at
-//! different times), nor are objects only members hold.
+//! different times). The walk merges every serving member's listing with the primary's, so an
+//! object a member holds live and the primary does not is found too (`scrub_orphan`): it gets
+//! the primary's newer tombstone, or else is reported unrepairable and left alone.
 
-use super::messages::{ImageMeta, ObjectDigest, PeerAnswer, PeerMsg};
+use super::messages::{Held, ImageKind, ImageMeta, ObjectDigest, PeerAnswer, PeerMsg};
+use super::peering::ask;
 use super::repair::{Exclusive, bump};
 use super::{Ctx, Pg, Pgs, Status};
 use crate::peers::PeerError;
@@ -21,7 +24,7 @@ use basalt_proto::ErrorCode;
 use basalt_types::{DeviceId, ObjectId, PgId, PoolId, Version};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -124,6 +127,32 @@ enum Outcome {
     Skipped,
 }
 
+impl PgScrub {
+    /// Counts one object's outcome, then waits as the byte rate asks.
+    async fn count(&mut self, outcome: Outcome, rate: &impl Fn() -> u64) {
+        let bytes = match outcome {
+            Outcome::Skipped => return,
+            Outcome::Consistent(b) => b,
+            Outcome::Repaired(b) => {
+                self.inconsistent += 1;
+                self.repaired += 1;
+                b
+            }
+            Outcome::Unrepairable(b) => {
+                self.inconsistent += 1;
+                self.unrepairable += 1;
+                b
+            }
+        };
+        self.objects += 1;
+        self.bytes = self.bytes.saturating_add(bytes);
+        let rate = rate();
+        if rate > 0 && bytes > 0 {
+            tokio::time::sleep(Duration::from_secs_f64(bytes as f64 / rate as f64)).await;
+        }
+    }
+}
+
 impl Pg {
     /// Scrubs the PG if this device is its active primary; `rate` (bytes per second, 0:
     /// unlimited) is read again after every object. `None` when it is not the active primary.
@@ -157,6 +186,8 @@ impl Pg {
         Some(out)
     }
 
+    /// Walks the primary's listing and every serving member's together, page by page, so an
+    /// object only a member holds is found too.
     async fn walk(
         self: &Arc<Self>,
         ctx: &Arc<Ctx>,
@@ -166,41 +197,123 @@ impl Pg {
     ) -> Result<(), String> {
         let mut after = None;
         loop {
-            if !self.current(generation) {
-                return Err(format!("{} changed terms during the scrub", self.id));
-            }
-            let page = self
+            let members = self.members_in(generation)?;
+            let mine = self
                 .store
                 .list(self.id, after, PAGE)
                 .await
                 .map_err(|e| e.to_string())?;
-            let Some(last) = page.last() else {
-                return Ok(());
-            };
-            after = Some(last.oid);
-            for o in page.iter().filter(|o| !o.deleted) {
-                let bytes = match self.scrub_one(ctx, generation, o.oid).await? {
-                    Outcome::Skipped => continue,
-                    Outcome::Consistent(b) => b,
-                    Outcome::Repaired(b) => {
-                        out.inconsistent += 1;
-                        out.repaired += 1;
-                        b
-                    }
-                    Outcome::Unrepairable(b) => {
-                        out.inconsistent += 1;
-                        out.unrepairable += 1;
-                        b
-                    }
+            let mut bound = (mine.len() == PAGE)
+                .then(|| mine.last().map(|o| o.oid))
+                .flatten();
+            let map = ctx.maps.map();
+            let mut theirs: BTreeMap<ObjectId, Vec<(DeviceId, Held)>> = BTreeMap::new();
+            for dev in members {
+                let msg = PeerMsg::List {
+                    device: dev,
+                    pg: self.id,
+                    after,
+                    limit: PAGE,
                 };
-                out.objects += 1;
-                out.bytes = out.bytes.saturating_add(bytes);
-                let rate = rate();
-                if rate > 0 {
-                    tokio::time::sleep(Duration::from_secs_f64(bytes as f64 / rate as f64)).await;
+                let PeerAnswer::List { entries } = ask(ctx, &map, dev, &msg).await? else {
+                    return Err(format!("{dev} answered a listing oddly"));
+                };
+                if entries.len() == PAGE
+                    && let Some(last) = entries.last()
+                {
+                    bound = Some(bound.map_or(last.oid, |b| b.min(last.oid)));
+                }
+                for h in entries.into_iter().filter(|h| !h.deleted) {
+                    theirs.entry(h.oid).or_default().push((dev, h));
                 }
             }
+            let within = |oid: ObjectId| bound.is_none_or(|b| oid <= b);
+            let mut live = BTreeSet::new();
+            for o in mine.iter().filter(|o| !o.deleted && within(o.oid)) {
+                live.insert(o.oid);
+                let outcome = self.scrub_one(ctx, generation, o.oid).await?;
+                out.count(outcome, rate).await;
+            }
+            for (oid, copies) in theirs {
+                if within(oid) && !live.contains(&oid) {
+                    let outcome = self.scrub_orphan(ctx, generation, oid, copies).await?;
+                    out.count(outcome, rate).await;
+                }
+            }
+            match bound {
+                Some(b) => after = Some(b),
+                None => return Ok(()),
+            }
         }
+    }
+
+    /// The serving members other than this device, while `generation` is the one serving.
+    fn members_in(&self, generation: u64) -> Result<Vec<DeviceId>, String> {
+        let st = self.st.lock();
+        match st.primary.as_ref() {
+            Some(p) if st.generation == generation => Ok(p.members.iter().map(|m| m.dev).collect()),
+            _ => Err(format!("{} changed terms during the scrub", self.id)),
+        }
+    }
+
+    /// An object members hold live that this device (the primary) holds deleted or not at all.
+    /// Compared again with the object held (a write admitted before may have created it here
+    /// meanwhile). A member's copy older than this device's tombstone missed the delete: it
+    /// gets the tombstone. Any other case (no tombstone here, or one older than the member's
+    /// copy) cannot be decided safely (the copy may be the only one of acknowledged data, or a
+    /// deleted object's): it is reported unrepairable and left alone.
+    async fn scrub_orphan(
+        &self,
+        ctx: &Arc<Ctx>,
+        generation: u64,
+        oid: ObjectId,
+        copies: Vec<(DeviceId, Held)>,
+    ) -> Result<Outcome, String> {
+        let Some(held) = self
+            .exclusive(oid, generation)
+            .await
+            .map_err(|e| e.message)?
+        else {
+            return Ok(Outcome::Skipped);
+        };
+        let here = self
+            .store
+            .object_info(oid)
+            .await
+            .map_err(|e| format!("{oid} here: {e}"))?;
+        let tombstone = match here {
+            Some(i) if !i.deleted => return Ok(Outcome::Skipped),
+            Some(i) => Some(i.version),
+            None => None,
+        };
+        let map = ctx.maps.map();
+        let mut ok = true;
+        for (dev, copy) in copies {
+            let fixed = match tombstone {
+                Some(version) if copy.version < version => {
+                    let meta = ImageMeta {
+                        version,
+                        kind: ImageKind::Tombstone,
+                        allocated: Vec::new(),
+                    };
+                    self.replace(ctx, &map, &held, dev, &meta, &Bytes::new())
+                        .await
+                        .inspect_err(|e| tracing::warn!(pg = %self.id, %oid, device = %dev, "scrub: deleting a copy that missed its delete: {e}"))
+                        .is_ok()
+                }
+                _ => {
+                    tracing::error!(pg = %self.id, %oid, device = %dev, version = %copy.version, here = ?tombstone, "scrub: a member holds an object the primary does not; left alone");
+                    false
+                }
+            };
+            ok &= fixed;
+        }
+        if !ok {
+            self.repairs.unrepairable(1);
+            return Ok(Outcome::Unrepairable(0));
+        }
+        tracing::warn!(pg = %self.id, %oid, "scrub: copies that missed their object's delete now hold its tombstone");
+        Ok(Outcome::Repaired(0))
     }
 
     /// Compares the copies of one object; if they differ, compares again with the object held
