@@ -437,6 +437,47 @@ async fn scrub_finds_copies_only_a_member_holds() {
     }
 }
 
+/// A write of part of a block whose copy is bad (on the primary for some objects, on a replica
+/// for others) succeeds and reads back merged with the acknowledged data around it. On the
+/// primary the block is verified (and read-repaired) first; on a replica the write fails there,
+/// and peering, finding the only copy of the acknowledged version bad, rolls forward to the
+/// members' newer copy. Before, the first failed with `EIO` and the second left the PG
+/// incomplete for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partial_block_write_into_a_bad_copy_succeeds() {
+    let t = three(|_| {}).await;
+    let client = t.c.client(Duration::from_secs(10)).await;
+    let objects = 12;
+    let vol = t.c.volume(&client, "v", objects * OBJECT).await;
+    write_all(&vol, objects, 1).await;
+    let map = t.c.map().await;
+    let dev = device_of(&t.nodes[0]);
+    let primaries = (0..objects)
+        .filter(|i| map.primary(&oid(&vol, *i)) == Some(dev))
+        .count();
+    assert!(
+        primaries > 0 && primaries < objects as usize,
+        "node 0 is the primary of some objects and a replica of others"
+    );
+    for i in 0..objects {
+        corrupt(&t.disks[0], i, 1);
+    }
+    let patch = Bytes::from(vec![0xabu8; 512]);
+    for i in 0..objects {
+        let at = i * OBJECT + 4096 + 100;
+        vol.write(at, patch.clone(), false).await.unwrap();
+    }
+    for i in 0..objects {
+        let got = vol.read(i * OBJECT, OBJECT as u32).await.unwrap();
+        let mut want = pattern(i, 1).to_vec();
+        want[4096 + 100..4096 + 612].fill(0xab);
+        assert!(got[..] == want[..], "object {i} read back wrong");
+    }
+    for n in t.nodes {
+        n.shutdown().await;
+    }
+}
+
 /// The background scrub, turned on at run time, finds and repairs a replica's bad copy that no
 /// read touched.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

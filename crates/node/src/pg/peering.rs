@@ -79,7 +79,7 @@ impl Pg {
         }
         let objects = self.changed_objects(ctx, &map, &holdings, &sources).await?;
         let copies = self.versions(ctx, &map, &sources, &objects).await?;
-        let verdicts: BTreeMap<ObjectId, Verdict> = copies
+        let mut verdicts: BTreeMap<ObjectId, Verdict> = copies
             .iter()
             .map(|(oid, c)| {
                 let v = authority::decide(&history, &holdings, &sources, &serving, c);
@@ -94,7 +94,8 @@ impl Pg {
                 "peering found objects to reconcile"
             );
         }
-        self.reset_divergent(ctx, &map, term, &verdicts).await?;
+        self.reset_divergent(ctx, &map, term, &serving, &copies, &mut verdicts)
+            .await?;
         // An interval below min_size acknowledges nothing: it needs no witness later.
         let new_history = match undersized {
             None => extend(&history, interval, &serving),
@@ -377,10 +378,42 @@ impl Pg {
         ctx: &Arc<Ctx>,
         map: &ClusterMap,
         term: Term,
-        verdicts: &BTreeMap<ObjectId, Verdict>,
+        serving: &[DeviceId],
+        copies: &BTreeMap<ObjectId, authority::Copies>,
+        verdicts: &mut BTreeMap<ObjectId, Verdict>,
     ) -> Result<(), String> {
-        for (oid, v) in verdicts.iter().filter(|(_, v)| !v.divergent.is_empty()) {
-            let (meta, data) = self.image(ctx, map, *oid, &v.auth).await?;
+        for (oid, v) in verdicts.iter_mut().filter(|(_, v)| !v.divergent.is_empty()) {
+            let c = &copies[oid];
+            let (meta, data) = match v.auth {
+                Auth::Present {
+                    version,
+                    deleted: false,
+                    source,
+                } => {
+                    let others = c
+                        .iter()
+                        .filter(|(d, h)| **d != source && h.version == version && !h.deleted);
+                    let holders: Vec<DeviceId> = std::iter::once(source)
+                        .chain(others.map(|(d, _)| *d))
+                        .collect();
+                    let search = self.search(ctx, map, &holders, *oid, version).await;
+                    match search.found {
+                        Some((_, meta, data)) => (meta, data),
+                        None if search.bad.len() == holders.len() => {
+                            self.roll_forward(ctx, map, term, serving, c, *oid, v)
+                                .await?;
+                            continue;
+                        }
+                        None => {
+                            return Err(format!(
+                                "{oid}: no copy of {version} to roll back to: {}",
+                                search.why.join("; ")
+                            ));
+                        }
+                    }
+                }
+                _ => self.image(ctx, map, *oid, &v.auth).await?,
+            };
             for dev in &v.divergent {
                 tracing::info!(pg = %self.id, %oid, device = %dev, to = %v.auth.version(), "rolling back a write that was never acknowledged");
                 self.put(ctx, map, *dev, term, *oid, meta.clone(), data.clone())
@@ -388,6 +421,65 @@ impl Pg {
             }
         }
         Ok(())
+    }
+
+    /// Every copy of the authoritative version of `oid` fails its checksum (a partial-block
+    /// write into a bad block failed on its only holder, say): the newest divergent copy that
+    /// verifies becomes the authority instead, installed on every serving member that lacks it.
+    /// Keeping a write that was never acknowledged is allowed (the client retries it anyway),
+    /// and a divergent copy holds every acknowledged write (a member applies a PG's writes to
+    /// an object in order, and serves only once current).
+    #[allow(clippy::too_many_arguments)]
+    async fn roll_forward(
+        &self,
+        ctx: &Arc<Ctx>,
+        map: &ClusterMap,
+        term: Term,
+        serving: &[DeviceId],
+        copies: &authority::Copies,
+        oid: ObjectId,
+        v: &mut Verdict,
+    ) -> Result<(), String> {
+        let mut newer: Vec<(Version, DeviceId)> = v
+            .divergent
+            .iter()
+            .filter_map(|d| {
+                copies
+                    .get(d)
+                    .filter(|h| !h.deleted)
+                    .map(|h| (h.version, *d))
+            })
+            .collect();
+        newer.sort_unstable_by(|a, b| b.cmp(a));
+        for (version, dev) in newer {
+            let Some((_, meta, data)) = self.search(ctx, map, &[dev], oid, version).await.found
+            else {
+                continue;
+            };
+            let lacking = serving.iter().filter(|d| {
+                copies
+                    .get(d)
+                    .is_none_or(|h| h.version != version || h.deleted)
+            });
+            for d in lacking {
+                tracing::warn!(pg = %self.id, %oid, device = %d, from = %v.auth.version(), to = %version, "every copy of the acknowledged version fails its checksum: rolling forward to a newer copy");
+                self.put(ctx, map, *d, term, oid, meta.clone(), data.clone())
+                    .await?;
+            }
+            v.auth = Auth::Present {
+                version,
+                deleted: false,
+                source: dev,
+            };
+            v.divergent.clear();
+            v.behind.clear();
+            return Ok(());
+        }
+        self.repairs.unrepairable(1);
+        Err(format!(
+            "{oid}: every copy of {} fails its checksum and no newer copy verifies",
+            v.auth.version()
+        ))
     }
 
     /// The authoritative image of `oid`.

@@ -176,6 +176,7 @@ impl Pg {
         kind: WriteKind,
         durable: bool,
     ) -> Result<Version, WireError> {
+        self.check_partial_blocks(ctx, oid, &kind).await?;
         let (version, local, reps, term) = loop {
             let submitted = self.gate(&oid, |p, _| {
                 let n = p.seq + 1;
@@ -283,6 +284,15 @@ impl Pg {
                 // Failed here only (a full device, say): nothing of it exists anywhere.
                 done(self);
             }
+            if replicated && matches!(e, EngineError::Checksum { .. }) {
+                // A partial-block write into a block bad here: the members that applied it
+                // hold a newer version than this copy, so recovery in the next term replaces
+                // this copy whole from theirs; the client's retry then applies.
+                return Err(busy(format!(
+                    "{}: {e}; the copy here is recovered from the other members",
+                    self.id
+                )));
+            }
             return Err(self.local_error(e, replicated));
         }
         if let Some((why, code)) = failed {
@@ -314,6 +324,37 @@ impl Pg {
         }
         done(self);
         Ok(version)
+    }
+
+    /// A write of part of a 4 KiB block merges with the block's data here: reads (and so
+    /// verifies, repairing it from a member when it fails its checksum: [`Pg::read`]) the
+    /// partly written blocks first. Without it, a bad block here would fail the write after
+    /// the members applied it, and peering could only roll it back from the bad copy.
+    async fn check_partial_blocks(
+        &self,
+        ctx: &Arc<Ctx>,
+        oid: ObjectId,
+        kind: &WriteKind,
+    ) -> Result<(), WireError> {
+        const BLOCK: u32 = 4096;
+        let (offset, len) = match kind {
+            WriteKind::Data { offset, data } => (*offset, data.len() as u32),
+            WriteKind::Zeroes { offset, len } => (*offset, *len),
+            WriteKind::Delete => return Ok(()),
+        };
+        let end = offset + len;
+        let head = offset % BLOCK != 0;
+        let tail = end % BLOCK != 0 && (!head || end / BLOCK != offset / BLOCK);
+        if !self.has_members() || len == 0 {
+            return Ok(());
+        }
+        if head {
+            self.read(ctx, oid, offset - offset % BLOCK, BLOCK).await?;
+        }
+        if tail {
+            self.read(ctx, oid, end - end % BLOCK, BLOCK).await?;
+        }
+        Ok(())
     }
 
     /// Resolves once `term` is no longer this PG's current term (or it stopped serving).
