@@ -73,9 +73,17 @@ fn main() -> std::process::ExitCode {
     } else {
         "error"
     });
+    // Daemons serve on as many threads as they are told (one by default: run to completion);
+    // one-shot commands on a thread per core.
+    let threads = match &cli.command {
+        Command::Node(a) if a.action.is_none() => usize::from(a.threads),
+        Command::Up(a) => usize::from(a.threads),
+        Command::Nbd(a) => usize::from(a.threads),
+        _ => 0,
+    };
     let result = match cli.command {
         Command::Bench(args) => basalt_bench::run(*args).map_err(anyhow::Error::from),
-        command => runtime().block_on(run(command)),
+        command => runtime(threads).block_on(run(command)),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -118,8 +126,17 @@ async fn run(command: Command) -> anyhow::Result<()> {
     }
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
+/// The runtime: `threads` 1 is a current-thread runtime (every task on the main thread), 0 a
+/// worker per core, N that many workers.
+fn runtime(threads: usize) -> tokio::runtime::Runtime {
+    let mut builder = match threads {
+        1 => tokio::runtime::Builder::new_current_thread(),
+        _ => tokio::runtime::Builder::new_multi_thread(),
+    };
+    if threads > 1 {
+        builder.worker_threads(threads);
+    }
+    builder
         .enable_all()
         .thread_name("basalt")
         .build()

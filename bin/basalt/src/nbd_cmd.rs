@@ -23,6 +23,10 @@ pub struct NbdArgs {
     /// are all down) before it fails with EIO, e.g. 30s.
     #[arg(long, value_parser = crate::duration::parse_duration, default_value = "30s")]
     pub io_timeout: std::time::Duration,
+    /// Threads of the gateway: 1 (the default) serves every connection on one thread, a
+    /// request crossing no thread switch; 0 a thread per core; N that many.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(0..=256))]
+    pub threads: u16,
     #[command(flatten)]
     pub cluster: ClusterArgs,
 }

@@ -49,6 +49,16 @@ pub struct NodeArgs {
     /// I/O backend.
     #[arg(long, value_enum, default_value = "auto")]
     pub io: IoArg,
+    /// Threads that serve the network and drive the devices. 1 (the default): everything on
+    /// one thread, each request handed from its socket to the device and back without a
+    /// thread switch (run to completion); N spreads connections and devices over N threads
+    /// (for hosts with many fast devices); 0 a thread per core.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(0..=256))]
+    pub threads: u16,
+    /// Give each device's I/O loop an OS thread of its own (the loop otherwise runs on the
+    /// node's threads, beside the network).
+    #[arg(long)]
+    pub store_threads: bool,
     #[command(flatten)]
     pub format: FormatArgs,
     /// Lease of the node's registration (e.g. 4s, 2500ms): the node acknowledges I/O only
@@ -125,6 +135,7 @@ pub async fn run(mut args: NodeArgs) -> anyhow::Result<()> {
     }
     config.advertise = args.advertise.clone();
     config.io = args.io.into();
+    config.store_threads = args.store_threads;
     config.lease_ttl = args.lease_ttl;
     config.down_out_interval = args.down_out_interval;
     config.collect_interval = args.collect_interval;

@@ -72,6 +72,11 @@ pub struct UpArgs {
     /// I/O backend of the device store.
     #[arg(long, value_enum, default_value = "auto")]
     pub io: IoArg,
+    /// Threads of this process (the NBD gateway, and without --nodes the node and its device):
+    /// 1 (the default) runs everything on one thread, a request crossing no thread switch;
+    /// 0 a thread per core; N that many.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(0..=256))]
+    pub threads: u16,
     /// Keep metadata in a private etcd (started under <data>/etcd) instead of the embedded store.
     #[arg(long, conflicts_with = "etcd_endpoints")]
     pub etcd: bool,

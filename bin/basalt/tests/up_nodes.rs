@@ -85,6 +85,20 @@ fn processes_under(dir: &Path) -> Vec<String> {
         .collect()
 }
 
+/// The names of a process's threads.
+fn thread_names(pid: u32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .map(|t| {
+            let t = t.unwrap().path();
+            std::fs::read_to_string(t.join("comm"))
+                .unwrap()
+                .trim()
+                .to_string()
+        })
+        .collect()
+}
+
 fn node(status: &Value, id: u64) -> &Value {
     status["nodes"]
         .as_array()
@@ -113,6 +127,15 @@ fn three_node_processes_serve_survive_a_dead_node_and_restart_with_the_same_data
     );
     assert!(nodes.values().all(|(_, pid)| alive(*pid)), "{file}");
     fio(&up.uri("vol0"), &[]);
+    // Run to completion: each node drives its store from the thread that serves its network
+    // (`basalt node --threads 1`, the default), so no store I/O thread exists.
+    for (name, (_, pid)) in &nodes {
+        let threads = thread_names(*pid);
+        assert!(
+            !threads.iter().any(|t| t.starts_with("basalt-io-")),
+            "{name} runs a store on a thread of its own: {threads:?}"
+        );
+    }
 
     let status = up.cli_json(&["status"]);
     assert_eq!(status["health"]["status"], "ok", "{status}");

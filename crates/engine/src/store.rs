@@ -2,7 +2,8 @@
 //! one message to the loop and awaits its reply; nothing here touches the device.
 //!
 //! The loop runs on its own OS thread ([`Store::open`]), or as a task on the current tokio
-//! runtime over a simulated disk ([`Store::spawn_sim`]: the deterministic simulation).
+//! runtime ([`Store::spawn`]: a node serves requests and drives its stores on the same
+//! threads; [`Store::spawn_sim`] over a simulated disk: the deterministic simulation).
 //! `submit_*` methods enqueue an operation at call time and return a [`Pending`] reply, so a
 //! caller fixes the order in which operations arrive without depending on when a future is
 //! first polled; the `async` methods are thin wrappers over them.
@@ -28,7 +29,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 use std::thread::JoinHandle;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
 /// An open store. Clones share one I/O loop; the loop stops when the last clone is dropped
 /// (after finishing queued work) or on [`Store::close`].
@@ -40,7 +41,9 @@ pub struct Store {
 /// Where the I/O loop runs.
 enum Runner {
     Thread(Mutex<Option<JoinHandle<()>>>),
-    Task(tokio::task::AbortHandle),
+    /// A task; for a real device ([`Store::spawn`]), a watch that turns true once the loop
+    /// has finished and let go of the device.
+    Task(tokio::task::AbortHandle, Option<watch::Receiver<bool>>),
 }
 
 struct Inner {
@@ -118,7 +121,28 @@ impl<T> Future for Pending<T> {
     }
 }
 
+/// The stores this process runs as tasks ([`Store::spawn`]), by device path: each watch turns
+/// true once the store's loop has finished and let go of the device.
+fn running() -> &'static Mutex<std::collections::HashMap<std::path::PathBuf, watch::Receiver<bool>>>
+{
+    static RUNNING: std::sync::OnceLock<
+        Mutex<std::collections::HashMap<std::path::PathBuf, watch::Receiver<bool>>>,
+    > = std::sync::OnceLock::new();
+    RUNNING.get_or_init(Default::default)
+}
+
 impl Store {
+    /// Waits until no store this process runs as a task ([`Store::spawn`]) holds the device at
+    /// `path` any more: one dropped without [`Store::close`] finishes its queued work first.
+    pub async fn released(path: &Path) {
+        let key = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        let rx = running().lock().get(&key).cloned();
+        if let Some(mut rx) = rx {
+            // An error means the task is gone (aborted or its runtime stopped): released too.
+            let _ = rx.wait_for(|done| *done).await;
+        }
+    }
+
     /// Opens a formatted file or block device: runs recovery (blocking), then starts the I/O
     /// thread.
     pub fn open(path: &Path, opts: &OpenOptions) -> Result<Store, EngineError> {
@@ -129,6 +153,49 @@ impl Store {
             e => e,
         })?;
         Store::start(dev, path, opts)
+    }
+
+    /// Opens a formatted file or block device like [`Store::open`] (recovery runs on a blocking
+    /// thread), then runs its I/O loop as a task on the current tokio runtime instead of a
+    /// thread of its own: requests and completions are handled by whichever runtime thread
+    /// polls the task, so a caller on the same thread hands work to the store, and gets the
+    /// answer, without waking another thread. Must be called within a runtime.
+    pub async fn spawn(path: &Path, opts: &OpenOptions) -> Result<Store, EngineError> {
+        // A store of this device dropped in this process may still be finishing its queued
+        // work (a dropped handle cannot wait for its task); it holds the device's lock until
+        // then.
+        Store::released(path).await;
+        let key = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let (path, opts) = (path.to_path_buf(), opts.clone());
+        let engine = tokio::task::spawn_blocking(move || {
+            let dev = Dev::open(&path, false, opts.direct_io).map_err(|e| match e {
+                EngineError::Io(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    EngineError::NotFormatted(path.clone())
+                }
+                e => e,
+            })?;
+            crate::engine::Engine::open(dev, &path, &opts, rx, Clock::Runtime)
+        })
+        .await
+        .map_err(|e| EngineError::Io(std::io::Error::other(format!("open task failed: {e}"))))??;
+        let (info, shared, waker) = (engine.info(), engine.shared(), engine.waker());
+        let (done_tx, done_rx) = tokio::sync::watch::channel(false);
+        running().lock().insert(key, done_rx.clone());
+        let task = tokio::spawn(async move {
+            engine.drive().await;
+            // The engine (its device and lock) is dropped by now.
+            let _ = done_tx.send(true);
+        });
+        Ok(Store {
+            inner: Arc::new(Inner {
+                tx,
+                waker,
+                info,
+                shared,
+                runner: Runner::Task(task.abort_handle(), Some(done_rx)),
+            }),
+        })
     }
 
     /// Opens a store on a simulated disk with its own I/O thread and the OS clock (tests).
@@ -155,7 +222,7 @@ impl Store {
                 waker,
                 info,
                 shared,
-                runner: Runner::Task(task.abort_handle()),
+                runner: Runner::Task(task.abort_handle(), None),
             }),
         })
     }
@@ -184,7 +251,7 @@ impl Store {
     /// (take the disk's crash image first). Nothing queued is finished; every caller still
     /// waiting gets [`EngineError::Closed`]. A store on an I/O thread is not affected.
     pub fn crash(&self) {
-        if let Runner::Task(t) = &self.inner.runner {
+        if let Runner::Task(t, _) = &self.inner.runner {
             t.abort();
         }
     }
@@ -608,12 +675,19 @@ impl Store {
             Err(EngineError::Closed) => Ok(()),
             Err(e) => Err(e),
         };
-        // The thread answers, then drops the device: wait for that (it is about to happen).
-        if let Runner::Thread(t) = &self.inner.runner {
-            let thread = t.lock().take();
-            if let Some(t) = thread {
-                let _ = t.join();
+        // The loop answers, then drops the device: wait for that (it is about to happen).
+        match &self.inner.runner {
+            Runner::Thread(t) => {
+                let thread = t.lock().take();
+                if let Some(t) = thread {
+                    let _ = t.join();
+                }
             }
+            Runner::Task(_, Some(done)) => {
+                // An error means the task is gone (aborted, or its runtime stopped): released.
+                let _ = done.clone().wait_for(|d| *d).await;
+            }
+            Runner::Task(_, None) => {}
         }
         result
     }

@@ -21,14 +21,7 @@ fn small_dev(b: Backend) -> Dev {
 async fn basic_read_write(b: Backend) {
     let dev = small_dev(b);
     let store = dev.open().await;
-    assert_eq!(
-        store.info().io_backend,
-        match b {
-            Backend::Uring => "io_uring",
-            Backend::Psync => "psync",
-            Backend::Sim => "sim",
-        }
-    );
+    assert_eq!(store.info().io_backend, b.name());
     let o = oid(1, 0);
     assert_eq!(
         store.read(o, 0, 4096).await.unwrap(),
@@ -651,6 +644,10 @@ macro_rules! suite {
         mod psync { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(super::Backend::Psync).await } )* }
         // The store as a task on a current-thread runtime with paused time: deterministic.
         mod sim { $( #[tokio::test(start_paused = true)] async fn $name() { super::$name(super::Backend::Sim).await } )* }
+        // The store's loop as a task on the test's one thread, over a real file (as a node
+        // runs it): io_uring completions through the registered eventfd, psync through Notify.
+        mod uring_task { $( #[tokio::test] async fn $name() { super::$name(super::Backend::UringTask).await } )* }
+        mod psync_task { $( #[tokio::test] async fn $name() { super::$name(super::Backend::PsyncTask).await } )* }
     };
 }
 

@@ -67,6 +67,11 @@ pub struct NodeConfig {
     /// Object size of newly formatted devices; pools placed on them must use the same size.
     pub object_size: u32,
     pub io: IoMode,
+    /// Run each store's I/O loop on an OS thread of its own (`true`), or as a task on the
+    /// runtime that serves the node's network (`false`, the default): with a current-thread
+    /// runtime a request then runs to completion on one thread, handed from socket to store
+    /// and back without waking another thread.
+    pub store_threads: bool,
     /// Liveness lease of the node's registration and of its leadership. The node acknowledges
     /// data-path requests only while its lease is confirmed (`lease.rs`).
     pub lease_ttl: Duration,
@@ -132,6 +137,7 @@ impl NodeConfig {
             devices: Vec::new(),
             object_size: basalt_types::DEFAULT_OBJECT_SIZE,
             io: IoMode::Auto,
+            store_threads: false,
             lease_ttl: Duration::from_secs(4),
             leader_eligible: true,
             down_out_interval: DEFAULT_DOWN_OUT_INTERVAL,

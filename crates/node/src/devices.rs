@@ -21,10 +21,11 @@ pub(crate) async fn open_all(
     configs: &[DeviceConfig],
     object_size: u32,
     io: IoMode,
+    store_threads: bool,
 ) -> Result<BTreeMap<DeviceId, Store>, NodeError> {
     let mut stores = BTreeMap::new();
     for cfg in configs {
-        let store = open_one(catalog, node, cfg, object_size, io).await?;
+        let store = open_one(catalog, node, cfg, object_size, io, store_threads).await?;
         let info = store.info();
         let id = info.device_id;
         if stores.contains_key(&id) {
@@ -83,6 +84,7 @@ async fn open_one(
     cfg: &DeviceConfig,
     object_size: u32,
     io: IoMode,
+    store_threads: bool,
 ) -> Result<Store, NodeError> {
     let path = cfg.path.clone();
     let dev_err = |source| NodeError::Device {
@@ -92,6 +94,9 @@ async fn open_one(
     if let Some(disk) = &cfg.sim {
         return open_sim(catalog, disk, object_size).await.map_err(dev_err);
     }
+    // A store of this device this process ran before (a node restarted in-process) may still
+    // be letting go of it.
+    Store::released(&path).await;
     let existing = if path.exists() {
         match basalt_engine::probe(&path) {
             Ok(found) => found,
@@ -142,6 +147,9 @@ async fn open_one(
         io,
         ..OpenOptions::default()
     };
+    if !store_threads {
+        return Store::spawn(&path, &opts).await.map_err(dev_err);
+    }
     tokio::task::spawn_blocking(move || Store::open(&path, &opts))
         .await
         .expect("open task panicked")
@@ -197,6 +205,7 @@ mod tests {
             std::slice::from_ref(cfg),
             128 << 10,
             IoMode::Psync,
+            false,
         )
         .await?;
         Ok(stores.into_values().next().expect("one store"))

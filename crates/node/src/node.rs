@@ -80,8 +80,15 @@ impl Node {
         let dir_lock = basalt_engine::lock_dir(&config.data_dir).map_err(NodeError::DataDir)?;
         let catalog = Catalog::new(meta.clone());
         let id = identity::load_or_allocate(&catalog, &config.data_dir).await?;
-        let stores =
-            devices::open_all(&catalog, id, &config.devices, config.object_size, config.io).await?;
+        let stores = devices::open_all(
+            &catalog,
+            id,
+            &config.devices,
+            config.object_size,
+            config.io,
+            config.store_threads,
+        )
+        .await?;
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .map_err(|source| NodeError::Listen {

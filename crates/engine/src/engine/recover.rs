@@ -140,8 +140,8 @@ fn choose_backend(
         m => m,
     };
     Ok(match mode {
-        IoMode::Uring => Box::new(UringBackend::new(file)?),
-        _ => Box::new(PsyncBackend::new(file, opts.psync_threads)?),
+        IoMode::Uring => Box::new(UringBackend::new(file, clock)?),
+        _ => Box::new(PsyncBackend::new(file, opts.psync_threads, clock)?),
     })
 }
 

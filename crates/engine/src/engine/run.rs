@@ -3,15 +3,20 @@
 //! - [`Engine::run`]: the store's I/O thread in production. Takes messages from the handles,
 //!   makes progress, hands requests to the backend and sleeps in the backend's poll when
 //!   nothing is left to do (until a completion, a message or the write-back timer).
-//! - [`Engine::drive`]: the same loop as a task on a tokio runtime (the simulation): one
-//!   non-blocking [`Engine::step`] at a time, and when idle it awaits a message (a tokio
-//!   `Notify`), the backend's next completion time or the write-back timer, on the runtime's
-//!   clock. On a current-thread runtime with paused time the store is then deterministic.
+//! - [`Engine::drive`]: the same loop as a task on a tokio runtime: one non-blocking
+//!   [`Engine::step`] at a time, and when idle it awaits a message (a tokio `Notify`), the
+//!   backend's completions (io_uring's registered eventfd, readable through the runtime's
+//!   reactor) or next completion time (the simulated disk), or the write-back timer, on the
+//!   runtime's clock. A node runs its stores this way, on the thread that serves its network
+//!   (run to completion: a request crosses no thread). On a current-thread runtime with
+//!   paused time over a simulated disk the store is deterministic (the simulation).
 
 use super::Engine;
 use crate::error::EngineError;
 use crate::io::IoDone;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::time::Duration;
+use tokio::io::unix::AsyncFd;
 
 /// What one step of the loop found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -74,21 +79,27 @@ impl Engine {
     /// and when idle waits for a message, the backend's next completion or the write-back
     /// timer. Returns when the store is closed and drained.
     pub async fn drive(mut self) {
+        let completions = self.be.completion_fd().map(|fd| {
+            // SAFETY: the AsyncFd owns `fd` (a descriptor of its own for the backend's
+            // eventfd), so it stays open and the same for the AsyncFd's whole life.
+            unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }
+                .expect("the completion eventfd registers with the runtime's reactor")
+        });
         let mut done: Vec<IoDone> = Vec::new();
         loop {
             match self.step(&mut done) {
                 Step::Finished => break,
                 Step::Busy => tokio::task::yield_now().await,
-                Step::Idle => self.idle().await,
+                Step::Idle => self.idle(completions.as_ref()).await,
             }
         }
         self.answer_close();
     }
 
-    async fn idle(&mut self) {
+    async fn idle(&mut self, completions: Option<&AsyncFd<OwnedFd>>) {
         let waker = self.waker.clone();
         waker.set_sleeping();
-        if !self.rx.is_empty() {
+        if !self.rx.is_empty() || self.be.has_completions() {
             waker.clear_sleeping();
             return;
         }
@@ -97,16 +108,23 @@ impl Engine {
             .into_iter()
             .flatten()
             .min();
-        match deadline {
-            Some(t) => {
-                let sleep = tokio::time::sleep_until(tokio::time::Instant::from_std(t));
-                tokio::select! {
-                    biased;
-                    _ = waker.notified() => {}
-                    _ = sleep => {}
-                }
+        let sleep = async {
+            match deadline {
+                Some(t) => tokio::time::sleep_until(tokio::time::Instant::from_std(t)).await,
+                None => std::future::pending().await,
             }
-            None => waker.notified().await,
+        };
+        let io = async {
+            match completions {
+                Some(fd) => completed(fd).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            _ = waker.notified() => {}
+            _ = io => {}
+            _ = sleep => {}
         }
         waker.clear_sleeping();
     }
@@ -162,5 +180,24 @@ impl Engine {
             };
             let _ = tx.send(res);
         }
+    }
+}
+
+/// Waits until the ring signalled a completion since the eventfd was last read empty, and
+/// reads it empty. (A completion posted after the last collection always signals it: the
+/// reactor then reports it readable, so no completion is slept through.)
+async fn completed(fd: &AsyncFd<OwnedFd>) {
+    loop {
+        let Ok(mut guard) = fd.readable().await else {
+            // The runtime is shutting down (its reactor is gone): the task is dropped soon.
+            return std::future::pending().await;
+        };
+        let mut count = 0u64;
+        // SAFETY: reads 8 bytes into a valid u64 from the backend's non-blocking eventfd.
+        let n = unsafe { libc::read(fd.get_ref().as_raw_fd(), (&mut count as *mut u64).cast(), 8) };
+        if n == 8 {
+            return;
+        }
+        guard.clear_ready();
     }
 }

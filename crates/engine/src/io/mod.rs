@@ -154,6 +154,17 @@ pub(crate) trait Backend: Send {
     }
     /// The handle other threads use to interrupt a blocking `poll`.
     fn waker(&self) -> Waker;
+    /// Driven as a task: a file descriptor that becomes readable when completions are ready
+    /// to be collected (io_uring's registered eventfd); the task awaits it when idle. `None`:
+    /// completions arrive through the [`Waker`] (psync, sim) or the backend blocks in `poll`.
+    /// Each call returns a new descriptor of the same eventfd, owned by the caller.
+    fn completion_fd(&self) -> Option<OwnedFd> {
+        None
+    }
+    /// Whether finished requests wait to be collected by `poll` (checked before a task sleeps).
+    fn has_completions(&mut self) -> bool {
+        false
+    }
 }
 
 /// Wakes the I/O thread from a blocking poll. Cheap when the thread is awake: senders only make
@@ -408,7 +419,8 @@ mod tests {
         let (_dir, file) = scratch_file();
         for limit in [1000, 4096, 5555] {
             backend_round_trip(Box::new(
-                psync::PsyncBackend::with_limit(file.clone(), 2, limit).unwrap(),
+                psync::PsyncBackend::with_limit(file.clone(), 2, crate::clock::Clock::Os, limit)
+                    .unwrap(),
             ));
         }
     }
@@ -422,7 +434,8 @@ mod tests {
         let (_dir, file) = scratch_file();
         for limit in [1000, 4096, 5555] {
             backend_round_trip(Box::new(
-                uring::UringBackend::with_limit(file.clone(), limit).unwrap(),
+                uring::UringBackend::with_limit(file.clone(), crate::clock::Clock::Os, limit)
+                    .unwrap(),
             ));
         }
     }

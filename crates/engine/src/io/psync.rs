@@ -3,6 +3,7 @@
 //! submitting the remainder ([`super::account`]).
 
 use super::{Backend, IoDone, IoReq, Step, Waker, account};
+use crate::clock::Clock;
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 use std::fs::File;
@@ -20,8 +21,9 @@ pub(crate) struct PsyncBackend {
 }
 
 impl PsyncBackend {
-    pub fn new(file: Arc<File>, threads: usize) -> io::Result<PsyncBackend> {
-        PsyncBackend::with_limit(file, threads, usize::MAX)
+    /// Workers that wake the store's I/O thread (`Clock::Os`) or its task (`Clock::Runtime`).
+    pub fn new(file: Arc<File>, threads: usize, clock: Clock) -> io::Result<PsyncBackend> {
+        PsyncBackend::with_limit(file, threads, clock, usize::MAX)
     }
 
     /// `limit`: the most bytes one system call asks for (tests set it low to force short
@@ -29,11 +31,15 @@ impl PsyncBackend {
     pub(super) fn with_limit(
         file: Arc<File>,
         threads: usize,
+        clock: Clock,
         limit: usize,
     ) -> io::Result<PsyncBackend> {
         let (tx, rx) = crossbeam_channel::unbounded::<(u64, IoReq)>();
         let done = Arc::new(Mutex::new(Vec::new()));
-        let waker = Waker::condvar();
+        let waker = match clock {
+            Clock::Os => Waker::condvar(),
+            Clock::Runtime => Waker::notify(),
+        };
         let threads = (0..threads.max(1))
             .map(|i| {
                 let (rx, done, waker, file) =
@@ -125,6 +131,10 @@ impl Backend for PsyncBackend {
 
     fn waker(&self) -> Waker {
         self.waker.clone()
+    }
+
+    fn has_completions(&mut self) -> bool {
+        !self.done.lock().is_empty()
     }
 }
 

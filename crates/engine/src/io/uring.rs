@@ -1,15 +1,23 @@
 //! The io_uring backend: one ring per device, O_DIRECT, many requests per `io_uring_enter`.
 //!
-//! Requests wait in a backlog when the ring is full. An eventfd read is always armed in the
-//! ring so that other threads can wake a blocked `poll` (see [`Waker`]). A short transfer
-//! goes back to the front of the backlog for its remainder ([`super::account`]).
+//! Requests wait in a backlog when the ring is full. A short transfer goes back to the front of
+//! the backlog for its remainder ([`super::account`]).
+//!
+//! Two ways to be driven:
+//! - by the store's own I/O thread (`Clock::Os`): `poll` blocks in `io_uring_enter`; an
+//!   eventfd read is always armed in the ring so that other threads can wake it ([`Waker`]);
+//! - as a task on a tokio runtime (`Clock::Runtime`, run to completion with the node's network
+//!   on one thread): `poll` never blocks; an eventfd registered with the ring
+//!   (`IORING_REGISTER_EVENTFD`) becomes readable when completions are posted, and the task
+//!   awaits it ([`Backend::completion_fd`]); handles wake the task with a tokio `Notify`.
 
 use super::{Backend, IoDone, IoReq, Step, Waker, account};
+use crate::clock::Clock;
 use io_uring::{IoUring, opcode, types};
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,7 +43,11 @@ pub(crate) struct UringBackend {
     backlog: VecDeque<(u64, IoReq, usize)>,
     waker: Waker,
     wake_buf: Box<u64>,
+    /// Whether the eventfd read that wakes a blocked `poll` is in the ring (always true when
+    /// driven as a task: nothing blocks, so nothing needs it).
     wake_armed: bool,
+    /// Driven as a task: the eventfd the ring signals for every completion it posts.
+    completions: Option<OwnedFd>,
     /// The most bytes one submission asks for (tests set it low to force short transfers).
     limit: usize,
 }
@@ -50,13 +62,25 @@ pub(crate) fn available() -> bool {
 }
 
 impl UringBackend {
-    pub fn new(file: Arc<File>) -> io::Result<UringBackend> {
-        UringBackend::with_limit(file, usize::MAX)
+    /// A ring driven by the store's I/O thread (`Clock::Os`) or as a task (`Clock::Runtime`).
+    pub fn new(file: Arc<File>, clock: Clock) -> io::Result<UringBackend> {
+        UringBackend::with_limit(file, clock, usize::MAX)
     }
 
-    pub(super) fn with_limit(file: Arc<File>, limit: usize) -> io::Result<UringBackend> {
+    pub(super) fn with_limit(
+        file: Arc<File>,
+        clock: Clock,
+        limit: usize,
+    ) -> io::Result<UringBackend> {
         let ring = IoUring::new(RING_ENTRIES)?;
-        let waker = Waker::eventfd()?;
+        let (waker, completions) = match clock {
+            Clock::Os => (Waker::eventfd()?, None),
+            Clock::Runtime => {
+                let efd = nonblocking_eventfd()?;
+                ring.submitter().register_eventfd(efd.as_raw_fd())?;
+                (Waker::notify(), Some(efd))
+            }
+        };
         Ok(UringBackend {
             ring,
             file,
@@ -66,7 +90,8 @@ impl UringBackend {
             backlog: VecDeque::new(),
             waker,
             wake_buf: Box::new(0),
-            wake_armed: false,
+            wake_armed: completions.is_some(),
+            completions,
             limit,
         })
     }
@@ -200,5 +225,53 @@ impl Backend for UringBackend {
 
     fn waker(&self) -> Waker {
         self.waker.clone()
+    }
+
+    fn completion_fd(&self) -> Option<OwnedFd> {
+        let fd = self.completions.as_ref()?;
+        Some(
+            fd.try_clone()
+                .expect("cannot duplicate the completion eventfd"),
+        )
+    }
+
+    fn has_completions(&mut self) -> bool {
+        !self.ring.completion().is_empty()
+    }
+}
+
+/// A non-blocking eventfd (the task reads it empty without blocking).
+fn nonblocking_eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: plain syscall; the returned fd is owned below.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh, valid descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+impl Drop for UringBackend {
+    /// The kernel may still read or fill the buffers of requests in flight: wait for them
+    /// before the buffers are freed (a store closed cleanly has none; a task dropped with its
+    /// runtime may).
+    fn drop(&mut self) {
+        let mut waited = 0;
+        while self.inflight > 0 && waited < 10_000 {
+            let _ = self.ring.submit_and_wait(1);
+            let done: Vec<u64> = self.ring.completion().map(|c| c.user_data()).collect();
+            for ud in done {
+                if ud != WAKE_TOKEN
+                    && self
+                        .slab
+                        .get_mut(ud as usize)
+                        .and_then(Option::take)
+                        .is_some()
+                {
+                    self.inflight -= 1;
+                }
+            }
+            waited += 1;
+        }
     }
 }

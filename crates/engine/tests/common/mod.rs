@@ -1,6 +1,8 @@
 //! Shared test harness: the same store over io_uring, psync or the simulated disk. On the
 //! simulated disk the store runs as a task (`Store::spawn_sim`): tests for it run on a
-//! current-thread runtime with paused time, so they are deterministic.
+//! current-thread runtime with paused time, so they are deterministic. `UringTask` and
+//! `PsyncTask` run the store's loop as a task on the test's runtime over a real file
+//! (`Store::spawn`, as a node does) instead of on a thread of its own.
 #![allow(dead_code)]
 
 use basalt_engine::sim::SimDisk;
@@ -17,6 +19,19 @@ pub enum Backend {
     Uring,
     Psync,
     Sim,
+    UringTask,
+    PsyncTask,
+}
+
+impl Backend {
+    /// The backend's name in `StoreInfo::io_backend`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Uring | Backend::UringTask => "io_uring",
+            Backend::Psync | Backend::PsyncTask => "psync",
+            Backend::Sim => "sim",
+        }
+    }
 }
 
 /// A formatted device plus how to open it.
@@ -70,7 +85,7 @@ impl Dev {
     pub fn open_opts(&self) -> OpenOptions {
         OpenOptions {
             io: match self.backend {
-                Backend::Psync => IoMode::Psync,
+                Backend::Psync | Backend::PsyncTask => IoMode::Psync,
                 _ => IoMode::Uring,
             },
             writeback_idle: Duration::from_millis(1),
@@ -85,6 +100,9 @@ impl Dev {
             Some(sim) => {
                 sim.released().await;
                 Store::spawn_sim(sim, &self.open_opts()).unwrap()
+            }
+            None if matches!(self.backend, Backend::UringTask | Backend::PsyncTask) => {
+                Store::spawn(&self.path, &self.open_opts()).await.unwrap()
             }
             None => Store::open(&self.path, &self.open_opts()).unwrap(),
         }
