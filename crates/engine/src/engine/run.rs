@@ -14,7 +14,7 @@
 use super::Engine;
 use crate::error::EngineError;
 use crate::io::IoDone;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::time::Duration;
 use tokio::io::unix::AsyncFd;
 
@@ -183,21 +183,15 @@ impl Engine {
     }
 }
 
-/// Waits until the ring signalled a completion since the eventfd was last read empty, and
-/// reads it empty. (A completion posted after the last collection always signals it: the
-/// reactor then reports it readable, so no completion is slept through.)
+/// Waits until the ring signalled a completion since the last wait. The eventfd's counter is
+/// never read: the ring writes it for every completion it posts, each write is a new
+/// edge-triggered readiness event, and the readiness seen here is cleared before the caller
+/// collects completions, so one posted after that wakes the next wait (no completion is
+/// slept through, and no `read` system call is spent per wake-up).
 async fn completed(fd: &AsyncFd<OwnedFd>) {
-    loop {
-        let Ok(mut guard) = fd.readable().await else {
-            // The runtime is shutting down (its reactor is gone): the task is dropped soon.
-            return std::future::pending().await;
-        };
-        let mut count = 0u64;
-        // SAFETY: reads 8 bytes into a valid u64 from the backend's non-blocking eventfd.
-        let n = unsafe { libc::read(fd.get_ref().as_raw_fd(), (&mut count as *mut u64).cast(), 8) };
-        if n == 8 {
-            return;
-        }
-        guard.clear_ready();
+    match fd.readable().await {
+        Ok(mut guard) => guard.clear_ready(),
+        // The runtime is shutting down (its reactor is gone): the task is dropped soon.
+        Err(_) => std::future::pending().await,
     }
 }
