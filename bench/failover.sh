@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# The I/O stall a running client sees when a node is killed with SIGKILL (kill -9): every node is
+# the primary of some placement groups, so I/O to those waits until the failure is detected
+# (lease expiry or peer reports) and the new map makes the next copy primary (peering).
+#
+#   bench/failover.sh [BASALT_BINARY] [LEASE_TTL]     (default: target/release/basalt, 4s)
+#
+# Two runs, each on a fresh `basalt up --nodes 3` (3 copies, min_size 2, the node lease
+# LEASE_TTL): fio 4K random writes QD16 through NBD; 5 s in, one node is killed: first a node
+# that is not the leader, then the leader (whose successor must win the election first). Prints
+# the longest stretch of 100 ms intervals without one completed I/O and fio's slowest write (the
+# stall), fio's errors (must be 0: writes wait and are retried, never fail) and the IOPS before
+# and after. Numbers, not assertions.
+#
+# Needs fio with its nbd engine, etcd, python3.
+set -euo pipefail
+BASALT=$(realpath "${1:-target/release/basalt}")
+TTL=${2:-4s}
+WORK=$(mktemp -d -p "${TMPDIR:-/var/tmp}")
+trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$WORK"' EXIT
+
+run() { # label victim(leader|other)
+  local dir="$WORK/$1"
+  mkdir -p "$dir"
+  "$BASALT" up --nodes 3 --data "$dir/d" --device-size 2GiB --volume-size 1GiB \
+    --lease-ttl "$TTL" --nbd 127.0.0.1:0 >"$dir/up.log" 2>&1 &
+  local up=$!
+  for _ in $(seq 1 900); do [ -f "$dir/d/cluster.json" ] && break; sleep 0.1; done
+  local nbd
+  nbd=$(python3 -c "import json; print(json.load(open('$dir/d/cluster.json'))['nbd_addr'])")
+  fio --name=fill --ioengine=nbd --uri="nbd://$nbd/vol0" --rw=write --bs=1m --iodepth=8 >/dev/null
+  local victim
+  victim=$("$BASALT" status --json --data "$dir/d" | python3 -c "
+import json, sys
+s = json.load(sys.stdin)
+leader = s.get('leader') or ''
+nodes = [n for n in s['nodes'] if n.get('pid')]
+pick = [n for n in nodes if (leader.startswith('node.%d@' % n['id'])) == ('$2' == 'leader')]
+print(pick[0]['pid'])")
+  (cd "$dir" && fio --name=w --ioengine=nbd --uri="nbd://$nbd/vol0" --rw=randwrite --bs=4k \
+    --iodepth=16 --time_based --runtime=25 --log_avg_msec=100 --write_iops_log=w \
+    --output-format=json --output=fio.json) &
+  local fio_pid=$!
+  sleep 5
+  local killed_at
+  killed_at=$(date +%s.%N)
+  kill -9 "$victim"
+  wait "$fio_pid" || true
+  python3 - "$dir" "$1" <<'EOF'
+import glob, json, sys
+d, label = sys.argv[1], sys.argv[2]
+text = open(d + "/fio.json").read()
+j = json.loads(text[text.index("{"):])["jobs"][0]
+rows = []
+for f in glob.glob(d + "/w_iops.*.log"):
+    for line in open(f):
+        t, v = line.split(",")[:2]
+        rows.append((int(t), int(v)))
+rows.sort()
+# Intervals with completions; fio may log an empty interval as 0 or not at all.
+busy = [t for t, v in rows if v > 0]
+longest = max((b - a for a, b in zip(busy, busy[1:])), default=0) - 100
+before = [v for t, v in rows if 1000 <= t < 5000]
+after = [v for t, v in rows if t >= rows[-1][0] - 5000]
+avg = lambda xs: sum(xs) / max(1, len(xs))  # fio logs IOPS (a rate) per interval
+w = j["write"]
+print(f"{label}: longest stretch without a completed write {max(0, longest)} ms; "
+      f"slowest write {w['clat_ns']['max'] / 1e9:.2f} s; errors {j['error']}; "
+      f"IOPS before {avg(before):.0f}, after {avg(after):.0f}")
+EOF
+  kill -INT "$up"
+  wait "$up" 2>/dev/null || true
+}
+
+echo "node lease $TTL; fio 4K random writes QD16 through NBD; one node killed 5 s in"
+run kill-other other
+run kill-leader leader
