@@ -165,6 +165,27 @@ fn log_verdict(before: &BTreeMap<NodeId, usize>, now: &BTreeMap<NodeId, usize>) 
     }
 }
 
+/// Clusters with more devices than this get their maps computed on a blocking thread: the
+/// leader is a node whose own I/O runs on its thread (run to completion), and placing
+/// thousands of PGs over hundreds of devices takes long enough to stall it (1000 hosts x 10
+/// devices: seconds) and to miss its heartbeats. Small clusters (and the deterministic
+/// simulation) compute inline, in microseconds.
+const INLINE_DEVICES: usize = 64;
+
+/// [`compute`], on a blocking thread for large clusters.
+async fn compute_off_thread(
+    prev: Option<&basalt_placement::ClusterMap>,
+    input: basalt_placement::PlacementInput,
+) -> basalt_placement::ClusterMap {
+    if input.devices.len() <= INLINE_DEVICES {
+        return compute(prev, &input);
+    }
+    let prev = prev.cloned();
+    tokio::task::spawn_blocking(move || compute(prev.as_ref(), &input))
+        .await
+        .expect("the map computation panicked")
+}
+
 /// Computes and publishes the map from `input`, consumes the PG-ready `reports`, applies the
 /// down-out rule. Returns when (unix seconds) a down device next reaches the interval.
 async fn publish(
@@ -177,7 +198,7 @@ async fn publish(
 ) -> Result<Option<u64>, MetaError> {
     cfg.computations.fetch_add(1, Ordering::Relaxed);
     let prev = current.as_ref();
-    let next = compute(prev.map(|(m, _)| m), &input);
+    let next = compute_off_thread(prev.map(|(m, _)| m), input).await;
     if prev.map(|(m, _)| m.epoch) != Some(next.epoch) {
         match catalog
             .put_map_as_leader(&next, prev.map(|(_, s)| s), leadership)

@@ -373,3 +373,40 @@ async fn a_node_reported_by_two_live_peers_is_down_until_the_reports_go() {
     b.shutdown().await;
     a.shutdown().await;
 }
+
+/// A leader of a cluster larger than it computes inline (more than 64 devices: the map is
+/// computed on a blocking thread, so that its own I/O keeps being served): the map is published
+/// all the same and places the pool over every device.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_places_a_large_cluster_computed_off_its_thread() {
+    let c = Cluster::new().await;
+    for k in 0..99u32 {
+        c.catalog
+            .register_device(&basalt_meta::DeviceRegistration {
+                id: DeviceId(1000 + k),
+                node: NodeId(100 + k / 3),
+                path: format!("/dev/fake{k}"),
+                class: "ssd".into(),
+                capacity: 1 << 30,
+                object_size: 128 << 10,
+            })
+            .await
+            .unwrap();
+    }
+    c.pool(1024).await;
+    let node = c.node("a", true, Duration::from_secs(600)).await;
+    let own = only_device(&node);
+    let map = c
+        .map_where("the pool placed over 100 devices", |m| {
+            m.devices.len() == 100 && m.pools.values().all(|p| !p.pgs.is_empty())
+        })
+        .await;
+    let used: std::collections::BTreeSet<DeviceId> = map
+        .pools
+        .values()
+        .flat_map(|p| p.pgs.iter().flat_map(|pg| pg.up.iter().copied()))
+        .collect();
+    assert_eq!(used.len(), 100, "every device holds PGs: {used:?}");
+    assert!(used.contains(&own));
+    node.shutdown().await;
+}
