@@ -41,7 +41,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 use tokio::sync::{Notify, oneshot};
 
@@ -139,7 +139,24 @@ pub(crate) struct Pg {
     pub repairs: repair::RepairStats,
     /// Held while the PG is scrubbed (one scrub of a PG at a time).
     pub scrubbing: tokio::sync::Mutex<()>,
+    /// Recovery or backfill rounds in a row that failed (reset once one completes): each
+    /// waits longer before the PG peers again ([`retry_after`]).
+    pub failed_rounds: AtomicU32,
 }
+
+/// How long the primary waits before peering again after `failed` rounds of recovery or
+/// backfill in a row failed: `retry` doubled per failure, at most [`MAX_RETRY`]. A failure that
+/// lasts (an object with no good copy anywhere, a source that keeps refusing) then costs a few
+/// attempts a minute instead of a busy loop, each of which would read every bad copy again.
+pub(crate) fn retry_after(retry: Duration, failed: u32) -> Duration {
+    retry
+        .saturating_mul(1u32 << failed.min(16))
+        .min(MAX_RETRY)
+        .max(retry)
+}
+
+/// The longest wait between two recovery or backfill attempts of a PG.
+pub(crate) const MAX_RETRY: Duration = Duration::from_secs(30);
 
 /// Where a PG stands on the primary.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -321,6 +338,7 @@ impl Pgs {
                 changed: Notify::new(),
                 repairs: repair::RepairStats::new(self.repairs.clone()),
                 scrubbing: tokio::sync::Mutex::new(()),
+                failed_rounds: AtomicU32::new(0),
             })
         });
         pg.clone()
@@ -520,21 +538,39 @@ impl Pg {
             }
         }
         if let Err(why) = self.recover(&ctx, generation).await {
-            if self.current(generation) {
-                self.repeer(ctx, &format!("recovery failed: {why}"));
-            }
+            self.failed_round(ctx, generation, &format!("recovery failed: {why}"))
+                .await;
             return;
         }
         if let Err(e) = self.compact(&ctx, generation).await {
             tracing::warn!(pg = %self.id, "compacting the history: {e}");
         }
         if let Err(why) = self.backfill(&ctx, generation).await {
-            if self.current(generation) {
-                self.repeer(ctx, &format!("backfill failed: {why}"));
-            }
+            self.failed_round(ctx, generation, &format!("backfill failed: {why}"))
+                .await;
             return;
         }
+        self.failed_rounds.store(0, Ordering::Relaxed);
         self.settle(&ctx, generation).await;
+    }
+
+    /// A round of recovery or backfill failed: peers again after a wait that grows with the
+    /// failures in a row (the PG keeps serving meanwhile; objects still missing wait), unless a
+    /// newer generation took over.
+    async fn failed_round(self: Arc<Self>, ctx: Arc<Ctx>, generation: u64, why: &str) {
+        let failed = self.failed_rounds.fetch_add(1, Ordering::Relaxed);
+        let wait = retry_after(ctx.tuning.retry, failed);
+        tracing::warn!(pg = %self.id, failed = failed + 1, "{why}; peering again in {wait:?}");
+        let deadline = tokio::time::Instant::now() + wait;
+        while tokio::time::Instant::now() < deadline {
+            if !self.current(generation) {
+                return;
+            }
+            let _ = tokio::time::timeout_at(deadline, self.changed.notified()).await;
+        }
+        if self.current(generation) {
+            self.repeer(ctx, why);
+        }
     }
 
     fn set_status(&self, generation: u64, status: Status) {

@@ -166,7 +166,12 @@ impl Pg {
             if cleaned {
                 match self.forget_strays(ctx, generation).await {
                     Ok(down) => strays = down,
-                    Err(e) => tracing::warn!(pg = %self.id, "stray copies: {e}"),
+                    Err(e) => {
+                        // Tried again at the next pass, not whenever a listed stray is up
+                        // (that would retry in a loop while the metadata store fails).
+                        strays.clear();
+                        tracing::warn!(pg = %self.id, "stray copies: {e}");
+                    }
                 }
             }
             let deadline = Instant::now() + PUBLISH_COMPLETE;
