@@ -635,13 +635,23 @@ impl Store {
         blob: Option<[u8; PG_BLOB]>,
         durable: bool,
     ) -> Result<(), EngineError> {
-        self.call(|reply| Msg::SetPg {
+        self.submit_set_pg(pg, blob, durable).await
+    }
+
+    /// [`Store::set_pg`], enqueued now (so a caller can check a condition and submit under
+    /// one lock).
+    pub fn submit_set_pg(
+        &self,
+        pg: PgId,
+        blob: Option<[u8; PG_BLOB]>,
+        durable: bool,
+    ) -> Pending<()> {
+        self.submit_msg(|reply| Msg::SetPg {
             pg,
             blob: blob.map(Box::new),
             durable,
             reply,
         })
-        .await?
     }
 
     /// Forgets `pg`'s tombstones up to `upto` and raises its log tail to `upto`. Returns how

@@ -177,7 +177,7 @@ impl Pg {
         durable: bool,
     ) -> Result<Version, WireError> {
         self.check_partial_blocks(ctx, oid, &kind).await?;
-        let (version, local, reps, term) = loop {
+        let (version, local, reps, term, to_members) = loop {
             let submitted = self.gate(&oid, |p, _| {
                 let n = p.seq + 1;
                 let Some(version) = p.term.version(n) else {
@@ -232,7 +232,7 @@ impl Pg {
                     .chain(targets)
                     .map(|m| (m.dev, m.link.call(rep(m.dev))))
                     .collect();
-                Ok((version, local, reps, p.term))
+                Ok((version, local, reps, p.term, !p.members.is_empty()))
             })?;
             match submitted {
                 Gate::Go(x) => break x,
@@ -284,10 +284,12 @@ impl Pg {
                 // Failed here only (a full device, say): nothing of it exists anywhere.
                 done(self);
             }
-            if replicated && matches!(e, EngineError::Checksum { .. }) {
-                // A partial-block write into a block bad here: the members that applied it
-                // hold a newer version than this copy, so recovery in the next term replaces
-                // this copy whole from theirs; the client's retry then applies.
+            if to_members && matches!(e, EngineError::Checksum { .. }) {
+                // A partial-block write into a block bad here: the serving members that
+                // applied it hold a newer version than this copy, so the next term's peering
+                // rolls forward to theirs (`peering.rs::roll_forward`); the client's retry then
+                // applies. (Backfill targets alone cannot be rolled forward from: then the
+                // write fails like an unreplicated one.)
                 return Err(busy(format!(
                     "{}: {e}; the copy here is recovered from the other members",
                     self.id

@@ -293,12 +293,17 @@ impl Pgs {
                 r.map_err(engine_to_wire)?;
             }
         }
-        {
+        // The record goes in journal order before anything a newer term submits after this
+        // check (under the PG's lock), and the member state here is reset only if no newer
+        // term activated the device meanwhile (its record and state are then the newer ones).
+        let removed = {
             let st = p.st.lock();
             p.check_promise(st.promised, term)?;
-        }
-        store.set_pg(pg, None, true).await.map_err(engine_to_wire)?;
+            store.submit_set_pg(pg, None, true)
+        };
+        removed.await.map_err(engine_to_wire)?;
         let mut st = p.st.lock();
+        p.check_promise(st.promised, term)?;
         st.info = MemberInfo::default();
         st.accepting = Term::default();
         drop(st);

@@ -2,9 +2,10 @@
 //! its history was compacted (so they could not be told to forget it then) keep their old copy,
 //! never served again (peering never asks a device the history does not name). Compaction
 //! records them in the history (`PgHistory::strays`); the primary of the clean PG tells each to
-//! forget the PG (`Remove`) once it is up, and drops it from the list when it did, when the
-//! device left the map, or when the map places the PG on it again (backfill then brings its
-//! copy up to date).
+//! forget the PG (`Remove`) once it is up, and drops it from the list when it did or when the
+//! device left the map. A device the map places the PG on again stays listed but is not told
+//! (backfill brings its copy up to date): if the placement moves away again before it served,
+//! its old copy is still known and removed then.
 
 use super::messages::PeerMsg;
 use super::peering::{ask, entry_of};
@@ -37,8 +38,11 @@ impl Pg {
         }
         let (mut left, mut down) = (Vec::new(), Vec::new());
         for &dev in &history.strays {
-            let placed = entry.up.contains(&dev) || entry.acting.contains(&dev);
-            if placed || !map.devices.contains_key(&dev) {
+            if !map.devices.contains_key(&dev) {
+                continue;
+            }
+            if entry.up.contains(&dev) || entry.acting.contains(&dev) {
+                left.push(dev);
                 continue;
             }
             if !map.is_up(dev) {
