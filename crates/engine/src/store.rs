@@ -28,6 +28,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 use std::thread::JoinHandle;
+use std::time::Duration;
 use tokio::sync::oneshot;
 
 /// An open store. Clones share one I/O loop; the loop stops when the last clone is dropped
@@ -215,7 +216,18 @@ impl Store {
             device_bytes_written: get(&s.device_bytes_written),
             checksum_errors: get(&s.checksum_errors),
             writeback_batches: get(&s.writeback_batches),
+            oldest_io_age: s.io_age.age(),
         }
+    }
+
+    /// How long the oldest device request in flight (a read, write or flush handed to the
+    /// device and not completed, by io_uring, psync or the simulated disk) has waited; `None`
+    /// when nothing is in flight. A device that hangs without returning errors (firmware
+    /// stall, dead path) shows only as this age growing: the node reports such a device down
+    /// (`crates/node/src/faults.rs`). Read on the store's clock (virtual time in the
+    /// simulation); one atomic load, callable from any thread or task.
+    pub fn oldest_io_age(&self) -> Option<Duration> {
+        self.inner.shared.io_age.age()
     }
 
     /// Whether an earlier write or flush failed: the store refuses every read, write and flush
