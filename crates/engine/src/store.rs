@@ -25,7 +25,7 @@ use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -50,16 +50,19 @@ struct Inner {
     info: StoreInfo,
     shared: Arc<Shared>,
     runner: Runner,
+    /// Set by [`Store::detach`]: the last handle does not wait for the I/O thread.
+    detached: AtomicBool,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
         // Ask the loop to finish queued work and stop; wait for a thread (a task finishes on
-        // its runtime).
+        // its runtime), unless it was let go (its device hangs).
         if self.tx.send(Msg::Close { reply: None }).is_ok() {
             self.waker.wake();
         }
         if let Runner::Thread(t) = &self.runner
+            && !self.detached.load(Ordering::Acquire)
             && let Some(t) = t.lock().take()
         {
             let _ = t.join();
@@ -157,6 +160,7 @@ impl Store {
                 info,
                 shared,
                 runner: Runner::Task(task.abort_handle()),
+                detached: AtomicBool::new(false),
             }),
         })
     }
@@ -177,6 +181,7 @@ impl Store {
                 info,
                 shared,
                 runner: Runner::Thread(Mutex::new(Some(thread))),
+                detached: AtomicBool::new(false),
             }),
         })
     }
@@ -228,6 +233,16 @@ impl Store {
     /// simulation); one atomic load, callable from any thread or task.
     pub fn oldest_io_age(&self) -> Option<Duration> {
         self.inner.shared.io_age.age()
+    }
+
+    /// Lets the store's I/O thread go: dropping the last handle no longer waits for it to
+    /// finish. For a device that hangs (see [`Store::oldest_io_age`]): the thread waits for
+    /// requests the device may never complete and keeps their buffers (the kernel may still
+    /// use them) until they complete or the process exits; waiting for it would hang whoever
+    /// drops the store, e.g. a node that stops. The device stays locked meanwhile. A store
+    /// whose loop runs as a task is not affected.
+    pub fn detach(&self) {
+        self.inner.detached.store(true, Ordering::Release);
     }
 
     /// Whether an earlier write or flush failed: the store refuses every read, write and flush

@@ -1,12 +1,16 @@
 //! Device faults: a device whose store is poisoned (a write or flush failed: it refuses all I/O
-//! until reopened), or that returned more checksum errors than the limit within the window, is
-//! reported `down` in its catalog record. The leader's next map marks it down, its PGs fail
-//! over to the other members and, after the down-out interval, are rebuilt elsewhere.
+//! until reopened), that returned more checksum errors than the limit within the window, or
+//! whose oldest I/O in flight has waited longer than the stall limit (the device hangs without
+//! returning errors: a firmware stall, a dead path, a hung controller), is reported `down` in
+//! its catalog record. The leader's next map marks it down, its PGs fail over to the other
+//! members and, after the down-out interval, are rebuilt elsewhere.
 //!
 //! The report is sticky while the node runs: the node checks its record again every tick and
 //! sets it down again if anything marked it up (a registration, an operator), because the store
 //! stays poisoned (or the drive suspect) until the node restarts; a restart reopens the store
-//! (recovery) and registers the device up again.
+//! (recovery) and registers the device up again. A stalled device stays down too when its I/O
+//! completes after all: a drive that hung once is not trusted again without an operator (or a
+//! restart), and its PGs have moved on meanwhile.
 
 use basalt_engine::Store;
 use basalt_meta::{Catalog, DeviceState};
@@ -24,7 +28,12 @@ pub(crate) struct FaultConfig {
     /// More checksum errors than this within `window` mark the device down (0: never).
     pub checksum_limit: u32,
     pub checksum_window: Duration,
+    /// An I/O in flight for longer than this marks the device down (zero: never).
+    pub stall_limit: Duration,
 }
+
+/// An I/O this old is logged (once per stall) before it reaches the stall limit.
+const SLOW_IO: Duration = Duration::from_secs(1);
 
 /// What the watcher knows of one device.
 #[derive(Default)]
@@ -35,6 +44,8 @@ struct Watch {
     fault: Option<String>,
     /// Whether the catalog record was seen down since the fault.
     reported: bool,
+    /// Whether the current slow I/O was logged.
+    slow_logged: bool,
 }
 
 /// Watches the stores until `stop`; reports faulty devices down.
@@ -50,7 +61,7 @@ pub(crate) async fn watch(
         for (dev, store) in &stores {
             let w = seen.entry(*dev).or_default();
             if w.fault.is_none() {
-                w.fault = fault(store, w, now, cfg);
+                w.fault = fault(*dev, store, w, now, cfg);
                 if let Some(why) = &w.fault {
                     tracing::error!(device = %dev, "device fault: {why}; reporting it down");
                 }
@@ -67,9 +78,18 @@ pub(crate) async fn watch(
 }
 
 /// Why the device is faulty now, if it is.
-fn fault(store: &Store, w: &mut Watch, now: Instant, cfg: FaultConfig) -> Option<String> {
+fn fault(
+    dev: DeviceId,
+    store: &Store,
+    w: &mut Watch,
+    now: Instant,
+    cfg: FaultConfig,
+) -> Option<String> {
     if store.is_poisoned() {
         return Some("its store is poisoned (a write or flush failed)".into());
+    }
+    if let Some(why) = stalled(dev, store, w, cfg.stall_limit) {
+        return Some(why);
     }
     let errors = store.stats().checksum_errors;
     w.samples.push_back((now, errors));
@@ -114,4 +134,37 @@ async fn report(catalog: &Catalog, dev: DeviceId, why: &str, reported: bool) -> 
             false
         }
     }
+}
+
+/// Why the device counts as hung, if it does: its oldest I/O has waited longer than `limit`.
+/// Logs an I/O slower than [`SLOW_IO`] once per stall (the stall may end by itself).
+fn stalled(dev: DeviceId, store: &Store, w: &mut Watch, limit: Duration) -> Option<String> {
+    let Some(age) = store.oldest_io_age() else {
+        w.slow_logged = false;
+        return None;
+    };
+    if !limit.is_zero() && age > limit {
+        return Some(format!(
+            "an I/O has waited {:.1} s for the device (stall limit {:.1} s, \
+             --device-stall-timeout): the device hangs",
+            age.as_secs_f64(),
+            limit.as_secs_f64()
+        ));
+    }
+    if age >= SLOW_IO && !w.slow_logged {
+        w.slow_logged = true;
+        let then = if limit.is_zero() {
+            "stall detection is off".to_string()
+        } else {
+            format!("reported down past {:.1} s", limit.as_secs_f64())
+        };
+        tracing::warn!(
+            device = %dev,
+            "slow device: an I/O has waited {:.1} s ({then})",
+            age.as_secs_f64()
+        );
+    } else if age < SLOW_IO {
+        w.slow_logged = false;
+    }
+    None
 }
