@@ -15,7 +15,7 @@
 use basalt_engine::Store;
 use basalt_meta::{Catalog, DeviceState};
 use basalt_types::DeviceId;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
@@ -48,10 +48,12 @@ struct Watch {
     slow_logged: bool,
 }
 
-/// Watches the stores until `stop`; reports faulty devices down.
+/// Watches the stores until `stop`; reports faulty devices down, and adds those whose I/O hangs
+/// to `hung` (their sub-operations are answered with an error from then on: `service.rs`).
 pub(crate) async fn watch(
     catalog: Catalog,
     stores: BTreeMap<DeviceId, Store>,
+    hung: watch::Sender<BTreeSet<DeviceId>>,
     cfg: FaultConfig,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -60,11 +62,16 @@ pub(crate) async fn watch(
         let now = Instant::now();
         for (dev, store) in &stores {
             let w = seen.entry(*dev).or_default();
-            if w.fault.is_none() {
-                w.fault = fault(*dev, store, w, now, cfg);
-                if let Some(why) = &w.fault {
-                    tracing::error!(device = %dev, "device fault: {why}; reporting it down");
+            if w.fault.is_none()
+                && let Some(f) = fault(*dev, store, w, now, cfg)
+            {
+                tracing::error!(device = %dev, "device fault: {}; reporting it down", f.why);
+                if f.hung {
+                    hung.send_modify(|h| {
+                        h.insert(*dev);
+                    });
                 }
+                w.fault = Some(f.why);
             }
             if let Some(why) = w.fault.clone() {
                 w.reported = report(&catalog, *dev, &why, w.reported).await;
@@ -77,6 +84,13 @@ pub(crate) async fn watch(
     }
 }
 
+/// Why a device is faulty.
+struct Fault {
+    why: String,
+    /// Its I/O hangs (rather than failing).
+    hung: bool,
+}
+
 /// Why the device is faulty now, if it is.
 fn fault(
     dev: DeviceId,
@@ -84,12 +98,15 @@ fn fault(
     w: &mut Watch,
     now: Instant,
     cfg: FaultConfig,
-) -> Option<String> {
+) -> Option<Fault> {
+    let failed = |why: String| Fault { why, hung: false };
     if store.is_poisoned() {
-        return Some("its store is poisoned (a write or flush failed)".into());
+        return Some(failed(
+            "its store is poisoned (a write or flush failed)".into(),
+        ));
     }
     if let Some(why) = stalled(dev, store, w, cfg.stall_limit) {
-        return Some(why);
+        return Some(Fault { why, hung: true });
     }
     let errors = store.stats().checksum_errors;
     w.samples.push_back((now, errors));
@@ -103,10 +120,10 @@ fn fault(
     let oldest = w.samples.front().map_or(errors, |(_, n)| *n);
     let recent = errors.saturating_sub(oldest);
     (cfg.checksum_limit > 0 && recent > u64::from(cfg.checksum_limit)).then(|| {
-        format!(
+        failed(format!(
             "{recent} checksum errors within {:?} (limit {})",
             cfg.checksum_window, cfg.checksum_limit
-        )
+        ))
     })
 }
 

@@ -20,7 +20,7 @@ use basalt_meta::{Catalog, MetaStore, NodeRecord};
 use basalt_placement::ClusterMap;
 use basalt_proto::Service;
 use basalt_types::{DeviceId, Epoch, NodeId};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -162,6 +162,7 @@ impl Node {
             server_stats: Arc::default(),
             volumes: Volumes::new(Some(catalog.clone())),
             collector: Default::default(),
+            hung: watch::channel(BTreeSet::new()).0,
         });
         if let Some((map, _)) = catalog.get_map::<ClusterMap>().await? {
             shared.maps.offer(map);
@@ -220,6 +221,7 @@ impl Node {
             tokio::spawn(faults::watch(
                 catalog.clone(),
                 stores,
+                shared.hung.clone(),
                 faults::FaultConfig {
                     checksum_limit: config.checksum_error_limit,
                     checksum_window: config.checksum_error_window,
@@ -341,6 +343,11 @@ impl Node {
 
     pub fn id(&self) -> NodeId {
         self.shared.id
+    }
+
+    /// Requests this node is answering now (over TCP or in process).
+    pub fn requests_in_flight(&self) -> u64 {
+        self.in_flight.count()
     }
 
     /// The address the data-path listener is bound to.

@@ -3,7 +3,8 @@
 //! reports it down once its oldest I/O is older than the stall limit, the map fails its PGs
 //! over to the other members, writes go on, and every acknowledged write reads back; the
 //! primary's writes waiting on its own hung store end with its term (the client retries them
-//! on the new primary). The device stays down when the stall ends.
+//! on the new primary), requests waiting on the hung device are answered, and the node stops
+//! though its device hangs. The device stays down when the stall ends.
 
 use basalt_client::{ClientError, Cluster as Client, Volume};
 use basalt_engine::sim::SimDisk;
@@ -219,6 +220,14 @@ async fn a_replica_whose_disk_hangs_is_reported_down_and_its_pgs_fail_over() {
     })
     .await;
     check_all(&vol, &gens).await;
+    // The requests other nodes sent to the hung device before the failover (sub-operations,
+    // a peering query) are answered with an error rather than held forever: they would keep
+    // the budget of the one connection each of those nodes reaches every device of node 0 on.
+    until(
+        "node 0 answered the requests waiting on its hung device",
+        || t.nodes[0].requests_in_flight() == 0,
+    )
+    .await;
     // Writes to every object go on while the device still hangs.
     for i in 0..objects {
         vol.write(i * OBJECT, pattern(i, 3), false).await.unwrap();
