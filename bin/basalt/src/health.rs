@@ -98,7 +98,13 @@ pub struct Facts {
     pub pgs: PgCounts,
     /// `(device, checksum errors)` for devices that reported some.
     pub checksum_errors: Vec<(u32, u64)>,
+    /// `(device, milliseconds)` for devices whose oldest I/O in flight has waited at least
+    /// [`SLOW_IO_MS`].
+    pub stalled_io: Vec<(u32, u64)>,
 }
+
+/// An I/O that has waited this long (ms) makes a device a health warning (`device_stalled`).
+pub const SLOW_IO_MS: u64 = 1000;
 
 /// A node's state in `basalt status`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -246,6 +252,17 @@ impl Health {
                 Severity::Warn,
                 "checksum_errors",
                 format!("dev.{d} returned {n} blocks that failed their checksum"),
+            );
+        }
+        for (d, ms) in &f.stalled_io {
+            add(
+                Severity::Warn,
+                "device_stalled",
+                format!(
+                    "dev.{d}: an I/O has waited {:.1} s (the device may hang; its node reports \
+                     it down past its --device-stall-timeout)",
+                    *ms as f64 / 1000.0
+                ),
             );
         }
         reasons.sort_by_key(|r| std::cmp::Reverse(r.severity));
@@ -403,6 +420,7 @@ mod tests {
         f.nodes[1].1 = NodeState::Unreachable;
         f.devices_out = vec![1];
         f.checksum_errors = vec![(2, 3)];
+        f.stalled_io = vec![(3, 12_345)];
         let h = Health::judge(&f);
         let checks: Vec<&str> = h.reasons.iter().map(|r| r.check).collect();
         assert_eq!(
@@ -412,8 +430,14 @@ mod tests {
                 "nodes_fenced",
                 "nodes_unreachable",
                 "devices_out",
-                "checksum_errors"
+                "checksum_errors",
+                "device_stalled"
             ]
+        );
+        assert_eq!(
+            h.reasons[5].message,
+            "dev.3: an I/O has waited 12.3 s (the device may hang; its node reports it down \
+             past its --device-stall-timeout)"
         );
         assert_eq!(h.status, Severity::Error);
         f.epoch = 0;

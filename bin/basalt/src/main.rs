@@ -36,7 +36,7 @@ enum Command {
     /// process, or N node processes with --nodes N.
     Up(up::UpArgs),
     /// Run a storage node of a multi-process cluster (metadata in etcd).
-    Node(node_cmd::NodeArgs),
+    Node(Box<node_cmd::NodeArgs>),
     /// Serve a cluster's volumes over NBD (a gateway process).
     Nbd(nbd_cmd::NbdArgs),
     /// Create, list, inspect, resize and delete volumes.
@@ -113,7 +113,7 @@ fn describe(e: &anyhow::Error) -> String {
 async fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Up(args) => up::run(args).await,
-        Command::Node(args) => node_cmd::run(args).await,
+        Command::Node(args) => node_cmd::run(*args).await,
         Command::Nbd(args) => nbd_cmd::run(args).await,
         Command::Volume(cmd) => volume::run(cmd).await,
         Command::Pool(cmd) => pool::run(cmd).await,

@@ -88,6 +88,12 @@ pub struct NodeArgs {
     /// The window of --checksum-error-limit, e.g. 10m.
     #[arg(long, value_parser = crate::duration::parse_duration, default_value = "10m")]
     pub checksum_error_window: Duration,
+    /// A device whose oldest I/O has waited longer than this (it hangs without returning
+    /// errors: a firmware stall, a dead path, a hung controller) is reported down like a
+    /// failed one: its placement groups fail over, and it stays down until the node restarts,
+    /// even if the I/O completes later. 0 turns it off.
+    #[arg(long, value_parser = crate::duration::parse_duration, default_value = "10s")]
+    pub device_stall_timeout: Duration,
     /// Time between two heartbeats (pings) this node sends to each other node.
     #[arg(long, value_parser = crate::duration::parse_duration, default_value = "500ms")]
     pub heartbeat_interval: Duration,
@@ -142,6 +148,7 @@ pub async fn run(mut args: NodeArgs) -> anyhow::Result<()> {
     config.scrub_bytes_per_sec = args.scrub_rate;
     config.checksum_error_limit = args.checksum_error_limit;
     config.checksum_error_window = args.checksum_error_window;
+    config.device_stall_timeout = args.device_stall_timeout;
     config.heartbeat = HeartbeatConfig {
         interval: args.heartbeat_interval,
         grace: args.heartbeat_grace,

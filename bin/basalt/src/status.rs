@@ -8,7 +8,7 @@ use crate::health::{Facts, Health, NodeState, PgCounts};
 use crate::output;
 use basalt_client::Cluster;
 use basalt_meta::{FailureDomain, NodeRecord};
-use basalt_node::{AdminRequest, NodeStatus};
+use basalt_node::{AdminRequest, DeviceStatus, NodeStatus};
 use basalt_placement::ClusterMap;
 use basalt_proto::{Request, Response};
 use basalt_types::NodeId;
@@ -318,7 +318,22 @@ fn facts(epoch: u64, nodes: &[NodeView], devices: &DeviceCounts, pgs: PgCounts) 
             .filter(|d| d.checksum_errors > 0)
             .map(|d| (d.id.0, d.checksum_errors))
             .collect(),
+        stalled_io: stalled_io(
+            nodes
+                .iter()
+                .filter_map(|n| n.status.as_ref())
+                .flat_map(|s| &s.devices),
+        ),
     }
+}
+
+/// `(device, ms)` for the devices whose oldest I/O in flight has waited at least
+/// [`crate::health::SLOW_IO_MS`].
+fn stalled_io<'a>(devices: impl Iterator<Item = &'a DeviceStatus>) -> Vec<(u32, u64)> {
+    devices
+        .filter_map(|d| Some((d.id.0, d.oldest_io_ms?)))
+        .filter(|(_, ms)| *ms >= crate::health::SLOW_IO_MS)
+        .collect()
 }
 
 /// `node.2 (node2)`, or `node.2` when it has no name.
@@ -409,8 +424,15 @@ fn print_nodes(s: &ClusterStatus) {
                 (false, true) => " (down)",
                 (false, false) => " (down, out)",
             };
-            row.push(format!("dev.{}{state}", d.id));
-            if let Some(r) = reported.and_then(|r| r.iter().find(|r| r.id.0 == d.id)) {
+            let r = reported.and_then(|r| r.iter().find(|r| r.id.0 == d.id));
+            let stall = match r.and_then(|r| r.oldest_io_ms) {
+                Some(ms) if ms >= crate::health::SLOW_IO_MS => {
+                    format!(" (I/O waiting {:.1} s)", ms as f64 / 1000.0)
+                }
+                _ => String::new(),
+            };
+            row.push(format!("dev.{}{state}{stall}", d.id));
+            if let Some(r) = r {
                 row.extend([
                     r.io_backend.clone(),
                     format_size_approx(r.capacity_bytes),
@@ -463,4 +485,44 @@ fn print_pools(s: &ClusterStatus) {
         ]);
     }
     println!("{t}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn device(id: u32, oldest_io_ms: Option<u64>) -> DeviceStatus {
+        DeviceStatus {
+            id: basalt_types::DeviceId(id),
+            io_backend: "sim".into(),
+            object_size: 4096,
+            capacity_bytes: 0,
+            used_bytes: 0,
+            free_bytes: 0,
+            objects: 0,
+            tombstones: 0,
+            journal_used: 0,
+            journal_size: 0,
+            reads: 0,
+            writes: 0,
+            flushes: 0,
+            checksum_errors: 0,
+            oldest_io_ms,
+        }
+    }
+
+    #[test]
+    fn a_device_whose_oldest_io_waited_a_second_is_stalled() {
+        let devices = [
+            device(1, None),
+            device(2, Some(999)),
+            device(3, Some(1000)),
+            device(4, Some(12_345)),
+        ];
+        assert_eq!(
+            stalled_io(devices.iter()),
+            [(3, 1000), (4, 12_345)],
+            "nothing in flight or under a second is not a stall"
+        );
+    }
 }

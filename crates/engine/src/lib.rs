@@ -237,6 +237,8 @@ pub struct StoreStats {
     pub device_bytes_written: u64,
     pub checksum_errors: u64,
     pub writeback_batches: u64,
+    /// How long the oldest device request in flight has waited ([`Store::oldest_io_age`]).
+    pub oldest_io_age: Option<Duration>,
 }
 
 /// What the store knows about one object (a live object or a tombstone).

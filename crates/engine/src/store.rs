@@ -26,9 +26,10 @@ use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::thread::JoinHandle;
+use std::time::Duration;
 use tokio::sync::{oneshot, watch};
 
 /// An open store. Clones share one I/O loop; the loop stops when the last clone is dropped
@@ -52,16 +53,21 @@ struct Inner {
     info: StoreInfo,
     shared: Arc<Shared>,
     runner: Runner,
+    /// Set by [`Store::detach`]: the last handle does not wait for the I/O thread.
+    detached: AtomicBool,
+    /// Set by [`Store::close`].
+    closing: AtomicBool,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
         // Ask the loop to finish queued work and stop; wait for a thread (a task finishes on
-        // its runtime).
+        // its runtime), unless it was let go (its device hangs).
         if self.tx.send(Msg::Close { reply: None }).is_ok() {
             self.waker.wake();
         }
         if let Runner::Thread(t) = &self.runner
+            && !self.detached.load(Ordering::Acquire)
             && let Some(t) = t.lock().take()
         {
             let _ = t.join();
@@ -121,26 +127,43 @@ impl<T> Future for Pending<T> {
     }
 }
 
-/// The stores this process runs as tasks ([`Store::spawn`]), by device path: each watch turns
-/// true once the store's loop has finished and let go of the device.
-fn running() -> &'static Mutex<std::collections::HashMap<std::path::PathBuf, watch::Receiver<bool>>>
-{
+/// A store this process runs as a task ([`Store::spawn`]): its handles (gone once every one
+/// was dropped) and a watch that turns true once its loop has finished and let go of the
+/// device.
+struct Running {
+    store: std::sync::Weak<Inner>,
+    done: watch::Receiver<bool>,
+}
+
+/// The stores this process runs as tasks, by device path.
+fn running() -> &'static Mutex<std::collections::HashMap<std::path::PathBuf, Running>> {
     static RUNNING: std::sync::OnceLock<
-        Mutex<std::collections::HashMap<std::path::PathBuf, watch::Receiver<bool>>>,
+        Mutex<std::collections::HashMap<std::path::PathBuf, Running>>,
     > = std::sync::OnceLock::new();
     RUNNING.get_or_init(Default::default)
 }
 
 impl Store {
-    /// Waits until no store this process runs as a task ([`Store::spawn`]) holds the device at
-    /// `path` any more: one dropped without [`Store::close`] finishes its queued work first.
+    /// Waits until a store this process ran as a task ([`Store::spawn`]) on the device at
+    /// `path`, and that is closing ([`Store::close`]) or was dropped, has finished its queued
+    /// work and let go of the device. A store still in use is not waited for (opening the
+    /// device again then fails with [`EngineError::InUse`]).
     pub async fn released(path: &Path) {
         let key = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-        let rx = running().lock().get(&key).cloned();
-        if let Some(mut rx) = rx {
-            // An error means the task is gone (aborted or its runtime stopped): released too.
-            let _ = rx.wait_for(|done| *done).await;
-        }
+        let done = {
+            let running = running().lock();
+            let Some(r) = running.get(&key) else { return };
+            let live = r
+                .store
+                .upgrade()
+                .is_some_and(|s| !s.closing.load(Ordering::Acquire));
+            if live {
+                return;
+            }
+            r.done.clone()
+        };
+        // An error means the task is gone (aborted or its runtime stopped): released too.
+        let _ = done.clone().wait_for(|done| *done).await;
     }
 
     /// Opens a formatted file or block device: runs recovery (blocking), then starts the I/O
@@ -181,21 +204,26 @@ impl Store {
         .map_err(|e| EngineError::Io(std::io::Error::other(format!("open task failed: {e}"))))??;
         let (info, shared, waker) = (engine.info(), engine.shared(), engine.waker());
         let (done_tx, done_rx) = tokio::sync::watch::channel(false);
-        running().lock().insert(key, done_rx.clone());
         let task = tokio::spawn(async move {
             engine.drive().await;
             // The engine (its device and lock) is dropped by now.
             let _ = done_tx.send(true);
         });
-        Ok(Store {
-            inner: Arc::new(Inner {
-                tx,
-                waker,
-                info,
-                shared,
-                runner: Runner::Task(task.abort_handle(), Some(done_rx)),
-            }),
-        })
+        let inner = Arc::new(Inner {
+            tx,
+            waker,
+            info,
+            shared,
+            runner: Runner::Task(task.abort_handle(), Some(done_rx.clone())),
+            detached: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
+        });
+        let running = Running {
+            store: Arc::downgrade(&inner),
+            done: done_rx,
+        };
+        self::running().lock().insert(key, running);
+        Ok(Store { inner })
     }
 
     /// Opens a store on a simulated disk with its own I/O thread and the OS clock (tests).
@@ -223,6 +251,8 @@ impl Store {
                 info,
                 shared,
                 runner: Runner::Task(task.abort_handle(), None),
+                detached: AtomicBool::new(false),
+                closing: AtomicBool::new(false),
             }),
         })
     }
@@ -243,6 +273,8 @@ impl Store {
                 info,
                 shared,
                 runner: Runner::Thread(Mutex::new(Some(thread))),
+                detached: AtomicBool::new(false),
+                closing: AtomicBool::new(false),
             }),
         })
     }
@@ -282,7 +314,28 @@ impl Store {
             device_bytes_written: get(&s.device_bytes_written),
             checksum_errors: get(&s.checksum_errors),
             writeback_batches: get(&s.writeback_batches),
+            oldest_io_age: s.io_age.age(),
         }
+    }
+
+    /// How long the oldest device request in flight (a read, write or flush handed to the
+    /// device and not completed, by io_uring, psync or the simulated disk) has waited; `None`
+    /// when nothing is in flight. A device that hangs without returning errors (firmware
+    /// stall, dead path) shows only as this age growing: the node reports such a device down
+    /// (`crates/node/src/faults.rs`). Read on the store's clock (virtual time in the
+    /// simulation); one atomic load, callable from any thread or task.
+    pub fn oldest_io_age(&self) -> Option<Duration> {
+        self.inner.shared.io_age.age()
+    }
+
+    /// Lets the store's I/O thread go: dropping the last handle no longer waits for it to
+    /// finish. For a device that hangs (see [`Store::oldest_io_age`]): the thread waits for
+    /// requests the device may never complete and keeps their buffers (the kernel may still
+    /// use them) until they complete or the process exits; waiting for it would hang whoever
+    /// drops the store, e.g. a node that stops. The device stays locked meanwhile. A store
+    /// whose loop runs as a task is not affected.
+    pub fn detach(&self) {
+        self.inner.detached.store(true, Ordering::Release);
     }
 
     /// Whether an earlier write or flush failed: the store refuses every read, write and flush
@@ -680,6 +733,7 @@ impl Store {
     /// Idempotent; afterwards every call returns [`EngineError::Closed`]. When it returns, the
     /// device is closed (and its lock released): it can be opened again at once.
     pub async fn close(&self) -> Result<(), EngineError> {
+        self.inner.closing.store(true, Ordering::Release);
         let result = match self.call(|tx| Msg::Close { reply: Some(tx) }).await {
             Ok(r) => r,
             Err(EngineError::Closed) => Ok(()),

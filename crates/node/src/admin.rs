@@ -103,6 +103,11 @@ pub struct DeviceStatus {
     pub writes: u64,
     pub flushes: u64,
     pub checksum_errors: u64,
+    /// How long the oldest I/O in flight on the device has waited, in milliseconds (`None`:
+    /// nothing in flight). A device that hangs shows here; past `--device-stall-timeout` its
+    /// node reports it down (`faults.rs`).
+    #[serde(default)]
+    pub oldest_io_ms: Option<u64>,
 }
 
 pub(crate) struct AdminHandler {
@@ -190,6 +195,9 @@ impl AdminHandler {
                     writes: st.writes,
                     flushes: st.flushes,
                     checksum_errors: st.checksum_errors,
+                    oldest_io_ms: st
+                        .oldest_io_age
+                        .map(|a| u64::try_from(a.as_millis()).unwrap_or(u64::MAX)),
                 }
             })
             .collect();

@@ -104,6 +104,10 @@ pub struct NodeConfig {
     /// `checksum_error_window` is reported down (`faults.rs`); 0: never for checksum errors.
     pub checksum_error_limit: u32,
     pub checksum_error_window: Duration,
+    /// A device whose oldest I/O in flight has waited longer than this (it hangs without
+    /// returning errors: a firmware stall, a dead path) is reported down like a poisoned store
+    /// (`faults.rs`), until the node restarts; zero: never for stalls.
+    pub device_stall_timeout: Duration,
 }
 
 /// The default down-out interval: 10 minutes, like Ceph's `mon_osd_down_out_interval`.
@@ -126,6 +130,12 @@ pub const DEFAULT_CHECKSUM_ERROR_LIMIT: u32 = 50;
 
 /// The window of the checksum-error limit.
 pub const DEFAULT_CHECKSUM_ERROR_WINDOW: Duration = Duration::from_secs(600);
+
+/// The default stall limit: a device whose oldest I/O has waited 10 s is reported down. Far
+/// above a healthy device's worst latency (a flush behind a full cache takes well under a
+/// second), and well below the client's operation timeout (30 s), so the PG fails over before
+/// clients give up.
+pub const DEFAULT_DEVICE_STALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl NodeConfig {
     pub fn new(data_dir: impl Into<PathBuf>, listen: SocketAddr) -> NodeConfig {
@@ -151,6 +161,7 @@ impl NodeConfig {
             scrub_bytes_per_sec: DEFAULT_SCRUB_RATE,
             checksum_error_limit: DEFAULT_CHECKSUM_ERROR_LIMIT,
             checksum_error_window: DEFAULT_CHECKSUM_ERROR_WINDOW,
+            device_stall_timeout: DEFAULT_DEVICE_STALL_TIMEOUT,
         }
     }
 }

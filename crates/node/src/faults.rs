@@ -1,17 +1,21 @@
 //! Device faults: a device whose store is poisoned (a write or flush failed: it refuses all I/O
-//! until reopened), or that returned more checksum errors than the limit within the window, is
-//! reported `down` in its catalog record. The leader's next map marks it down, its PGs fail
-//! over to the other members and, after the down-out interval, are rebuilt elsewhere.
+//! until reopened), that returned more checksum errors than the limit within the window, or
+//! whose oldest I/O in flight has waited longer than the stall limit (the device hangs without
+//! returning errors: a firmware stall, a dead path, a hung controller), is reported `down` in
+//! its catalog record. The leader's next map marks it down, its PGs fail over to the other
+//! members and, after the down-out interval, are rebuilt elsewhere.
 //!
 //! The report is sticky while the node runs: the node checks its record again every tick and
 //! sets it down again if anything marked it up (a registration, an operator), because the store
 //! stays poisoned (or the drive suspect) until the node restarts; a restart reopens the store
-//! (recovery) and registers the device up again.
+//! (recovery) and registers the device up again. A stalled device stays down too when its I/O
+//! completes after all: a drive that hung once is not trusted again without an operator (or a
+//! restart), and its PGs have moved on meanwhile.
 
 use basalt_engine::Store;
 use basalt_meta::{Catalog, DeviceState};
 use basalt_types::DeviceId;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
@@ -24,7 +28,12 @@ pub(crate) struct FaultConfig {
     /// More checksum errors than this within `window` mark the device down (0: never).
     pub checksum_limit: u32,
     pub checksum_window: Duration,
+    /// An I/O in flight for longer than this marks the device down (zero: never).
+    pub stall_limit: Duration,
 }
+
+/// An I/O this old is logged (once per stall) before it reaches the stall limit.
+const SLOW_IO: Duration = Duration::from_secs(1);
 
 /// What the watcher knows of one device.
 #[derive(Default)]
@@ -35,12 +44,16 @@ struct Watch {
     fault: Option<String>,
     /// Whether the catalog record was seen down since the fault.
     reported: bool,
+    /// Whether the current slow I/O was logged.
+    slow_logged: bool,
 }
 
-/// Watches the stores until `stop`; reports faulty devices down.
+/// Watches the stores until `stop`; reports faulty devices down, and adds those whose I/O hangs
+/// to `hung` (their sub-operations are answered with an error from then on: `service.rs`).
 pub(crate) async fn watch(
     catalog: Catalog,
     stores: BTreeMap<DeviceId, Store>,
+    hung: watch::Sender<BTreeSet<DeviceId>>,
     cfg: FaultConfig,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -49,11 +62,16 @@ pub(crate) async fn watch(
         let now = Instant::now();
         for (dev, store) in &stores {
             let w = seen.entry(*dev).or_default();
-            if w.fault.is_none() {
-                w.fault = fault(store, w, now, cfg);
-                if let Some(why) = &w.fault {
-                    tracing::error!(device = %dev, "device fault: {why}; reporting it down");
+            if w.fault.is_none()
+                && let Some(f) = fault(*dev, store, w, now, cfg)
+            {
+                tracing::error!(device = %dev, "device fault: {}; reporting it down", f.why);
+                if f.hung {
+                    hung.send_modify(|h| {
+                        h.insert(*dev);
+                    });
                 }
+                w.fault = Some(f.why);
             }
             if let Some(why) = w.fault.clone() {
                 w.reported = report(&catalog, *dev, &why, w.reported).await;
@@ -66,10 +84,29 @@ pub(crate) async fn watch(
     }
 }
 
+/// Why a device is faulty.
+struct Fault {
+    why: String,
+    /// Its I/O hangs (rather than failing).
+    hung: bool,
+}
+
 /// Why the device is faulty now, if it is.
-fn fault(store: &Store, w: &mut Watch, now: Instant, cfg: FaultConfig) -> Option<String> {
+fn fault(
+    dev: DeviceId,
+    store: &Store,
+    w: &mut Watch,
+    now: Instant,
+    cfg: FaultConfig,
+) -> Option<Fault> {
+    let failed = |why: String| Fault { why, hung: false };
     if store.is_poisoned() {
-        return Some("its store is poisoned (a write or flush failed)".into());
+        return Some(failed(
+            "its store is poisoned (a write or flush failed)".into(),
+        ));
+    }
+    if let Some(why) = stalled(dev, store, w, cfg.stall_limit) {
+        return Some(Fault { why, hung: true });
     }
     let errors = store.stats().checksum_errors;
     w.samples.push_back((now, errors));
@@ -83,10 +120,10 @@ fn fault(store: &Store, w: &mut Watch, now: Instant, cfg: FaultConfig) -> Option
     let oldest = w.samples.front().map_or(errors, |(_, n)| *n);
     let recent = errors.saturating_sub(oldest);
     (cfg.checksum_limit > 0 && recent > u64::from(cfg.checksum_limit)).then(|| {
-        format!(
+        failed(format!(
             "{recent} checksum errors within {:?} (limit {})",
             cfg.checksum_window, cfg.checksum_limit
-        )
+        ))
     })
 }
 
@@ -114,4 +151,37 @@ async fn report(catalog: &Catalog, dev: DeviceId, why: &str, reported: bool) -> 
             false
         }
     }
+}
+
+/// Why the device counts as hung, if it does: its oldest I/O has waited longer than `limit`.
+/// Logs an I/O slower than [`SLOW_IO`] once per stall (the stall may end by itself).
+fn stalled(dev: DeviceId, store: &Store, w: &mut Watch, limit: Duration) -> Option<String> {
+    let Some(age) = store.oldest_io_age() else {
+        w.slow_logged = false;
+        return None;
+    };
+    if !limit.is_zero() && age > limit {
+        return Some(format!(
+            "an I/O has waited {:.1} s for the device (stall limit {:.1} s, \
+             --device-stall-timeout): the device hangs",
+            age.as_secs_f64(),
+            limit.as_secs_f64()
+        ));
+    }
+    if age >= SLOW_IO && !w.slow_logged {
+        w.slow_logged = true;
+        let then = if limit.is_zero() {
+            "stall detection is off".to_string()
+        } else {
+            format!("reported down past {:.1} s", limit.as_secs_f64())
+        };
+        tracing::warn!(
+            device = %dev,
+            "slow device: an I/O has waited {:.1} s ({then})",
+            age.as_secs_f64()
+        );
+    } else if age < SLOW_IO {
+        w.slow_logged = false;
+    }
+    None
 }

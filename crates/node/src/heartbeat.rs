@@ -228,6 +228,17 @@ impl Watcher {
             Ok(r) => r.iter().filter(|r| r.accused == me).count().to_string(),
             Err(e) => format!("(unknown: {e})"),
         };
+        if reporters == "0" {
+            // Not the peers' doing: this node reported its devices faulty (`faults.rs`, logged
+            // there), or an operator's or the leader's record says down.
+            tracing::warn!(
+                epoch = %map.epoch,
+                "the map marks this node's devices down and no peer reports it (device faults \
+                 this node reported, or their records were set down); it serves none of its \
+                 PGs until they are up in the map again"
+            );
+            return;
+        }
         tracing::warn!(
             epoch = %map.epoch,
             reporters,

@@ -62,7 +62,8 @@ pub use admin::{AdminRequest, DeviceStatus, NodeStatus};
 pub use basalt_engine::{DirLock, lock_dir};
 pub use config::{
     DEFAULT_CHECKSUM_ERROR_LIMIT, DEFAULT_CHECKSUM_ERROR_WINDOW, DEFAULT_COLLECT_INTERVAL,
-    DEFAULT_COLLECT_RATE, DEFAULT_DOWN_OUT_INTERVAL, DEFAULT_SCRUB_RATE, DeviceConfig, NodeConfig,
+    DEFAULT_COLLECT_RATE, DEFAULT_DEVICE_STALL_TIMEOUT, DEFAULT_DOWN_OUT_INTERVAL,
+    DEFAULT_SCRUB_RATE, DeviceConfig, NodeConfig,
 };
 pub use error::NodeError;
 pub use heartbeat::HeartbeatConfig;

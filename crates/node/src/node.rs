@@ -20,7 +20,7 @@ use basalt_meta::{Catalog, MetaStore, NodeRecord};
 use basalt_placement::ClusterMap;
 use basalt_proto::Service;
 use basalt_types::{DeviceId, Epoch, NodeId};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,6 +38,9 @@ pub struct Node {
     computations: Arc<AtomicU64>,
     /// Requests being answered (over TCP or in process): a leaving node finishes them first.
     in_flight: Arc<InFlight>,
+    /// A store whose oldest I/O is older than this hangs: a leaving node does not wait for it
+    /// to close (zero: it always waits).
+    stall_limit: Duration,
     /// Held while the node runs: no other process may use its data directory (none in the
     /// simulator, which has no directories).
     _dir_lock: Option<DirLock>,
@@ -166,6 +169,7 @@ impl Node {
             server_stats: Arc::default(),
             volumes: Volumes::new(Some(catalog.clone())),
             collector: Default::default(),
+            hung: watch::channel(BTreeSet::new()).0,
         });
         if let Some((map, _)) = catalog.get_map::<ClusterMap>().await? {
             shared.maps.offer(map);
@@ -224,9 +228,11 @@ impl Node {
             tokio::spawn(faults::watch(
                 catalog.clone(),
                 stores,
+                shared.hung.clone(),
                 faults::FaultConfig {
                     checksum_limit: config.checksum_error_limit,
                     checksum_window: config.checksum_error_window,
+                    stall_limit: config.device_stall_timeout,
                 },
                 stop_rx.clone(),
             )),
@@ -272,6 +278,7 @@ impl Node {
             tasks,
             computations,
             in_flight,
+            stall_limit: config.device_stall_timeout,
             _dir_lock: dir_lock,
             _local: local,
         })
@@ -343,6 +350,11 @@ impl Node {
 
     pub fn id(&self) -> NodeId {
         self.shared.id
+    }
+
+    /// Requests this node is answering now (over TCP or in process).
+    pub fn requests_in_flight(&self) -> u64 {
+        self.in_flight.count()
     }
 
     /// The address the data-path listener is bound to.
@@ -442,11 +454,40 @@ impl Node {
         }
         self.tasks.clear();
         for store in self.shared.maps.stores().values() {
-            if let Err(e) = store.close().await {
-                tracing::warn!("closing store {}: {e}", store.info().device_id);
-            }
+            close_store(store, self.stall_limit).await;
         }
         tracing::info!(node = %self.shared.id, "node stopped");
+    }
+}
+
+/// Closes a store (drains it, writes its journal back, flushes), unless its device hangs: once
+/// its oldest I/O is older than `limit` (non-zero), the store is let go without waiting
+/// ([`Store::detach`]), so a node whose device hangs can still stop (and be restarted).
+async fn close_store(store: &Store, limit: Duration) {
+    let dev = store.info().device_id;
+    let close = store.close();
+    tokio::pin!(close);
+    loop {
+        tokio::select! {
+            r = &mut close => {
+                if let Err(e) = r {
+                    tracing::warn!("closing store {dev}: {e}");
+                }
+                return;
+            }
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {
+                if let Some(age) = store.oldest_io_age().filter(|a| !limit.is_zero() && *a > limit) {
+                    tracing::error!(
+                        device = %dev,
+                        "not waiting for the store to close: an I/O has waited {:.1} s for the \
+                         device (it hangs); its requests are abandoned with the process",
+                        age.as_secs_f64()
+                    );
+                    store.detach();
+                    return;
+                }
+            }
+        }
     }
 }
 

@@ -12,10 +12,12 @@ use crate::{delete, flush, read, write};
 use basalt_proto::{
     ErrorCode, PROTOCOL_VERSION, Request, Response, ResponseFuture, Service, WireError,
 };
-use basalt_types::{Epoch, NodeId, ObjectId};
+use basalt_types::{DeviceId, Epoch, NodeId, ObjectId};
 use bytes::Bytes;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use tokio::sync::watch;
 
 /// State shared by every request handler of one node.
 pub(crate) struct NodeShared {
@@ -33,6 +35,9 @@ pub(crate) struct NodeShared {
     pub(crate) volumes: Volumes,
     /// What the collector of deleted volumes' objects did (`collect.rs`).
     pub(crate) collector: CollectStats,
+    /// Local devices whose I/O hangs (`faults.rs`): sub-operations waiting on them are
+    /// answered with an error instead of holding their connection's budget forever.
+    pub(crate) hung: watch::Sender<BTreeSet<DeviceId>>,
 }
 
 /// The node as a [`Service`]: the TCP server calls it for each decoded frame, and a client in the
@@ -50,9 +55,10 @@ impl Service for NodeService {
             // sub-operations apply in the order the primary sent them.
             Request::Rep(op) => match shared.admit_data_path() {
                 Ok(()) => {
+                    let dev = op.device;
                     let pending = shared.pgs.rep(op);
                     Box::pin(async move {
-                        let answer = pending.await;
+                        let answer = shared.unless_hung(dev, pending).await;
                         if answer.is_ok() {
                             shared.fence.check()?;
                         }
@@ -163,12 +169,35 @@ impl NodeShared {
         let msg: PeerMsg = serde_json::from_slice(&json).map_err(|e| {
             WireError::new(ErrorCode::InvalidArgument, format!("bad peer message: {e}"))
         })?;
-        let (answer, payload) = self.pgs.peer(msg, payload).await?;
+        let dev = msg.device();
+        let (answer, payload) = self.unless_hung(dev, self.pgs.peer(msg, payload)).await?;
         let json = serde_json::to_vec(&answer).expect("answers serialise");
         Ok(Response::Peer {
             json: json.into(),
             payload,
         })
+    }
+
+    /// Waits for `work` on local device `dev`, unless the device hangs: once this node reported
+    /// it down for that (`faults.rs`), the request fails instead. A hung device never answers,
+    /// and a request waiting on it would hold a slot and its payload's bytes of the one
+    /// connection another node reaches all of this node's devices on (`server.rs` budget)
+    /// forever. Whatever the request began stays submitted; failing it is conservative (a
+    /// sub-operation not acknowledged, a peering answer not given).
+    async fn unless_hung<T>(
+        &self,
+        dev: DeviceId,
+        work: impl Future<Output = Result<T, WireError>>,
+    ) -> Result<T, WireError> {
+        let mut hung = self.hung.subscribe();
+        tokio::select! {
+            biased;
+            answer = work => answer,
+            _ = hung.wait_for(|h| h.contains(&dev)) => Err(WireError::new(
+                ErrorCode::DeviceFailed,
+                format!("{dev} hangs (its node reported it down); the request is abandoned"),
+            )),
+        }
     }
 
     fn hello(&self, min: u8, max: u8) -> Result<Response, WireError> {

@@ -75,6 +75,7 @@ pub(crate) fn shared(
         server_stats: Arc::default(),
         volumes,
         collector: Default::default(),
+        hung: tokio::sync::watch::channel(Default::default()).0,
     })
 }
 

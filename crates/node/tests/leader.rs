@@ -328,12 +328,14 @@ async fn a_node_reported_by_two_live_peers_is_down_until_the_reports_go() {
         .map_where("the new weight", |m| m.devices[&da].weight == 77)
         .await;
     assert!(judged.is_up(db), "one reporter took b down");
-    assert_eq!(judged.epoch, before.epoch.next());
+    // (The weight moves PGs to a: maps of their new acting sets may come in between, so the
+    // epochs are not checked one by one.)
+    assert!(judged.epoch > before.epoch);
 
     report(&c, &n3, &b).await;
     let down = c.map_where("b down", |m| !m.is_up(db)).await;
     let marked = std::time::Instant::now();
-    assert_eq!(down.epoch, judged.epoch.next(), "{down:?}");
+    assert!(down.epoch > judged.epoch, "{down:?}");
     assert!(
         down.nodes.contains_key(&b.id()),
         "b is still registered (it holds its lease)"

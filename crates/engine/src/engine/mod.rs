@@ -5,6 +5,7 @@
 //! decide what to seal, flush or write back (`journal.rs`, `writeback.rs`), hand requests to
 //! the backend, handle completions, and sleep when nothing is left to do.
 
+mod inflight;
 mod journal;
 mod query;
 mod read;
@@ -53,6 +54,8 @@ pub(crate) struct Shared {
     pub journal_used: AtomicU64,
     /// Set once the store is poisoned (never cleared: reopening makes a new store).
     pub poisoned: std::sync::atomic::AtomicBool,
+    /// When the oldest device request in flight was submitted (`inflight.rs`).
+    pub io_age: inflight::IoAge,
 }
 
 /// Where a read's answer goes: the bytes, with or without the object's version they were read
@@ -283,6 +286,9 @@ impl<T> Slab<T> {
         }
         v
     }
+    pub fn get(&self, i: usize) -> Option<&T> {
+        self.items.get(i)?.as_ref()
+    }
     pub fn get_mut(&mut self, i: usize) -> Option<&mut T> {
         self.items.get_mut(i)?.as_mut()
     }
@@ -306,7 +312,8 @@ pub(crate) struct Engine {
     pub st: State,
     pub jr: Journal,
     pub wb: WriteBack,
-    pub ios: Slab<IoCtx>,
+    /// Device requests in flight, by token, with the age of the oldest.
+    pub ios: inflight::InFlight,
     pub reads: Slab<ReadCtx>,
     pub blocked: FxHashMap<ObjectId, Blocked>,
     /// Reads waiting for a held (pending) write of their object to be committed.
@@ -339,8 +346,12 @@ impl Engine {
                 .device_bytes_written
                 .fetch_add(req.len() as u64, Ordering::Relaxed);
         }
-        let token = self.ios.insert(ctx) as u64;
-        self.be.submit(token, req);
+        let now = self.clock.now();
+        let (token, oldest) = self.ios.insert(ctx, now);
+        if oldest {
+            self.shared.io_age.set(Some(now));
+        }
+        self.be.submit(token as u64, req);
     }
 
     fn handle(&mut self, msg: Msg) {
@@ -466,9 +477,12 @@ impl Engine {
     }
 
     fn complete(&mut self, d: IoDone) {
-        let Some(ctx) = self.ios.remove(d.token as usize) else {
+        let Some((ctx, oldest)) = self.ios.remove(d.token as usize) else {
             return;
         };
+        if oldest {
+            self.shared.io_age.set(self.ios.oldest());
+        }
         match ctx {
             IoCtx::Read { rid, first, n } => self.read_done(rid, first, n, d),
             IoCtx::Rmw { oid, block, crc } => self.rmw_done(oid, block, crc, d),

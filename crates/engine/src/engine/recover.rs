@@ -199,12 +199,15 @@ impl Engine {
             be,
             waker,
             rx,
-            shared: Arc::new(Shared::default()),
+            shared: Arc::new(Shared {
+                io_age: super::inflight::IoAge::new(clock),
+                ..Shared::default()
+            }),
             cfg: Config {
                 writeback_idle: opts.writeback_idle,
             },
             wb: WriteBack::default(),
-            ios: Slab::new(),
+            ios: super::inflight::InFlight::new(),
             reads: Slab::new(),
             blocked: FxHashMap::default(),
             held_reads: FxHashMap::default(),

@@ -254,24 +254,34 @@ fn nonblocking_eventfd() -> io::Result<OwnedFd> {
 impl Drop for UringBackend {
     /// The kernel may still read or fill the buffers of requests in flight: wait for them
     /// before the buffers are freed (a store closed cleanly has none; a task dropped with its
-    /// runtime may).
+    /// runtime may). A device that does not complete them within [`DROP_WAIT`] hangs: their
+    /// buffers are leaked instead, never freed under the kernel's feet.
     fn drop(&mut self) {
-        let mut waited = 0;
-        while self.inflight > 0 && waited < 10_000 {
-            let _ = self.ring.submit_and_wait(1);
+        let deadline = std::time::Instant::now() + DROP_WAIT;
+        while self.inflight > 0 && std::time::Instant::now() < deadline {
+            let ts = types::Timespec::from(Duration::from_millis(100));
+            let args = types::SubmitArgs::new().timespec(&ts);
+            let _ = self.ring.submitter().submit_with_args(1, &args);
             let done: Vec<u64> = self.ring.completion().map(|c| c.user_data()).collect();
             for ud in done {
-                if ud != WAKE_TOKEN
-                    && self
-                        .slab
-                        .get_mut(ud as usize)
-                        .and_then(Option::take)
-                        .is_some()
-                {
+                let entry = self.slab.get_mut(ud as usize).and_then(Option::take);
+                if ud != WAKE_TOKEN && entry.is_some() {
                     self.inflight -= 1;
                 }
             }
-            waited += 1;
+        }
+        if self.inflight > 0 {
+            tracing::error!(
+                requests = self.inflight,
+                "dropping an io_uring ring whose device has not completed its requests; their \
+                 buffers are leaked"
+            );
+            for entry in self.slab.drain(..).flatten() {
+                std::mem::forget(entry);
+            }
         }
     }
 }
+
+/// How long dropping a ring waits for requests still in flight.
+const DROP_WAIT: Duration = Duration::from_secs(2);

@@ -138,12 +138,25 @@ impl Pg {
     ) -> Result<Bytes, WireError> {
         let mut repaired = false;
         loop {
-            let gate = self.gate(&oid, |_, generation| {
-                Ok((generation, self.store.submit_read(oid, offset, len)))
+            let gate = self.gate(&oid, |p, generation| {
+                Ok((generation, p.term, self.store.submit_read(oid, offset, len)))
             })?;
             match gate {
-                Gate::Go((generation, pending)) => {
-                    let data = match pending.await {
+                Gate::Go((generation, term, pending)) => {
+                    // A local device that hangs never answers: once the term ended (the node
+                    // reported the device down and the map moved the PG), the client retries
+                    // on the new primary.
+                    let answer = tokio::select! {
+                        r = pending => r,
+                        _ = self.term_ended(term) => {
+                            return Err(busy(format!(
+                                "{}: the local store (device {}) did not answer a read of {oid} \
+                                 before term {term} ended",
+                                self.id, self.dev
+                            )));
+                        }
+                    };
+                    let data = match answer {
                         Ok(data) => data,
                         Err(EngineError::Checksum { .. }) if !repaired => {
                             repaired = true;
@@ -242,7 +255,28 @@ impl Pg {
             }
         };
         let replicated = !reps.is_empty();
-        let local_res = local.await;
+        // A member cut off by the network never answers, nor does a local device that hangs
+        // (firmware stall, dead path: no error comes back). Once a new map (or another failed
+        // write) ended the term, the write is not acknowledged and the client retries it on the
+        // PG's new primary. The map that ends it comes from the leader when this node reports
+        // its stalled device down (`faults.rs`), or from the member's failure.
+        let ended = self.term_ended(term);
+        tokio::pin!(ended);
+        let local_res = tokio::select! {
+            r = local => r,
+            _ = &mut ended => {
+                if replicated {
+                    // Released for when the device answers: peering decided its fate, and this
+                    // device serves the PG no more in this term.
+                    let _ = self.store.commit(oid, version);
+                }
+                return Err(busy(format!(
+                    "{}: the local store (device {}) did not answer {oid} at {version} before \
+                     term {term} ended",
+                    self.id, self.dev
+                )));
+            }
+        };
         let done = |pg: &Pg| {
             if let Some(p) = pg.st.lock().primary.as_mut()
                 && p.term.version(version.seq & Term::WRITES_PER_ROUND) == Some(version)
@@ -251,10 +285,6 @@ impl Pg {
             }
         };
         let mut failed: Option<(String, ErrorCode)> = None;
-        // A member cut off by the network never answers; once a new map (or another failed
-        // write) ended the term, the write is not acknowledged and the client retries it.
-        let ended = self.term_ended(term);
-        tokio::pin!(ended);
         let mut term_over = false;
         for (dev, fut) in reps {
             tokio::select! {

@@ -10,7 +10,8 @@
 //!   for each write not yet durable (completed, or still in flight: the middle of a vectored
 //!   write), nothing, all, or any subset of its 512-byte sectors.
 //! - Faults: failing writes or flushes, bit flips in durable data, read errors on chosen
-//!   ranges (latent sector errors).
+//!   ranges (latent sector errors), and a device that hangs ([`SimDisk::stall`]: requests are
+//!   taken and never complete until the stall ends).
 //! - A crash can be armed at the n-th device event (write or flush issued or completed,
 //!   blocking write or sync): the disk takes the crash image at that instant and halts, so
 //!   nothing it does afterwards counts (reads still complete, so a test can look at what the
@@ -214,6 +215,21 @@ impl SimDisk {
         self.lock().fail_writes = on;
     }
 
+    /// Hangs the disk (`true`) like a drive whose firmware stalls or whose path died: requests
+    /// the store hands it from now on, and those already in flight, do not complete (no error
+    /// either) until the stall is switched off; then each completes at its due time (at once
+    /// if that has passed). Blocking I/O (format, recovery) is not affected.
+    pub fn stall(&self, on: bool) {
+        let waker = {
+            let mut s = self.lock();
+            s.stalled = on;
+            s.waker.clone()
+        };
+        if !on && let Some(w) = waker {
+            w.wake();
+        }
+    }
+
     /// Makes every read overlapping `range` fail with EIO (a latent sector error).
     pub fn fail_reads(&self, range: Range<u64>) {
         self.lock().bad_reads.push(range);
@@ -373,7 +389,7 @@ impl SimDisk {
         })
     }
 
-    fn attach(&self) -> io::Result<()> {
+    fn attach(&self, waker: &Waker) -> io::Result<()> {
         let mut s = self.lock();
         if s.attached {
             return Err(io::Error::new(
@@ -382,11 +398,16 @@ impl SimDisk {
             ));
         }
         s.attached = true;
+        s.waker = Some(waker.clone());
         Ok(())
     }
 
     fn detach(&self) {
-        self.lock().attached = false;
+        {
+            let mut s = self.lock();
+            s.attached = false;
+            s.waker = None;
+        }
         self.0.released.notify_waiters();
     }
 }
@@ -402,11 +423,11 @@ pub(crate) struct SimBackend {
 impl SimBackend {
     /// Fails if another store has the disk open.
     pub fn new(disk: SimDisk, clock: Clock) -> io::Result<SimBackend> {
-        disk.attach()?;
         let waker = match clock {
             Clock::Os => Waker::condvar(),
             Clock::Runtime => Waker::notify(),
         };
+        disk.attach(&waker)?;
         Ok(SimBackend { disk, clock, waker })
     }
 }
@@ -446,6 +467,9 @@ impl Backend for SimBackend {
 
     fn next_event(&self) -> Option<Instant> {
         let s = self.disk.lock();
+        if s.stalled {
+            return None;
+        }
         let halted = s.halted();
         s.queue
             .iter()

@@ -2,7 +2,7 @@
 //! and what a crash leaves.
 
 use super::{Latency, SimDisk, SimStats, Spread};
-use crate::io::{IoDone, IoReq};
+use crate::io::{IoDone, IoReq, Waker};
 use rand::rngs::SmallRng;
 use rand::{Rng, RngCore, SeedableRng};
 use std::collections::BTreeMap;
@@ -50,6 +50,10 @@ pub(super) struct SimState {
     pub(super) latency: Latency,
     pub(super) fail_flushes: bool,
     pub(super) fail_writes: bool,
+    /// No request completes while set (a device that hangs; see [`SimDisk::stall`]).
+    pub(super) stalled: bool,
+    /// Wakes the loop of the store that has the disk open (when a stall ends).
+    pub(super) waker: Option<Waker>,
     pub(super) bad_reads: Vec<Range<u64>>,
     pub(super) stats: SimStats,
     /// Crash at this event number with this image seed.
@@ -75,6 +79,8 @@ impl SimState {
             latency: Latency::ZERO,
             fail_flushes: false,
             fail_writes: false,
+            stalled: false,
+            waker: None,
             bad_reads: Vec::new(),
             stats: SimStats::default(),
             armed: None,
@@ -238,8 +244,12 @@ impl SimState {
     }
 
     /// Completes every request due by `now`, in order of due time then submission. A halted
-    /// disk only completes reads (so a test can still look at what the store recovered).
+    /// disk only completes reads (so a test can still look at what the store recovered); a
+    /// stalled one completes nothing.
     pub(super) fn complete_due(&mut self, now: Instant, out: &mut Vec<IoDone>) {
+        if self.stalled {
+            return;
+        }
         loop {
             let halted = self.halted();
             let Some(i) = (0..self.queue.len())
