@@ -79,9 +79,10 @@ pub struct NodeArgs {
     /// e.g. 4MiB; 0 turns it off. `basalt scrub --background-rate` changes it at run time.
     #[arg(long, value_parser = crate::scrub::parse_rate, default_value = "4MiB")]
     pub scrub_rate: u64,
-    /// A device whose reads fail their checksums more than this many times within
+    /// A device on which more than this many distinct blocks fail their checksums within
     /// --checksum-error-window is reported down (its placement groups fail over; restart the
-    /// node to bring it back); 0: never for checksum errors. A failed write or flush reports
+    /// node to bring it back); 0: never for checksum errors. A block read again and again
+    /// counts once. A failed write or flush reports
     /// it down at once.
     #[arg(long, default_value_t = basalt_node::DEFAULT_CHECKSUM_ERROR_LIMIT)]
     pub checksum_error_limit: u32,

@@ -235,7 +235,11 @@ pub struct StoreStats {
     pub bytes_written: u64,
     /// Bytes written to the device (journal, slots, slot table), for write amplification.
     pub device_bytes_written: u64,
+    /// Reads (and read-modify-write reads) that failed their checksum.
     pub checksum_errors: u64,
+    /// Distinct blocks behind those failures (a block read again and again counts once): what
+    /// a node judges the device's health by (`--checksum-error-limit`).
+    pub bad_blocks: u64,
     pub writeback_batches: u64,
     /// How long the oldest device request in flight has waited ([`Store::oldest_io_age`]).
     pub oldest_io_age: Option<Duration>,

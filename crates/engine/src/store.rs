@@ -313,6 +313,7 @@ impl Store {
             bytes_written: get(&s.bytes_written),
             device_bytes_written: get(&s.device_bytes_written),
             checksum_errors: get(&s.checksum_errors),
+            bad_blocks: get(&s.bad_blocks),
             writeback_batches: get(&s.writeback_batches),
             oldest_io_age: s.io_age.age(),
         }

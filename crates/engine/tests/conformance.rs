@@ -573,7 +573,13 @@ async fn checksum_corruption(b: Backend) {
         pattern(4343, OBJ as usize)
     );
     assert!(store.stats().checksum_errors >= 2);
-    // A partial write into the damaged block cannot merge with corrupt data: refused.
+    // The same damaged block, read again and again (and by read-modify-write: a partial write
+    // into it cannot merge with corrupt data, so it is refused), is one bad block.
+    let before = store.stats();
+    assert!(matches!(
+        store.read(oid(11, 0), 3 * 4096, 4096).await,
+        Err(EngineError::Checksum { .. })
+    ));
     assert!(matches!(
         store
             .write(
@@ -585,6 +591,9 @@ async fn checksum_corruption(b: Backend) {
             .await,
         Err(EngineError::Checksum { .. })
     ));
+    let after = store.stats();
+    assert_eq!(after.checksum_errors, before.checksum_errors + 2);
+    assert_eq!(after.bad_blocks, 1, "one damaged block: {after:?}");
     // Overwriting the whole block repairs it.
     store
         .write(

@@ -100,8 +100,9 @@ pub struct NodeConfig {
     /// reads its copy, every member its own; `pg/scrub.rs`); 0 turns it off. Settable at run
     /// time (`AdminRequest::SetScrubRate`, `basalt scrub --background-rate`).
     pub scrub_bytes_per_sec: u64,
-    /// A device whose reads fail their checksums more than this many times within
+    /// A device on which more than this many distinct blocks fail their checksums within
     /// `checksum_error_window` is reported down (`faults.rs`); 0: never for checksum errors.
+    /// (A block read again and again counts once: `StoreStats::bad_blocks`.)
     pub checksum_error_limit: u32,
     pub checksum_error_window: Duration,
     /// A device whose oldest I/O in flight has waited longer than this (it hangs without

@@ -1,5 +1,6 @@
 //! Device faults: a device whose store is poisoned (a write or flush failed: it refuses all I/O
-//! until reopened), that returned more checksum errors than the limit within the window, or
+//! until reopened), on which more distinct blocks failed their checksums than the limit within
+//! the window (a block read again and again counts once), or
 //! whose oldest I/O in flight has waited longer than the stall limit (the device hangs without
 //! returning errors: a firmware stall, a dead path, a hung controller), is reported `down` in
 //! its catalog record. The leader's next map marks it down, its PGs fail over to the other
@@ -25,7 +26,7 @@ const TICK: Duration = Duration::from_millis(500);
 /// When a device counts as faulty.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct FaultConfig {
-    /// More checksum errors than this within `window` mark the device down (0: never).
+    /// More distinct bad blocks than this within `window` mark the device down (0: never).
     pub checksum_limit: u32,
     pub checksum_window: Duration,
     /// An I/O in flight for longer than this marks the device down (zero: never).
@@ -38,7 +39,7 @@ const SLOW_IO: Duration = Duration::from_secs(1);
 /// What the watcher knows of one device.
 #[derive(Default)]
 struct Watch {
-    /// (when, checksum errors so far) samples within the window, oldest first.
+    /// (when, distinct bad blocks so far) samples within the window, oldest first.
     samples: VecDeque<(Instant, u64)>,
     /// Why the device is faulty, once it is.
     fault: Option<String>,
@@ -108,7 +109,9 @@ fn fault(
     if let Some(why) = stalled(dev, store, w, cfg.stall_limit) {
         return Some(Fault { why, hung: true });
     }
-    let errors = store.stats().checksum_errors;
+    // Distinct bad blocks, not reads: one damaged object read again and again (a client
+    // retrying, recovery trying every source) is not a dying drive.
+    let errors = store.stats().bad_blocks;
     w.samples.push_back((now, errors));
     while w
         .samples
@@ -121,7 +124,7 @@ fn fault(
     let recent = errors.saturating_sub(oldest);
     (cfg.checksum_limit > 0 && recent > u64::from(cfg.checksum_limit)).then(|| {
         failed(format!(
-            "{recent} checksum errors within {:?} (limit {})",
+            "{recent} blocks failed their checksums within {:?} (limit {})",
             cfg.checksum_window, cfg.checksum_limit
         ))
     })

@@ -46,6 +46,8 @@ pub(crate) struct Shared {
     pub bytes_written: AtomicU64,
     pub device_bytes_written: AtomicU64,
     pub checksum_errors: AtomicU64,
+    /// Distinct bad blocks behind those errors ([`Engine::checksum_error`]).
+    pub bad_blocks: AtomicU64,
     pub writeback_batches: AtomicU64,
     pub used_slots: AtomicU64,
     pub objects: AtomicU64,
@@ -326,6 +328,29 @@ pub(crate) struct Engine {
     pub last_write: Instant,
     /// Where every time read of the engine goes (the OS clock, or virtual time in simulation).
     pub clock: Clock,
+    /// Blocks that failed their checksum, by device offset and the checksum they should have
+    /// (at most [`BAD_BLOCKS_KEPT`]): a block read again and again counts once.
+    pub bad_seen: std::collections::HashSet<(u64, u32)>,
+}
+
+/// The most distinct bad blocks an engine remembers; past it every new one counts anew.
+const BAD_BLOCKS_KEPT: usize = 65536;
+
+/// [`Engine::checksum_error`] on the engine's counters and memory of bad blocks.
+pub(crate) fn checksum_error(
+    shared: &Shared,
+    seen: &mut std::collections::HashSet<(u64, u32)>,
+    off: u64,
+    crc: u32,
+) {
+    shared.checksum_errors.fetch_add(1, Ordering::Relaxed);
+    if seen.contains(&(off, crc)) {
+        return;
+    }
+    if seen.len() < BAD_BLOCKS_KEPT {
+        seen.insert((off, crc));
+    }
+    shared.bad_blocks.fetch_add(1, Ordering::Relaxed);
 }
 
 impl Engine {
@@ -337,6 +362,15 @@ impl Engine {
     }
     pub fn waker(&self) -> Waker {
         self.waker.clone()
+    }
+
+    /// A read failed its checksum at the block at device offset `off`, which should have
+    /// checksum `crc`: counted as a checksum error, and as a bad block unless that block (with
+    /// that content) failed before. A device's health is judged by the bad blocks
+    /// (`StoreStats::bad_blocks`), so one damaged object read again and again (by clients
+    /// retrying, recovery trying it as a source) does not look like a dying drive.
+    pub fn checksum_error(&mut self, off: u64, crc: u32) {
+        checksum_error(&self.shared, &mut self.bad_seen, off, crc);
     }
 
     /// Hands a request to the backend under a fresh token.

@@ -278,9 +278,12 @@ impl Engine {
         if now != expected && ctx.attempt + 1 < MAX_ATTEMPTS {
             ctx.retry = true;
         } else {
-            self.shared.checksum_errors.fetch_add(1, Ordering::Relaxed);
             let offset = ((fb + first + bad[0]) * B) as u64;
             ctx.failed = Some(EngineError::Checksum { oid, offset });
+            if let Src::Disk { slot, block, crc } = expected[0] {
+                let off = self.sb.slot_offset(slot, block);
+                self.checksum_error(off, crc);
+            }
         }
     }
 }

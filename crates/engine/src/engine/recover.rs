@@ -217,6 +217,7 @@ impl Engine {
             close_replies: Vec::new(),
             last_write: clock.now(),
             clock,
+            bad_seen: Default::default(),
         };
         engine.recover(&dev)?;
         repair_superblocks(&dev, &sbs)?;

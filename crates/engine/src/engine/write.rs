@@ -645,17 +645,17 @@ impl Engine {
             .reads_pending
             .checked_sub(1)
             .expect("more read-modify-write completions than reads");
-        let IoReq::Read { buf, .. } = d.req else {
+        let IoReq::Read { buf, off } = d.req else {
             return;
         };
         match d.res {
             Err(e) => op.failed = Some(EngineError::Io(e)),
             Ok(()) if crc32c(&buf) != crc => {
-                self.shared.checksum_errors.fetch_add(1, Ordering::Relaxed);
                 op.failed = Some(EngineError::Checksum {
                     oid,
                     offset: u64::from(block) * BLOCK,
                 });
+                super::checksum_error(&self.shared, &mut self.bad_seen, off, crc);
             }
             Ok(()) => op.old.push((block, buf)),
         }
