@@ -1,4 +1,4 @@
-//! `basalt device list|out|in|reweight`: the operator's side of device state.
+//! `basalt device list|out|in|clear-fault|pgs|reweight`: the operator's side of device state.
 
 use crate::connect::Common;
 use crate::output;
@@ -29,6 +29,17 @@ pub enum DeviceCommand {
     },
     /// Mark a device in again (also undoes an automatic down-out).
     In {
+        #[arg(value_parser = parse_device_id)]
+        id: DeviceId,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Trust a device its node found faulty again (a poisoned store, repeated checksum
+    /// errors, a hang: `basalt device list` shows why), once the drive is replaced or checked.
+    /// A faulty device stays down, across restarts of its node, until this. Its node reports
+    /// it down again at once if it still finds it faulty (a poisoned store stays so until the
+    /// node restarts).
+    ClearFault {
         #[arg(value_parser = parse_device_id)]
         id: DeviceId,
         #[command(flatten)]
@@ -96,6 +107,18 @@ pub async fn run(cmd: DeviceCommand) -> anyhow::Result<()> {
             let catalog = basalt_meta::Catalog::new(common.cluster.meta().await?);
             let rec = catalog.set_device_out(id, None).await?;
             done(&common, &rec, "in")
+        }
+        DeviceCommand::ClearFault { id, common } => {
+            let catalog = basalt_meta::Catalog::new(common.cluster.meta().await?);
+            let before = catalog
+                .get_device(id)
+                .await?
+                .with_context(|| format!("no device {id}; `basalt device list` shows the ids"))?;
+            let rec = catalog.clear_device_fault(id).await?;
+            match before.fault {
+                Some(why) => done(&common, &rec, &format!("no longer faulty (was: {why})")),
+                None => done(&common, &rec, "not faulty: nothing to clear"),
+            }
         }
         DeviceCommand::Reweight { id, weight, common } => {
             let catalog = basalt_meta::Catalog::new(common.cluster.meta().await?);
@@ -194,6 +217,9 @@ async fn list(common: Common) -> anyhow::Result<()> {
         });
         if let Some(since) = v.down_since {
             state.push_str(&format!(" since {}", output::utc(since)));
+        }
+        if let Some(why) = &r.fault {
+            state.push_str(&format!(", faulty: {why}"));
         }
         t.add_row([
             r.id.to_string(),

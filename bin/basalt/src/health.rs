@@ -101,6 +101,8 @@ pub struct Facts {
     /// `(device, milliseconds)` for devices whose oldest I/O in flight has waited at least
     /// [`SLOW_IO_MS`].
     pub stalled_io: Vec<(u32, u64)>,
+    /// `(device, why)` for devices their node found faulty (down until an operator clears it).
+    pub faulty: Vec<(u32, String)>,
 }
 
 /// An I/O that has waited this long (ms) makes a device a health warning (`device_stalled`).
@@ -252,6 +254,16 @@ impl Health {
                 Severity::Warn,
                 "checksum_errors",
                 format!("dev.{d} returned {n} blocks that failed their checksum"),
+            );
+        }
+        for (d, why) in &f.faulty {
+            add(
+                Severity::Warn,
+                "device_faulty",
+                format!(
+                    "dev.{d} is faulty ({why}): it stays down until `basalt device clear-fault \
+                     {d}` (replace or check the drive first)"
+                ),
             );
         }
         for (d, ms) in &f.stalled_io {
@@ -421,6 +433,7 @@ mod tests {
         f.devices_out = vec![1];
         f.checksum_errors = vec![(2, 3)];
         f.stalled_io = vec![(3, 12_345)];
+        f.faulty = vec![(4, "its store is poisoned".into())];
         let h = Health::judge(&f);
         let checks: Vec<&str> = h.reasons.iter().map(|r| r.check).collect();
         assert_eq!(
@@ -431,11 +444,17 @@ mod tests {
                 "nodes_unreachable",
                 "devices_out",
                 "checksum_errors",
+                "device_faulty",
                 "device_stalled"
             ]
         );
         assert_eq!(
             h.reasons[5].message,
+            "dev.4 is faulty (its store is poisoned): it stays down until `basalt device \
+             clear-fault 4` (replace or check the drive first)"
+        );
+        assert_eq!(
+            h.reasons[6].message,
             "dev.3: an I/O has waited 12.3 s (the device may hang; its node reports it down \
              past its --device-stall-timeout)"
         );

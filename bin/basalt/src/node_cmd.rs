@@ -91,8 +91,8 @@ pub struct NodeArgs {
     pub checksum_error_window: Duration,
     /// A device whose oldest I/O has waited longer than this (it hangs without returning
     /// errors: a firmware stall, a dead path, a hung controller) is reported down like a
-    /// failed one: its placement groups fail over, and it stays down until the node restarts,
-    /// even if the I/O completes later. 0 turns it off.
+    /// failed one: its placement groups fail over, and it stays down (restarts too), even if
+    /// the I/O completes later, until `basalt device clear-fault`. 0 turns it off.
     #[arg(long, value_parser = crate::duration::parse_duration, default_value = "10s")]
     pub device_stall_timeout: Duration,
     /// Time between two heartbeats (pings) this node sends to each other node.

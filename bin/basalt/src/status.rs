@@ -143,6 +143,14 @@ struct DeviceCounts {
     down: Vec<u32>,
     /// Ids of the devices that are out (they get no new data).
     out: Vec<u32>,
+    /// The devices their node found faulty, and why (down until `basalt device clear-fault`).
+    faulty: Vec<FaultyDevice>,
+}
+
+#[derive(Serialize)]
+struct FaultyDevice {
+    id: u32,
+    fault: String,
 }
 
 #[derive(Serialize)]
@@ -204,6 +212,13 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
         up: ids(&|d| d.up).len(),
         down: ids(&|d| !d.up),
         out: ids(&|d| !d.r#in),
+        faulty: cluster
+            .catalog()
+            .list_devices()
+            .await?
+            .into_iter()
+            .filter_map(|d| d.fault.map(|fault| FaultyDevice { id: d.id.0, fault }))
+            .collect(),
     };
     let volumes = cluster.list_volumes().await?;
     let (settings, _) = cluster.catalog().get_settings().await?;
@@ -310,6 +325,11 @@ fn facts(epoch: u64, nodes: &[NodeView], devices: &DeviceCounts, pgs: PgCounts) 
         devices: devices.total,
         devices_down: devices.down.clone(),
         devices_out: devices.out.clone(),
+        faulty: devices
+            .faulty
+            .iter()
+            .map(|d| (d.id, d.fault.clone()))
+            .collect(),
         pgs,
         checksum_errors: nodes
             .iter()

@@ -265,6 +265,9 @@ fn out_and_in(c: &mut UpCluster, dev: u64, copies_on_distinct_hosts: bool) {
         device_record(c, dev)["acting_pgs"].as_u64().unwrap() > 0 && c.all_clean()
     });
     assert!(held(c, dev).values().any(|n| *n > 0), "nothing moved back");
+    // A device no node found faulty has no fault to clear; the command leaves it as it is.
+    let rec = c.up.cli_json(&["device", "clear-fault", &dev.to_string()]);
+    assert!(rec["fault"].is_null() && rec["state"] == "up", "{rec}");
     log.verify(&mut nbd, c.object_size);
     fio_verify(c);
     nbd.disconnect();

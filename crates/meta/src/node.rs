@@ -64,6 +64,11 @@ pub struct DeviceRecord {
     /// down longer than the down-out interval.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub out: Option<OutReason>,
+    /// Why its node found the device faulty (a poisoned store, repeated checksum errors, a
+    /// hang), if it did: the device stays down, across restarts of its node too, until an
+    /// operator clears it (`basalt device clear-fault`, [`Catalog::clear_device_fault`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fault: Option<String>,
 }
 
 impl DeviceRecord {
@@ -188,7 +193,8 @@ impl Catalog {
     /// Registers a device of a starting node by compare-and-swap: a new device gets its
     /// default weight, state up and in; a known one gets its path, capacity and object size
     /// updated and state up, and keeps its weight, class and out mark (an operator's decisions
-    /// survive restarts). A device recorded for another node is refused.
+    /// survive restarts). A device found faulty stays down (a restart does not make a failing
+    /// drive trustworthy). A device recorded for another node is refused.
     pub async fn register_device(
         &self,
         reg: &DeviceRegistration,
@@ -206,6 +212,7 @@ impl Catalog {
                         object_size: reg.object_size,
                         state: DeviceState::Up,
                         out: None,
+                        fault: None,
                     });
                 };
                 if d.node != reg.node {
@@ -221,7 +228,11 @@ impl Catalog {
                 d.path.clone_from(&reg.path);
                 d.capacity = reg.capacity;
                 d.object_size = reg.object_size;
-                d.state = DeviceState::Up;
+                d.state = if d.fault.is_some() {
+                    DeviceState::Down
+                } else {
+                    DeviceState::Up
+                };
                 Ok(d)
             })
             .await?;
@@ -247,6 +258,36 @@ impl Catalog {
         self.change_device(id, |d| {
             d.state = state;
             true
+        })
+        .await
+    }
+
+    /// A node found the device faulty: it is down, for `why`, until an operator clears it.
+    pub async fn report_device_fault(
+        &self,
+        id: DeviceId,
+        why: &str,
+    ) -> Result<DeviceRecord, MetaError> {
+        self.change_device(id, |d| {
+            let changed = d.state != DeviceState::Down || d.fault.as_deref() != Some(why);
+            d.state = DeviceState::Down;
+            d.fault = Some(why.to_string());
+            changed
+        })
+        .await
+    }
+
+    /// The operator's `basalt device clear-fault`: the device (replaced, or checked) is trusted
+    /// again: no fault, and up (its node reports it down again at once if it still finds it
+    /// faulty). A device without a fault is left as it is.
+    pub async fn clear_device_fault(&self, id: DeviceId) -> Result<DeviceRecord, MetaError> {
+        self.change_device(id, |d| {
+            let changed = d.fault.is_some();
+            if changed {
+                d.fault = None;
+                d.state = DeviceState::Up;
+            }
+            changed
         })
         .await
     }

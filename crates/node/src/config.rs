@@ -107,7 +107,7 @@ pub struct NodeConfig {
     pub checksum_error_window: Duration,
     /// A device whose oldest I/O in flight has waited longer than this (it hangs without
     /// returning errors: a firmware stall, a dead path) is reported down like a poisoned store
-    /// (`faults.rs`), until the node restarts; zero: never for stalls.
+    /// (`faults.rs`), until an operator clears the fault; zero: never for stalls.
     pub device_stall_timeout: Duration,
 }
 

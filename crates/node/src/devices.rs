@@ -66,6 +66,14 @@ pub(crate) async fn register(
         object_size: info.object_size,
     };
     let record = catalog.register_device(&registration).await?;
+    if let Some(why) = &record.fault {
+        tracing::error!(
+            device = %info.device_id,
+            path,
+            "the device was found faulty ({why}): it stays down until `basalt device clear-fault {}`",
+            info.device_id.0
+        );
+    }
     tracing::info!(
         device = %info.device_id,
         path,

@@ -6,12 +6,13 @@
 //! its catalog record. The leader's next map marks it down, its PGs fail over to the other
 //! members and, after the down-out interval, are rebuilt elsewhere.
 //!
-//! The report is sticky while the node runs: the node checks its record again every tick and
-//! sets it down again if anything marked it up (a registration, an operator), because the store
-//! stays poisoned (or the drive suspect) until the node restarts; a restart reopens the store
-//! (recovery) and registers the device up again. A stalled device stays down too when its I/O
-//! completes after all: a drive that hung once is not trusted again without an operator (or a
-//! restart), and its PGs have moved on meanwhile.
+//! The report is sticky: the record keeps the reason (`DeviceRecord::fault`), a restart of the
+//! node registers the device down again (a restart does not make a failing drive
+//! trustworthy), and only an operator's `basalt device clear-fault` brings it back. While the
+//! node runs it checks the record every tick and reports the device again if it was marked up
+//! meanwhile, because its store stays poisoned (or the drive suspect) until the node restarts.
+//! A stalled device stays down too when its I/O completes after all: a drive that hung once is
+//! not trusted again without an operator, and its PGs have moved on meanwhile.
 
 use basalt_engine::Store;
 use basalt_meta::{Catalog, DeviceState};
@@ -130,11 +131,11 @@ fn fault(
     })
 }
 
-/// Makes sure the device's record says down. Returns whether it does (so the next tick only
-/// checks it again).
+/// Makes sure the device's record says down and faulty. Returns whether it does (so the next
+/// tick only checks it again).
 async fn report(catalog: &Catalog, dev: DeviceId, why: &str, reported: bool) -> bool {
     match catalog.get_device(dev).await {
-        Ok(Some(rec)) if rec.state == DeviceState::Down => return true,
+        Ok(Some(rec)) if rec.state == DeviceState::Down && rec.fault.is_some() => return true,
         Ok(_) => {}
         Err(e) => {
             tracing::warn!(device = %dev, "reading the device record: {e}");
@@ -144,7 +145,7 @@ async fn report(catalog: &Catalog, dev: DeviceId, why: &str, reported: bool) -> 
     if reported {
         tracing::warn!(device = %dev, "the faulty device was marked up again; reporting it down again ({why})");
     }
-    match catalog.set_device_state(dev, DeviceState::Down).await {
+    match catalog.report_device_fault(dev, why).await {
         Ok(_) => {
             tracing::warn!(device = %dev, "reported down: {why}");
             true

@@ -619,7 +619,8 @@ async fn a_poisoned_store_is_reported_down_and_its_pgs_fail_over() {
 }
 
 /// A device whose reads fail their checksums more often than the limit within the window is
-/// reported down, though its store still works.
+/// reported down, though its store still works; it stays down when its node restarts, until
+/// an operator clears the fault.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn repeated_checksum_errors_mark_a_device_down() {
     let t = three(|c| {
@@ -654,7 +655,34 @@ async fn repeated_checksum_errors_mark_a_device_down() {
     for i in 0..objects {
         assert!(vol.read(i * OBJECT, OBJECT as u32).await.unwrap() == pattern(i, 1));
     }
-    for n in t.nodes {
+    // A restart does not make the drive trustworthy: the device stays down, with its reason.
+    let mut nodes = t.nodes;
+    nodes.remove(0).shutdown().await;
+    let tune = |c: &mut NodeConfig| {
+        c.checksum_error_limit = 2;
+        c.checksum_error_window = Duration::from_secs(600);
+    };
+    let n0 = t.c.node("n0", &t.disks[0], tune).await;
+    let rec = t.c.catalog.get_device(dev).await.unwrap().unwrap();
+    assert_eq!(rec.state, DeviceState::Down, "registered down again");
+    let why = rec.fault.expect("the fault is kept");
+    assert!(why.contains("failed their checksums"), "{why}");
+    let map =
+        t.c.map_where("the restarted node alive", |m| {
+            m.nodes.contains_key(&n0.id())
+        })
+        .await;
+    assert!(!map.is_up(dev), "its faulty device stays down");
+    // The operator clears the fault (the drive replaced or checked): it serves again.
+    let cleared = t.c.catalog.clear_device_fault(dev).await.unwrap();
+    assert!(cleared.fault.is_none() && cleared.state == DeviceState::Up);
+    t.c.map_where("the device up again", |m| m.is_up(dev)).await;
+    nodes.insert(0, n0);
+    until("every PG clean on all three", || all_active(&nodes, true)).await;
+    for i in 0..objects {
+        assert!(vol.read(i * OBJECT, OBJECT as u32).await.unwrap() == pattern(i, 1));
+    }
+    for n in nodes {
         n.shutdown().await;
     }
 }

@@ -165,7 +165,11 @@ async fn release_and_stop(mut t: Three, dev: DeviceId) {
     assert_eq!(
         rec.state,
         DeviceState::Down,
-        "it stays down until a restart"
+        "it stays down until an operator clears the fault"
+    );
+    assert!(
+        rec.fault.as_deref().is_some_and(|f| f.contains("hangs")),
+        "the record says why: {rec:?}"
     );
     for n in std::mem::take(&mut t.nodes) {
         n.shutdown().await;

@@ -322,6 +322,7 @@ pub(crate) async fn catalog_nodes_live_under_a_lease_and_devices_persist(h: Harn
         object_size: 131072,
         state: DeviceState::Up,
         out: None,
+        fault: None,
     };
     c.put_device(&dev).await?;
     ensure!(dev.weight == 100);

@@ -74,6 +74,19 @@ pub(crate) async fn catalog_device_registration_keeps_operator_state(h: Harness)
     );
     ensure!(back.state == DeviceState::Up && back.capacity == 128 << 30);
     ensure!(back.path == "/srv/renamed.img");
+    // A device its node found faulty stays down across a restart, until an operator clears it.
+    let faulty = c
+        .report_device_fault(DeviceId(4), "its store is poisoned")
+        .await?;
+    ensure!(faulty.state == DeviceState::Down);
+    let back = c.register_device(&again).await?;
+    ensure!(
+        back.state == DeviceState::Down && back.fault.as_deref() == Some("its store is poisoned"),
+        "a restart keeps a fault: {back:?}"
+    );
+    let cleared = c.clear_device_fault(DeviceId(4)).await?;
+    ensure!(cleared.state == DeviceState::Up && cleared.fault.is_none());
+    ensure!(c.register_device(&again).await?.state == DeviceState::Up);
     // The automatic down-out rule never overrides an operator, and undoes only itself.
     ensure!(!c.auto_out_device(DeviceId(4)).await?);
     ensure!(!c.auto_in_device(DeviceId(4)).await?);
