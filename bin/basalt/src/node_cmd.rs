@@ -66,6 +66,12 @@ pub struct NodeArgs {
     /// after its last renewal, and other nodes may take its data over.
     #[arg(long, value_parser = crate::duration::parse_duration, default_value = "4s")]
     pub lease_ttl: Duration,
+    /// Lease of the leadership while this node leads (the shorter of this and --lease-ttl):
+    /// when the leader dies, a successor is elected this long after its last renewal and
+    /// marks the dead leader down on the survivors' failure reports, before its node lease
+    /// expires. Losing it costs only an election.
+    #[arg(long, value_parser = crate::duration::parse_duration, default_value = "2s")]
+    pub leader_ttl: Duration,
     /// While this node leads: how long a device may be down before it is marked out
     /// automatically (its placement groups' up sets move), e.g. 10m.
     #[arg(long, value_parser = crate::duration::parse_duration, default_value = "10m")]
@@ -144,6 +150,7 @@ pub async fn run(mut args: NodeArgs) -> anyhow::Result<()> {
     config.io = args.io.into();
     config.store_threads = args.store_threads;
     config.lease_ttl = args.lease_ttl;
+    config.leader_ttl = args.leader_ttl;
     config.down_out_interval = args.down_out_interval;
     config.collect_interval = args.collect_interval;
     config.scrub_bytes_per_sec = args.scrub_rate;

@@ -438,3 +438,45 @@ mod net {
         partition_primary(IO_TIMEOUT, true);
     }
 }
+
+/// The leader is killed (SIGKILL) in a cluster whose node lease (20 s) is much longer than the
+/// leadership's (2 s, the default): a successor is elected once the leadership expires and
+/// marks the dead leader's device down on the two survivors' failure reports, while the dead
+/// node is still registered (its lease has not expired), so its PGs fail over about as fast as
+/// after the kill of any other node. (With the leadership on the node's lease nothing could
+/// mark it down before that lease expired: the node would be seen deregistered, `down`.)
+#[test]
+fn a_killed_leader_is_marked_down_by_its_peers_before_its_lease_expires() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = UpCluster::start(dir.path(), 3, "64MiB", &["--lease-ttl", "20s"]);
+    c.wait_clean(WAIT);
+    let leader = c.leader().expect("a leader");
+    let device = c.node(leader).device;
+    c.kill(leader);
+    let killed = Instant::now();
+    wait_until("the dead leader's device down", WAIT, || {
+        !c.device_up(device)
+    });
+    let status = c.up.cli_json(&["status"]);
+    let node = status["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["id"].as_u64() == Some(leader))
+        .unwrap()
+        .clone();
+    assert_eq!(
+        node["state"],
+        "unreachable",
+        "marked down while still registered (by reports, not by its lease), {:?} after the \
+         kill: {node}",
+        killed.elapsed()
+    );
+    let successor = c.leader().expect("a new leader");
+    assert_ne!(successor, leader);
+    wait_until("every PG active on the survivors", WAIT, || {
+        let pgs = &c.up.cli_json(&["status"])["pgs"];
+        pgs["active"] == pgs["total"] && pgs["degraded"] == pgs["total"]
+    });
+    c.stop();
+}

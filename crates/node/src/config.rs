@@ -72,9 +72,16 @@ pub struct NodeConfig {
     /// runtime a request then runs to completion on one thread, handed from socket to store
     /// and back without waking another thread.
     pub store_threads: bool,
-    /// Liveness lease of the node's registration and of its leadership. The node acknowledges
-    /// data-path requests only while its lease is confirmed (`lease.rs`).
+    /// Liveness lease of the node's registration. The node acknowledges data-path requests
+    /// only while its lease is confirmed (`lease.rs`).
     pub lease_ttl: Duration,
+    /// Lease of its leadership while it leads (the shorter of this and `lease_ttl` is used).
+    /// Shorter than the node's lease so that when the leader dies a successor is elected, and
+    /// applies the survivors' failure reports on the dead leader, before the dead node's own
+    /// lease expires: a kill of the leader then stalls I/O about as long as a kill of another
+    /// node. Losing it costs only an election (maps are published by compare-and-swap on the
+    /// leadership), unlike the node lease, whose loss fences the node's I/O.
+    pub leader_ttl: Duration,
     /// Whether this node may become the leader that computes and publishes cluster maps.
     pub leader_eligible: bool,
     /// While leader: how long a device may be down before it is marked out automatically
@@ -138,6 +145,11 @@ pub const DEFAULT_CHECKSUM_ERROR_WINDOW: Duration = Duration::from_secs(600);
 /// clients give up.
 pub const DEFAULT_DEVICE_STALL_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The default lease of a leadership: about the heartbeat grace (2 s), so that a successor is
+/// elected when the survivors' reports on a dead leader are due; etcd's smallest lease with
+/// its default timing is 2 s anyway.
+pub const DEFAULT_LEADER_TTL: Duration = Duration::from_secs(2);
+
 impl NodeConfig {
     pub fn new(data_dir: impl Into<PathBuf>, listen: SocketAddr) -> NodeConfig {
         NodeConfig {
@@ -150,6 +162,7 @@ impl NodeConfig {
             io: IoMode::Auto,
             store_threads: false,
             lease_ttl: Duration::from_secs(4),
+            leader_ttl: DEFAULT_LEADER_TTL,
             leader_eligible: true,
             down_out_interval: DEFAULT_DOWN_OUT_INTERVAL,
             connector: Arc::new(TcpConnector),

@@ -167,7 +167,7 @@ impl Watcher {
     }
 
     /// Writes a report of each suspect not reported under the current lease, withdraws the
-    /// reports of peers that answer again.
+    /// reports of peers that answer again or left the map (deregistered: no longer needed).
     async fn report(&mut self, suspects: &BTreeSet<NodeId>) -> Result<(), MetaError> {
         let me = self.shared.id;
         let cleared: Vec<NodeId> = self
@@ -179,7 +179,11 @@ impl Watcher {
         for peer in cleared {
             self.catalog.remove_failure_report(me, peer).await?;
             self.reported.remove(&peer);
-            tracing::info!(%peer, "reaching the peer again: failure report withdrawn");
+            if self.pingers.contains_key(&peer) {
+                tracing::info!(%peer, "reaching the peer again: failure report withdrawn");
+            } else {
+                tracing::info!(%peer, "the peer left the map: failure report withdrawn");
+            }
         }
         if suspects.is_empty() {
             return Ok(());

@@ -262,7 +262,7 @@ impl Node {
         if config.leader_eligible {
             let cfg = leader::LeaderConfig {
                 name: format!("{id}@{addr}"),
-                ttl: config.lease_ttl,
+                ttl: config.leader_ttl.min(config.lease_ttl),
                 down_out_interval: config.down_out_interval,
                 computations: computations.clone(),
                 reports: config.reports.clone(),

@@ -16,9 +16,18 @@
 //! 3. `v` was written in the device's last activated interval and that interval is the PG's
 //!    last one: every reachable device that served it holds `v` or newer (a device of the
 //!    interval that lacks it proves it was never acknowledged), or
-//! 4. `v` was written in the device's last activated interval, a later interval went active
-//!    without this device, and some reachable member of the first such interval holds exactly
-//!    `v` (that peering adopted it; a rolled-back version is nowhere in the later interval).
+//! 4. `v` was written in the device's last activated interval, and of the later intervals
+//!    the first that may have gone active (none of its reachable members was left out of its
+//!    activation) decides: a reachable member of it holds exactly `v` (that peering adopted
+//!    it: trusted); a reachable member of it that was complete in it (`last_complete` at or
+//!    past the interval's start, no backfill) lacks `v` (that peering decided against it: not
+//!    trusted). When every reachable member of it was still to be recovered (a member that
+//!    was behind may lack `v` only because recovery had not copied it yet), `v` is kept unless
+//!    something else proves it was never acknowledged: a reachable member of its own interval
+//!    with an older copy, or a member complete in any later interval with an older copy (an
+//!    acknowledged `v` is on all of those, or something newer is). An acknowledged write is
+//!    never dropped on doubt; a write that was never acknowledged may stay then. When no
+//!    later interval may have gone active, rule 3 applies to the device's own interval.
 //!
 //! The authoritative state of an object is the newest trusted version among the devices that
 //! hold complete data (not backfill targets), or "absent" when none is trusted. A serving member
@@ -30,7 +39,7 @@
 //! and the history keeps a member of every interval needed to find it.)
 
 use super::messages::{Held, Holding};
-use basalt_meta::PgHistory;
+use basalt_meta::{PgHistory, PgInterval};
 use basalt_types::{DeviceId, ObjectId, Version};
 use std::collections::BTreeMap;
 
@@ -154,10 +163,10 @@ fn trusted(
     holdings: &BTreeMap<DeviceId, Holding>,
     copies: &Copies,
 ) -> bool {
-    let Some(last) = history.last() else {
+    if history.intervals.is_empty() {
         // Never activated: whatever the devices hold predates replication of this PG.
         return true;
-    };
+    }
     let les = holding.info.les;
     if v <= holding.info.last_complete || v.epoch < les.0 {
         return true;
@@ -167,21 +176,61 @@ fn trusted(
         // that went through a primary; never trusted.
         return false;
     }
-    if last.epoch == les {
-        return last
-            .members
+    // A later interval one of whose reachable members was not activated in it never went
+    // active (a primary activates every serving member before it serves): it decided nothing.
+    let may_have_served = |i: &&PgInterval| {
+        !i.members
             .iter()
-            .filter(|m| holdings.contains_key(m))
-            .all(|m| copies.get(m).is_some_and(|c| c.version >= v));
+            .filter_map(|m| holdings.get(m))
+            .any(|h| h.info.les < i.epoch)
+    };
+    let later: Vec<&PgInterval> = history
+        .intervals
+        .iter()
+        .filter(|i| i.epoch > les)
+        .filter(may_have_served)
+        .collect();
+    let own = history.intervals.iter().find(|i| i.epoch == les);
+    // A reachable member (no backfill under way) of its own interval with an older copy
+    // proves `v` was never acknowledged there (rule 3).
+    let own_lacks = own.is_some_and(|i| {
+        i.members.iter().any(|m| {
+            holdings
+                .get(m)
+                .is_some_and(|h| h.info.backfill.is_none() && older(copies.get(m), v))
+        })
+    });
+    let Some(next) = later.first() else {
+        return own.is_some() && !own_lacks;
+    };
+    if next
+        .members
+        .iter()
+        .any(|m| holdings.contains_key(m) && copies.get(m).is_some_and(|c| c.version == v))
+    {
+        return true;
     }
-    match history.intervals.iter().find(|i| i.epoch > les) {
-        Some(next) => next
-            .members
+    // Rolled back if a member complete in that interval lacks it; else kept, unless its own
+    // interval or a member complete in any later interval proves it was never acknowledged.
+    let complete = |i: &PgInterval, m: &DeviceId| {
+        holdings.get(m).is_some_and(|h| {
+            h.info.backfill.is_none() && h.info.last_complete >= Version::new(i.epoch.0, 0)
+        })
+    };
+    if next.members.iter().any(|m| complete(next, m)) {
+        return false;
+    }
+    let later_lacks = later.iter().any(|i| {
+        i.members
             .iter()
-            .filter(|m| holdings.contains_key(m))
-            .any(|m| copies.get(m).is_some_and(|c| c.version == v)),
-        None => false,
-    }
+            .any(|m| complete(i, m) && older(copies.get(m), v))
+    });
+    !own_lacks && !later_lacks
+}
+
+/// Whether a device's copy is older than `v` (or absent).
+fn older(copy: Option<&Held>, v: Version) -> bool {
+    copy.is_none_or(|c| c.version < v)
 }
 
 /// The objects a plan touches, for logs.
@@ -198,7 +247,6 @@ pub(crate) fn summary(verdicts: &BTreeMap<ObjectId, Verdict>) -> (usize, usize) 
 mod tests {
     use super::*;
     use crate::pg::info::MemberInfo;
-    use basalt_meta::PgInterval;
     use basalt_types::{Epoch, PoolId, VolumeId};
 
     const A: DeviceId = DeviceId(1);
@@ -338,9 +386,10 @@ mod tests {
     #[test]
     fn a_rolled_back_write_never_comes_back_with_its_member() {
         // A wrote 5.4 alone and went away; interval 7 (B, C) went active with 5.3 and did not
-        // touch X. A returns: newest-wins would resurrect 5.4 after reads returned 5.3.
+        // touch X (B and C were complete: activated with last_complete 7.0). A returns:
+        // newest-wins would resurrect 5.4 after reads returned 5.3.
         let h = history(&[(5, &[A, B, C]), (7, &[B, C])]);
-        let hold = holdings(&[(A, 5, v(5, 0)), (B, 7, v(5, 3)), (C, 7, v(5, 3))]);
+        let hold = holdings(&[(A, 5, v(5, 0)), (B, 7, v(7, 0)), (C, 7, v(7, 0))]);
         let c = copies(&[
             (A, v(5, 4), false),
             (B, v(5, 3), false),
@@ -361,6 +410,76 @@ mod tests {
         let out = run(&h, &hold, &[B, C], &c);
         assert_eq!(out.auth, present(v(5, 4), B));
         assert_eq!(out.behind, [C]);
+    }
+
+    #[test]
+    fn a_write_the_next_interval_had_not_recovered_yet_is_kept() {
+        // A and B acknowledged 5.4 in interval 5. Interval 7 went active on C (behind: it was
+        // to recover X from B) and B; B and the 7's primary died before C had X. Only A (5.4)
+        // and C (activated in 7, not complete: last_complete from before) answer: C's lack of
+        // 5.4 proves nothing, 5.4 stays (seed 139 of the cluster simulator lost it).
+        let h = history(&[(5, &[A, B]), (7, &[C, B])]);
+        let hold = holdings(&[(A, 5, v(5, 0)), (C, 7, v(3, 0))]);
+        let c = copies(&[(A, v(5, 4), false), (C, v(3, 2), false)]);
+        let out = run(&h, &hold, &[A, C], &c);
+        assert_eq!(out.auth, present(v(5, 4), A));
+        assert_eq!(out.behind, [C]);
+        assert!(out.divergent.is_empty());
+        // C complete in 7 (last_complete 7.0) and without 5.4: 7's peering rolled it back.
+        let hold = holdings(&[(A, 5, v(5, 0)), (C, 7, v(7, 0))]);
+        let out = run(&h, &hold, &[A, C], &c);
+        assert_eq!(out.auth, present(v(3, 2), C));
+        assert_eq!(out.divergent, [A]);
+    }
+
+    #[test]
+    fn a_rolled_back_write_stays_rolled_back_when_a_later_complete_member_proves_it() {
+        // 5.4 reached only A in interval 5 (A, B). Interval 7 (B, C) went active with 5.3,
+        // C behind; interval 9 (B, M) went active with M complete, holding 5.3. B is gone;
+        // A, C and M answer: 7 cannot tell (C was behind), but M, complete in 9, proves it.
+        const M: DeviceId = DeviceId(4);
+        let h = history(&[(5, &[A, B]), (7, &[B, C]), (9, &[B, M])]);
+        let hold = holdings(&[(A, 5, v(5, 0)), (C, 7, v(3, 0)), (M, 9, v(9, 0))]);
+        let c = copies(&[
+            (A, v(5, 4), false),
+            (C, v(3, 2), false),
+            (M, v(5, 3), false),
+        ]);
+        let out = run(&h, &hold, &[M, C, A], &c);
+        assert_eq!(out.auth, present(v(5, 3), M));
+        assert_eq!(out.divergent, [A]);
+        assert_eq!(out.behind, [C]);
+    }
+
+    #[test]
+    fn a_member_of_its_own_interval_without_it_proves_it_never_acknowledged() {
+        // 5.4 reached A but not C in interval 5 (A, B, C). Interval 7 (B, C, M) went active
+        // with C and M behind; B is gone. C, of interval 5, lacks 5.4: never acknowledged.
+        const M: DeviceId = DeviceId(4);
+        let h = history(&[(5, &[A, B, C]), (7, &[B, C, M])]);
+        let hold = holdings(&[(A, 5, v(5, 0)), (C, 7, v(3, 0)), (M, 7, v(3, 0))]);
+        let c = copies(&[(A, v(5, 4), false), (C, v(5, 3), false)]);
+        let out = run(&h, &hold, &[C, M, A], &c);
+        assert_eq!(out.auth, present(v(5, 3), C));
+        assert_eq!(out.divergent, [A]);
+        assert_eq!(out.behind, [M]);
+    }
+
+    #[test]
+    fn an_interval_that_never_went_active_decides_nothing() {
+        // Interval 7 (B, C) was recorded, but C was never activated in it (its last activation
+        // is 5): it never went active. A's 5.4 is judged as if 5 were the last interval: every
+        // reachable member of 5 (A, C) must hold it.
+        let h = history(&[(5, &[A, C]), (7, &[B, C])]);
+        let hold = holdings(&[(A, 5, v(5, 0)), (C, 5, v(5, 0))]);
+        let c = copies(&[(A, v(5, 4), false), (C, v(5, 4), false)]);
+        let out = run(&h, &hold, &[A, C], &c);
+        assert_eq!(out.auth, present(v(5, 4), A));
+        // C lacks it: never acknowledged in 5.
+        let c = copies(&[(A, v(5, 4), false), (C, v(5, 3), false)]);
+        let out = run(&h, &hold, &[C, A], &c);
+        assert_eq!(out.auth, present(v(5, 3), C));
+        assert_eq!(out.divergent, [A]);
     }
 
     #[test]

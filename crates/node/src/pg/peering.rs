@@ -118,12 +118,15 @@ impl Pg {
             .unwrap_or(Version::NONE);
         for dev in &serving {
             let needs = missing.values().any(|m| m.need.contains(dev));
+            // A member that lacks nothing holds the authority of every object as of this
+            // interval's start: complete there (`authority.rs` rule 4 tells such a member
+            // from one that recovery had yet to bring up to date).
             let info = MemberInfo {
                 les: interval,
                 last_complete: if needs {
                     holdings[dev].info.last_complete
                 } else {
-                    complete_at
+                    complete_at.max(Version::new(interval.0, 0))
                 },
                 backfill: None,
             };
