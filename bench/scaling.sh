@@ -3,19 +3,24 @@
 # CPU capped alike (a cgroup CPU quota per node process), so that the cap, not the one shared
 # disk or the client, is the limit. Prints IOPS, IOPS per node and the share of linear scaling
 # (IOPS of N nodes / (N x IOPS of 1 node)) for 4K random reads and writes, with each node's
-# measured CPU use (it should sit at the cap: else something else limits).
+# measured CPU use (it should sit at the cap: else something else limits) and the gateway's
+# (`basalt up`, uncapped: near 1.0 core per thread it limits instead).
 #
 #   bench/scaling.sh [BASALT_BINARY] [MAX_NODES] [CPU_PER_NODE] [RUNTIME_SECONDS]
 #   (defaults: target/release/basalt, 4, 0.1 of a core, 15)
 #   SCALING_REPLICAS=3 bench/scaling.sh ...   # a pool of 3 copies (from 3 nodes on) instead of 1
-#   SCALING_JOBS=8 SCALING_QD=32 (the defaults): fio jobs (NBD connections) and depth of each
+#   SCALING_JOBS=8 SCALING_QD=128 (the defaults): fio jobs (NBD connections) and depth of each
+#   SCALING_UP_THREADS=1 (the default): `basalt up --threads` (the gateway's threads)
 #
 # Each step starts `basalt up --nodes N` on a fresh directory (its own etcd; pool `default`
 # with SCALING_REPLICAS copies, default 1, so that every node serves its share of primaries),
 # fills the volume, puts every `basalt node` process in a cgroup of its own with the quota
 # (cgroup v1 `cpu` controller or cgroup v2; needs root), and runs fio (ioengine=nbd, 8 jobs x
-# QD32 through the gateway, which stays uncapped like fio and etcd). Numbers, not assertions.
-# The client keeps enough I/O in flight that every node has work queued (256: 64 per node at 4).
+# QD128 through the gateway, which stays uncapped like fio and etcd). Numbers, not assertions.
+# The client keeps enough I/O in flight that every node has a deep queue (1024: 256 per node at
+# 4). With 256 in flight (QD32) the 4-node step reached only 74-80% of linear though every node
+# sat at its cap, so each request cost more CPU there; the likely cause: 64 requests per node
+# are served in smaller batches (more wake-ups and system calls per request) than 256 at one.
 #
 # Needs root, fio with its nbd engine, etcd, python3.
 set -euo pipefail
@@ -25,7 +30,8 @@ CPU=${3:-0.1}
 RUNTIME=${4:-15}
 REPLICAS=${SCALING_REPLICAS:-1}
 JOBS=${SCALING_JOBS:-8}
-QD=${SCALING_QD:-32}
+QD=${SCALING_QD:-128}
+UP_THREADS=${SCALING_UP_THREADS:-1}
 WORK=$(mktemp -d -p "${TMPDIR:-/var/tmp}")
 CG_ROOT=""
 CG_V2=0
@@ -82,13 +88,13 @@ print("%.0f" % side["iops"])'
 declare -A FIRST
 printf 'cap: %s of a core per node process (quota %s us per %s us); pool: %s copies; fio %s jobs x QD%s\n' \
   "$CPU" "$QUOTA" "$PERIOD" "$REPLICAS" "$JOBS" "$QD"
-printf '%-6s %-10s %10s %10s %9s %s\n' nodes job IOPS "per node" linear "node CPU (cores)"
+printf '%-6s %-10s %10s %10s %9s %8s %s\n' nodes job IOPS "per node" linear gateway "node CPU (cores)"
 for n in $(seq 1 "$MAX"); do
   [ "$n" -lt "$REPLICAS" ] && continue
   dir="$WORK/n$n"
   mkdir -p "$dir"
   "$BASALT" up --nodes "$n" --replicas "$REPLICAS" --data "$dir/d" --device-size 2GiB \
-    --volume-size 1GiB --nbd 127.0.0.1:0 >"$dir/up.log" 2>&1 &
+    --volume-size 1GiB --nbd 127.0.0.1:0 --threads "$UP_THREADS" >"$dir/up.log" 2>&1 &
   up=$!
   for _ in $(seq 1 900); do [ -f "$dir/d/cluster.json" ] && break; sleep 0.1; done
   [ -f "$dir/d/cluster.json" ] || { cat "$dir/up.log"; exit 1; }
@@ -100,6 +106,7 @@ for n in $(seq 1 "$MAX"); do
   for rw in randread randwrite; do
     before=()
     for p in $pids; do before+=("$(ticks "$p")"); done
+    up_before=$(ticks "$up")
     t0=$(date +%s.%N)
     iops=$(fio_job "$nbd" "$rw")
     t1=$(date +%s.%N)
@@ -109,9 +116,10 @@ for n in $(seq 1 "$MAX"); do
       used+=$(python3 -c "print('%.2f ' % (($(ticks "$p") - ${before[$i]}) / $(getconf CLK_TCK) / ($t1 - $t0)))")
       i=$((i + 1))
     done
+    gw=$(python3 -c "print('%.2f' % (($(ticks "$up") - $up_before) / $(getconf CLK_TCK) / ($t1 - $t0)))")
     [ -z "${FIRST[$rw]:-}" ] && FIRST[$rw]=$((iops / n))
     linear=$(python3 -c "print('%.0f%%' % (100 * $iops / ($n * ${FIRST[$rw]})))")
-    printf '%-6s %-10s %10s %10s %9s %s\n' "$n" "$rw" "$iops" "$((iops / n))" "$linear" "$used"
+    printf '%-6s %-10s %10s %10s %9s %8s %s\n' "$n" "$rw" "$iops" "$((iops / n))" "$linear" "$gw" "$used"
   done
   kill -INT "$up"
   wait "$up" 2>/dev/null || true
