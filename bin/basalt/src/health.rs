@@ -103,6 +103,8 @@ pub struct Facts {
     pub stalled_io: Vec<(u32, u64)>,
     /// `(device, why)` for devices their node found faulty (down until an operator clears it).
     pub faulty: Vec<(u32, String)>,
+    /// Objects no good copy of was found (every copy fails its checksum).
+    pub unfound_objects: u64,
 }
 
 /// An I/O that has waited this long (ms) makes a device a health warning (`device_stalled`).
@@ -163,6 +165,18 @@ impl Health {
                     "{} of {} placement groups unavailable: no up device holds their data; \
                      their I/O waits, then fails",
                     pgs.unavailable, pgs.total
+                ),
+            );
+        }
+        if f.unfound_objects > 0 {
+            add(
+                Severity::Error,
+                "objects_unfound",
+                format!(
+                    "{} object(s) unfound: every copy fails its checksum; their reads and writes \
+                     fail (`basalt status --json` names their PGs: `unfound_objects`; `basalt pg \
+                     mark-lost` gives a PG up)",
+                    f.unfound_objects
                 ),
             );
         }
@@ -423,6 +437,10 @@ mod tests {
         let h = Health::judge(&f);
         assert_eq!(h.status, Severity::Error);
         assert_eq!(h.reasons[0].check, "pgs_unavailable", "errors come first");
+        f.unfound_objects = 2;
+        let h = Health::judge(&f);
+        assert_eq!(h.reasons[1].check, "objects_unfound");
+        assert!(h.reasons[1].message.starts_with("2 object(s) unfound"));
     }
 
     #[test]

@@ -48,6 +48,8 @@ struct RecoveryView {
     degraded_objects: u64,
     /// Objects still to be copied to devices placement moved PGs to (being backfilled).
     misplaced_objects: u64,
+    /// Objects no good copy of was found (every copy fails its checksum): their I/O fails.
+    unfound_objects: u64,
     /// Objects and bytes recovery and backfill moved per second, over the last seconds.
     objects_per_sec: f64,
     bytes_per_sec: f64,
@@ -74,6 +76,7 @@ impl RecoveryView {
             for p in &s.pgs {
                 r.degraded_objects += p.degraded_objects;
                 r.misplaced_objects += p.misplaced_objects;
+                r.unfound_objects += p.unfound_objects;
             }
             r.objects_per_sec += s.recovery.rate.objects_per_sec;
             r.bytes_per_sec += s.recovery.rate.bytes_per_sec;
@@ -98,8 +101,13 @@ impl RecoveryView {
             None if self.degraded_objects + self.misplaced_objects == 0 => "none".to_string(),
             None => "unknown".to_string(),
         };
+        let unfound = match self.unfound_objects {
+            0 => String::new(),
+            n => format!(" ({n} unfound: no good copy)"),
+        };
         println!(
-            "recovery: {} degraded, {} misplaced object(s); {:.1} objects/s, {}/s; time left {eta}",
+            "recovery: {} degraded{unfound}, {} misplaced object(s); {:.1} objects/s, {}/s; \
+             time left {eta}",
             self.degraded_objects,
             self.misplaced_objects,
             self.objects_per_sec,
@@ -223,7 +231,13 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
     let volumes = cluster.list_volumes().await?;
     let (settings, _) = cluster.catalog().get_settings().await?;
     let recovery = RecoveryView::of(&nodes, &settings);
-    let health = Health::judge(&facts(map.epoch.0, &nodes, &devices, pgs));
+    let health = Health::judge(&facts(
+        map.epoch.0,
+        &nodes,
+        &devices,
+        pgs,
+        recovery.unfound_objects,
+    ));
     let status = ClusterStatus {
         health,
         epoch: map.epoch.0,
@@ -318,8 +332,15 @@ async fn nodes(
         .collect()
 }
 
-fn facts(epoch: u64, nodes: &[NodeView], devices: &DeviceCounts, pgs: PgCounts) -> Facts {
+fn facts(
+    epoch: u64,
+    nodes: &[NodeView],
+    devices: &DeviceCounts,
+    pgs: PgCounts,
+    unfound_objects: u64,
+) -> Facts {
     Facts {
+        unfound_objects,
         epoch,
         nodes: nodes.iter().map(|n| (label(n), n.state)).collect(),
         devices: devices.total,

@@ -342,7 +342,8 @@ impl Pg {
                     members.map(|m| m.dev).collect()
                 };
                 self.good_image(ctx, map, term, &devs, &[self.dev], oid, version)
-                    .await?
+                    .await
+                    .map_err(|e| format!("{oid}: {e}"))?
             }
             Err(e) => return Err(e.to_string()),
         };

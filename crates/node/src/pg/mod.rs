@@ -230,6 +230,11 @@ pub(crate) struct Primary {
     /// Sequence numbers of writes not yet acknowledged by every member.
     pub inflight: BTreeSet<u64>,
     pub missing: BTreeMap<ObjectId, Missing>,
+    /// Missing objects recovery found no good copy of (every source's copy of the
+    /// authoritative version failed its checksum), and why: reads and writes of them fail at
+    /// once (`Checksum`) instead of waiting for a recovery that only retries. Recovery keeps
+    /// retrying; an object leaves this set when it is recovered after all.
+    pub unfound: BTreeMap<ObjectId, String>,
     /// Objects being recovered or backfilled right now: writes wait.
     pub busy: BTreeSet<ObjectId>,
     pub waiters: BTreeMap<ObjectId, Vec<oneshot::Sender<()>>>,
@@ -458,6 +463,7 @@ impl Pg {
                 seq,
                 inflight: BTreeSet::new(),
                 missing: BTreeMap::new(),
+                unfound: BTreeMap::new(),
                 busy: BTreeSet::new(),
                 waiters: BTreeMap::new(),
                 min_size: min_size.max(1),
@@ -603,6 +609,10 @@ pub struct PgSummary {
     /// the backfill began, less what it walked past since).
     #[serde(default)]
     pub misplaced_objects: u64,
+    /// Missing objects no good copy of was found (every copy fails its checksum): their
+    /// reads and writes fail.
+    #[serde(default)]
+    pub unfound_objects: u64,
     pub backfilling: usize,
     pub clean: bool,
     pub recovered_objects: u64,
@@ -673,6 +683,7 @@ impl Pgs {
                     .filter(|t| !t.done)
                     .map(|t| t.objects.saturating_sub(t.walked))
                     .sum(),
+                unfound_objects: p.unfound.len() as u64,
                 backfilling: p.targets.iter().filter(|t| !t.done).count(),
                 clean: p.clean,
                 recovered_objects: p.recovered_objects,
@@ -704,6 +715,7 @@ impl Pg {
             seq: 0,
             inflight: BTreeSet::new(),
             missing: BTreeMap::new(),
+            unfound: BTreeMap::new(),
             busy: BTreeSet::new(),
             waiters: BTreeMap::new(),
             min_size: 1,

@@ -73,6 +73,15 @@ impl Pg {
                 return Err(busy(format!("{} is incomplete: {why}", self.id)));
             }
         }
+        if let Some(why) = p.unfound.get(oid) {
+            return Err(WireError::new(
+                ErrorCode::Checksum,
+                format!(
+                    "{oid} is unfound: {why} (recovery retries; `basalt pg mark-lost` gives up \
+                     its PG)"
+                ),
+            ));
+        }
         if p.must_wait(oid) {
             let (tx, rx) = oneshot::channel();
             p.waiters.entry(*oid).or_default().push(tx);

@@ -23,6 +23,13 @@ use tokio::time::Instant;
 /// How often an active primary tells its members how far they are complete.
 const PUBLISH_COMPLETE: Duration = Duration::from_secs(30);
 
+/// Why one object was not recovered.
+struct RecoverFail {
+    /// Every source's copy of its authoritative version fails its checksum.
+    unfound: bool,
+    why: String,
+}
+
 impl Pg {
     /// Recovers every missing object (returns when none is left, or the generation ended).
     pub(super) async fn recover(
@@ -80,12 +87,18 @@ impl Pg {
                     match r {
                         Ok(bytes) => {
                             p.missing.remove(oid);
+                            p.unfound.remove(oid);
                             p.recovered_objects += 1;
                             p.recovered_bytes += bytes;
                             moved += bytes;
                             objects += 1;
                         }
-                        Err(e) => failure = Some(format!("{oid}: {e}")),
+                        Err(e) => {
+                            if e.unfound && p.unfound.insert(*oid, e.why.clone()).is_none() {
+                                tracing::error!(pg = %self.id, %oid, "unfound: {}; its reads and writes fail until it is recovered", e.why);
+                            }
+                            failure = Some(format!("{oid}: {}", e.why));
+                        }
                     }
                     p.release(oid);
                 }
@@ -116,7 +129,11 @@ impl Pg {
         term: Term,
         oid: ObjectId,
         m: &Missing,
-    ) -> Result<u64, String> {
+    ) -> Result<u64, RecoverFail> {
+        let failed = |why: String| RecoverFail {
+            unfound: false,
+            why,
+        };
         let (meta, data) = if m.deleted {
             let meta = ImageMeta {
                 version: m.version,
@@ -126,17 +143,22 @@ impl Pg {
             (meta, Bytes::new())
         } else {
             self.good_image(ctx, map, term, &m.sources, &[], oid, m.version)
-                .await?
+                .await
+                .map_err(|e| RecoverFail {
+                    unfound: e.every_copy_bad,
+                    why: e.why,
+                })?
         };
         if meta.version != m.version {
-            return Err(format!(
+            return Err(failed(format!(
                 "the source holds {} instead of {}",
                 meta.version, m.version
-            ));
+            )));
         }
         for dev in &m.need {
             self.put(ctx, map, *dev, term, oid, meta.clone(), data.clone())
-                .await?;
+                .await
+                .map_err(failed)?;
         }
         Ok(data.len() as u64 * m.need.len() as u64)
     }

@@ -109,6 +109,21 @@ impl Drop for Exclusive<'_> {
 }
 
 /// Where a good image of an object was found, and which members answered with a bad copy.
+/// Why no good copy of an object was found.
+#[derive(Debug)]
+pub(super) struct NoGoodCopy {
+    /// Every device asked answered with a copy that fails its checksum (none was merely
+    /// unreachable, nor held another version).
+    pub every_copy_bad: bool,
+    pub why: String,
+}
+
+impl std::fmt::Display for NoGoodCopy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.why)
+    }
+}
+
 pub(super) struct Search {
     pub found: Option<(DeviceId, ImageMeta, Bytes)>,
     /// Members whose copy failed its checksum.
@@ -310,17 +325,18 @@ impl Pg {
         known_bad: &[DeviceId],
         oid: ObjectId,
         version: Version,
-    ) -> Result<(ImageMeta, Bytes), String> {
+    ) -> Result<(ImageMeta, Bytes), NoGoodCopy> {
         let mut search = self.search(ctx, map, devs, oid, version).await;
+        let every_copy_bad = !devs.is_empty() && search.bad.len() == devs.len();
         search.bad.extend_from_slice(known_bad);
         let Some((source, meta, data)) = search.found else {
             if !search.bad.is_empty() {
                 self.repairs.unrepairable(1);
             }
-            return Err(format!(
-                "{oid}: no good copy at {version}: {}",
-                search.why.join("; ")
-            ));
+            return Err(NoGoodCopy {
+                every_copy_bad,
+                why: format!("no good copy at {version}: {}", search.why.join("; ")),
+            });
         };
         let serving: Vec<DeviceId> = {
             let st = self.st.lock();
