@@ -101,6 +101,17 @@ pub struct UpArgs {
     /// every object, repairing bad ones), e.g. 4MiB; 0 turns it off.
     #[arg(long, value_parser = crate::scrub::parse_rate, default_value = "4MiB")]
     pub scrub_rate: u64,
+    /// With --nodes: one more option for every `basalt node` process, as `basalt node --help`
+    /// lists them; repeat for several, e.g. --node-arg=--device-stall-timeout=5s
+    /// --node-arg=--heartbeat-grace=1s (not those `up` sets itself: --lease-ttl,
+    /// --down-out-interval, --scrub-rate, --io, --etcd, --listen, --device, --data, --name).
+    #[arg(
+        long = "node-arg",
+        value_name = "OPTION",
+        allow_hyphen_values = true,
+        requires = "nodes"
+    )]
+    pub node_args: Vec<String>,
 }
 
 /// How a device that is not yet a Basalt store may be formatted (shared by `up` and `node`).

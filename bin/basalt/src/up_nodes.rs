@@ -309,6 +309,7 @@ async fn start_node(
         .args(["--lease-ttl", &millis(ttl)])
         .args(["--down-out-interval", &millis(args.down_out_interval)])
         .args(["--scrub-rate", &args.scrub_rate.to_string()])
+        .args(&args.node_args)
         .arg("--data")
         .arg(&dir)
         .env_remove("BASALT_ETCD_PREFIX")

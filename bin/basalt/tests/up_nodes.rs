@@ -19,9 +19,17 @@ fn opts() -> UpOptions {
     UpOptions {
         device_size: "512MiB",
         volume_size: "256MiB",
-        extra: ["--nodes", "3", "--replicas", "1", "--lease-ttl", "3s"]
-            .map(String::from)
-            .to_vec(),
+        extra: [
+            "--nodes",
+            "3",
+            "--replicas",
+            "1",
+            "--lease-ttl",
+            "3s",
+            "--node-arg=--device-stall-timeout=7s",
+        ]
+        .map(String::from)
+        .to_vec(),
     }
 }
 
@@ -126,6 +134,15 @@ fn three_node_processes_serve_survive_a_dead_node_and_restart_with_the_same_data
         "{file}"
     );
     assert!(nodes.values().all(|(_, pid)| alive(*pid)), "{file}");
+    // --node-arg reached every node (which accepted it: it runs).
+    for (name, (_, pid)) in &nodes {
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        assert!(
+            cmdline.contains("--device-stall-timeout=7s"),
+            "{name}: {cmdline}"
+        );
+    }
     fio(&up.uri("vol0"), &[]);
     // Run to completion: each node drives its store from the thread that serves its network
     // (`basalt node --threads 1`, the default), so no store I/O thread exists.
@@ -235,6 +252,8 @@ fn up_nodes_refuses_bad_combinations_and_a_single_node_directory() {
     let err = run(&["--nodes", "2", "--replicas", "3"]);
     assert!(err.contains("--replicas 3 needs at least 3 nodes"), "{err}");
     let err = run(&["--replicas", "1"]);
+    assert!(err.contains("--nodes"), "{err}");
+    let err = run(&["--node-arg=--heartbeat-grace=1s"]);
     assert!(err.contains("--nodes"), "{err}");
     let err = run(&["--nodes", "2", "--listen", "127.0.0.1:0"]);
     assert!(err.contains("cannot be used with"), "{err}");
