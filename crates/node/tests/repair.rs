@@ -11,13 +11,13 @@ use basalt_meta::DeviceState;
 use basalt_node::{AdminRequest, DeviceConfig, Node, NodeConfig, ScrubReport};
 use basalt_placement::ClusterMap;
 use basalt_proto::{Request, Response};
-use basalt_types::{DeviceId, ObjectId, Version};
+use basalt_types::{ObjectId, Version};
 use bytes::Bytes;
 use std::time::Duration;
 
 mod common;
 
-use common::{Cluster, OBJECT, PGS, WAIT};
+use common::{Cluster, OBJECT, PGS, device_of, pattern, until};
 
 const DISK: u64 = 64 << 20;
 
@@ -65,22 +65,6 @@ async fn three(tune: impl Fn(&mut NodeConfig)) -> Three {
     Three { c, disks, nodes }
 }
 
-/// Polls `cond` until it holds (or panics after [`WAIT`] with `what`).
-async fn until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !cond() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not within {WAIT:?}: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-fn device_of(node: &Node) -> DeviceId {
-    node.status().devices[0].id
-}
-
 fn all_active(nodes: &[Node], clean: bool) -> bool {
     let pgs: Vec<_> = nodes
         .iter()
@@ -96,17 +80,6 @@ fn repaired(nodes: &[Node]) -> u64 {
 
 fn checksum_errors(node: &Node) -> u64 {
     node.status().devices[0].checksum_errors
-}
-
-/// The bytes of object `i` in generation `g`: every 8-byte word names both.
-fn pattern(i: u64, g: u64) -> Bytes {
-    let word = ((g << 32) | i).to_le_bytes();
-    word.iter()
-        .copied()
-        .cycle()
-        .take(OBJECT as usize)
-        .collect::<Vec<u8>>()
-        .into()
 }
 
 async fn write_all(vol: &Volume, objects: u64, g: u64) {

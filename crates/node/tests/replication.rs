@@ -7,12 +7,11 @@ use basalt_client::Volume;
 use basalt_meta::OutReason;
 use basalt_node::{DeviceConfig, Node, NodeStatus};
 use basalt_types::DeviceId;
-use bytes::Bytes;
 use std::time::Duration;
 
 mod common;
 
-use common::{Cluster, OBJECT, PGS, WAIT};
+use common::{Cluster, OBJECT, PGS, WAIT, device_of, pattern, until};
 
 impl Cluster {
     /// Starts (or restarts, with its data) node `name` with one 256 MiB device file.
@@ -24,22 +23,6 @@ impl Cluster {
         };
         self.start_node(name, device, |_| {}).await
     }
-}
-
-/// Polls `cond` until it holds (or panics after [`WAIT`] with `what`).
-async fn until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !cond() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not within {WAIT:?}: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-fn device_of(node: &Node) -> DeviceId {
-    node.status().devices[0].id
 }
 
 /// Whether `nodes` together run every PG of the pool as active primaries (and, with `clean`,
@@ -55,17 +38,6 @@ fn all_active(nodes: &[&Node], clean: bool) -> bool {
 
 fn objects_on(status: &NodeStatus) -> u64 {
     status.devices.iter().map(|d| d.objects).sum()
-}
-
-/// The bytes of object `i` in generation `g`: every 8-byte word names both.
-fn pattern(i: u64, g: u64) -> Bytes {
-    let word = ((g << 32) | i).to_le_bytes();
-    word.iter()
-        .copied()
-        .cycle()
-        .take(OBJECT as usize)
-        .collect::<Vec<u8>>()
-        .into()
 }
 
 async fn write_all(vol: &Volume, objects: u64, g: u64) {

@@ -12,12 +12,11 @@ use basalt_meta::DeviceState;
 use basalt_node::{DeviceConfig, Node, NodeConfig};
 use basalt_proto::{ErrorCode, Request};
 use basalt_types::{DeviceId, ObjectId, Version};
-use bytes::Bytes;
 use std::time::Duration;
 
 mod common;
 
-use common::{Cluster, OBJECT, PGS, WAIT};
+use common::{Cluster, OBJECT, PGS, WAIT, device_of, pattern, until};
 
 const DISK: u64 = 64 << 20;
 
@@ -67,22 +66,6 @@ async fn three() -> Three {
     Three { c, disks, nodes }
 }
 
-/// Polls `cond` until it holds (or panics after [`WAIT`] with `what`).
-async fn until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !cond() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not within {WAIT:?}: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-fn device_of(node: &Node) -> DeviceId {
-    node.status().devices[0].id
-}
-
 /// PGs the nodes serve as active primaries (and clean, with `clean`).
 fn active(nodes: &[Node], clean: bool) -> usize {
     nodes
@@ -90,17 +73,6 @@ fn active(nodes: &[Node], clean: bool) -> usize {
         .flat_map(|n| n.status().pgs)
         .filter(|p| p.status.state == "active" && (!clean || p.clean))
         .count()
-}
-
-/// The bytes of object `i` in generation `g`: every 8-byte word names both.
-fn pattern(i: u64, g: u64) -> Bytes {
-    let word = ((g << 32) | i).to_le_bytes();
-    word.iter()
-        .copied()
-        .cycle()
-        .take(OBJECT as usize)
-        .collect::<Vec<u8>>()
-        .into()
 }
 
 fn oid(vol: &Volume, i: u64) -> ObjectId {

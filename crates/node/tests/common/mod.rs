@@ -1,4 +1,4 @@
-//! The fixture shared by the in-process cluster tests (`replication.rs`, `repair.rs`): real
+//! The fixture shared by the in-process cluster tests (`replication.rs`, `repair.rs`, `stall.rs`): real
 //! nodes in one process on the embedded metadata store, TCP between them, the client library.
 #![allow(dead_code)]
 
@@ -6,6 +6,8 @@ use basalt_client::{Cluster as Client, ClusterConfig, Volume, VolumeOptions};
 use basalt_meta::{Catalog, EmbeddedStore, MetaStore, PoolSpec};
 use basalt_node::{DeviceConfig, Node, NodeConfig};
 use basalt_placement::ClusterMap;
+use basalt_types::DeviceId;
+use bytes::Bytes;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -101,4 +103,32 @@ impl Cluster {
         .await;
         found.unwrap_or_else(|_| panic!("no map with {what} within {WAIT:?}"))
     }
+}
+
+/// Polls `cond` until it holds (or panics after [`WAIT`] with `what`).
+pub async fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !cond() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not within {WAIT:?}: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The first device of `node`.
+pub fn device_of(node: &Node) -> DeviceId {
+    node.status().devices[0].id
+}
+
+/// The bytes of object `i` in generation `g`: every 8-byte word names both.
+pub fn pattern(i: u64, g: u64) -> Bytes {
+    let word = ((g << 32) | i).to_le_bytes();
+    word.iter()
+        .copied()
+        .cycle()
+        .take(OBJECT as usize)
+        .collect::<Vec<u8>>()
+        .into()
 }
