@@ -1,5 +1,6 @@
-//! The fixture shared by the in-process cluster tests (`replication.rs`, `repair.rs`, `stall.rs`): real
-//! nodes in one process on the embedded metadata store, TCP between them, the client library.
+//! The fixture shared by the in-process cluster tests (`replication.rs`, `repair.rs`,
+//! `stall.rs`): real nodes in one process on the embedded metadata store, TCP between them, the
+//! client library.
 #![allow(dead_code)]
 
 use basalt_client::{Cluster as Client, ClusterConfig, Volume, VolumeOptions};
