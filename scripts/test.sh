@@ -16,6 +16,16 @@ export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/basalt/target}
 export RUST_BACKTRACE=${RUST_BACKTRACE:-1}
 start=$(date +%s)
 step() { printf '\n== %s (+%ss)\n' "$*" "$(( $(date +%s) - start ))"; }
+free_gib() { df -Pk "$1" | awk 'NR == 2 { print int($4 / 1048576) }'; }
+
+# Cargo never collects its own garbage: incremental sessions alone grow by gigabytes, and the
+# tests need room for their devices, fio's files and bench reports. On a low disk, drop them
+# (the next build is slower; nothing else changes).
+mkdir -p "$CARGO_TARGET_DIR"
+if [ "$(free_gib "$CARGO_TARGET_DIR")" -lt 12 ]; then
+  step "low disk ($(free_gib "$CARGO_TARGET_DIR") GiB free): removing $CARGO_TARGET_DIR/*/incremental"
+  rm -rf "$CARGO_TARGET_DIR"/*/incremental
+fi
 
 step "format"
 cargo fmt --all -- --check
@@ -24,5 +34,11 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 step "build"
 cargo test --workspace --locked --no-run
 step "tests"
+# At their peak the tests hold about 6 GiB of device files (fallocated), fio files and reports.
+tmp=${TMPDIR:-/tmp}
+if [ "$(free_gib "$tmp")" -lt 8 ]; then
+  echo "only $(free_gib "$tmp") GiB free under $tmp: the tests need about 8 GiB" >&2
+  exit 1
+fi
 cargo test --workspace --locked
 step "all tests passed"

@@ -291,6 +291,10 @@ fn cluster_profile_puts_a_replicated_cluster_beside_one_node() {
             "cluster",
             "--only",
             "randwrite-4k-qd64",
+            // Four devices (three nodes and the single one): 512 MiB each instead of the
+            // default 1.1 GiB keeps the test's disk footprint small.
+            "--device-size",
+            "512MiB",
             "--no-baseline",
             "--basalt-bin",
             bin.to_str().expect("utf8"),
