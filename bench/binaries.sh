@@ -9,13 +9,19 @@
 #   BINARIES_NODES=3 bench/binaries.sh ...   # each binary serves `basalt up --nodes 3` (3 copies)
 #   (results of one run on the 2-vCPU development VM are in the foundations issue's note)
 #
-# Needs fio with its nbd engine. Each binary's device file is 2 GiB in a temporary directory;
-# the volume is filled once before measuring so that reads hit written data.
+# Needs fio with its nbd engine. Each binary's device file is 2 GiB in a temporary directory
+# (BINARIES_DEVICE_SIZE; with BINARIES_NODES=3 that is six files: 1536MiB fits a 1 GiB volume),
+# the volume 1 GiB (BINARIES_VOLUME_SIZE); it is filled once before measuring so that reads
+# hit written data.
 set -euo pipefail
 OLD=$1
 NEW=$2
 RUNTIME=${3:-15}
 ROUNDS=${4:-2}
+DEVICE_SIZE=${BINARIES_DEVICE_SIZE:-2GiB}
+VOLUME_SIZE=${BINARIES_VOLUME_SIZE:-1GiB}
+FIO_SIZE=${VOLUME_SIZE%B}
+FIO_SIZE=$(numfmt --from=iec "${FIO_SIZE%i}") # fio wants bytes
 WORK=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$WORK"' EXIT
 
@@ -23,7 +29,8 @@ start() { # name binary port
   mkdir -p "$WORK/$1"
   local shape=(--listen 127.0.0.1:0)
   [ -n "${BINARIES_NODES:-}" ] && shape=(--nodes "$BINARIES_NODES")
-  "$2" up --data "$WORK/$1" --device-size 2GiB --volume-size 1GiB --nbd "127.0.0.1:$3" \
+  "$2" up --data "$WORK/$1" --device-size "$DEVICE_SIZE" --volume-size "$VOLUME_SIZE" \
+    --nbd "127.0.0.1:$3" \
     "${shape[@]}" >"$WORK/$1/up.log" 2>&1 &
   for _ in $(seq 1 300); do
     grep -q "Stop with Ctrl-C" "$WORK/$1/up.log" 2>/dev/null && return 0
@@ -46,7 +53,7 @@ ticks() { # name -> CPU ticks used so far by its `up` process and that process's
 
 job() { # port rw bs iodepth runtime -> "iops mean_us ios"
   fio --name=j --ioengine=nbd --uri="nbd://127.0.0.1:$1/vol0" --rw="$2" --bs="$3" \
-    --iodepth="$4" --size=1g --runtime="$5" --time_based --ramp_time=2 --randseed=1 \
+    --iodepth="$4" --size="$FIO_SIZE" --runtime="$5" --time_based --ramp_time=2 --randseed=1 \
     --output-format=json |
     python3 -c '
 import json, sys
@@ -60,7 +67,7 @@ start old "$OLD" 10901
 start new "$NEW" 10902
 for port in 10901 10902; do
   fio --name=fill --ioengine=nbd --uri="nbd://127.0.0.1:$port/vol0" --rw=write --bs=1m \
-    --iodepth=8 --size=1g >/dev/null
+    --iodepth=8 --size="$FIO_SIZE" >/dev/null
 done
 
 # BINARIES_JOBS="randwrite 4k 64;write 128k 16" picks jobs ("rw bs iodepth", ';'-separated).

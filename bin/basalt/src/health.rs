@@ -105,6 +105,8 @@ pub struct Facts {
     pub faulty: Vec<(u32, String)>,
     /// Objects no good copy of was found (every copy fails its checksum).
     pub unfound_objects: u64,
+    /// Devices much slower than their peers (`slow.rs`).
+    pub slow_devices: Vec<crate::slow::SlowDevice>,
 }
 
 /// An I/O that has waited this long (ms) makes a device a health warning (`device_stalled`).
@@ -288,6 +290,24 @@ impl Health {
                     "dev.{d}: an I/O has waited {:.1} s (the device may hang; its node reports \
                      it down past its --device-stall-timeout)",
                     *ms as f64 / 1000.0
+                ),
+            );
+        }
+        for d in &f.slow_devices {
+            let than = match d.peers_ms {
+                Some(m) => format!(
+                    "{:.0}x the {m:.1} ms of its class's other devices",
+                    d.io_ms / m
+                ),
+                None => "and it has no peers of its class".into(),
+            };
+            add(
+                Severity::Warn,
+                "device_slow",
+                format!(
+                    "dev.{} is slow: {:.1} ms per I/O over the last 10 s, {than}; every PG it \
+                     serves waits for it (`basalt device out {}` moves its data off)",
+                    d.id, d.io_ms, d.id
                 ),
             );
         }
@@ -479,5 +499,44 @@ mod tests {
         assert_eq!(h.status, Severity::Error);
         f.epoch = 0;
         assert_eq!(Health::judge(&f).reasons[0].check, "no_map");
+    }
+
+    #[test]
+    fn a_slow_device_warns_naming_it_and_its_peers() {
+        let mut f = facts(PgCounts {
+            total: 1,
+            active: 1,
+            active_clean: 1,
+            ..PgCounts::default()
+        });
+        f.slow_devices = vec![
+            crate::slow::SlowDevice {
+                id: 2,
+                io_ms: 412.34,
+                peers_ms: Some(1.5),
+            },
+            crate::slow::SlowDevice {
+                id: 5,
+                io_ms: 1500.0,
+                peers_ms: None,
+            },
+        ];
+        let h = Health::judge(&f);
+        assert_eq!(h.status, Severity::Warn);
+        assert_eq!(h.reasons.len(), 2, "{h:?}");
+        assert_eq!(h.reasons[0].check, "device_slow");
+        assert_eq!(
+            h.reasons[0].message,
+            "dev.2 is slow: 412.3 ms per I/O over the last 10 s, 275x the 1.5 ms of its \
+             class's other devices; every PG it serves waits for it (`basalt device out 2` \
+             moves its data off)"
+        );
+        assert!(
+            h.reasons[1].message.starts_with(
+                "dev.5 is slow: 1500.0 ms per I/O over the last 10 s, and it has no peers"
+            ),
+            "{}",
+            h.reasons[1].message
+        );
     }
 }

@@ -138,6 +138,7 @@ struct NodeView {
 #[derive(Serialize)]
 struct DeviceView {
     id: u32,
+    class: String,
     up: bool,
     #[serde(rename = "in")]
     is_in: bool,
@@ -153,6 +154,9 @@ struct DeviceCounts {
     out: Vec<u32>,
     /// The devices their node found faulty, and why (down until `basalt device clear-fault`).
     faulty: Vec<FaultyDevice>,
+    /// The devices much slower than the others of their class over the last 10 s
+    /// (`slow.rs`), with their and their peers' mean milliseconds per I/O.
+    slow: Vec<crate::slow::SlowDevice>,
 }
 
 #[derive(Serialize)]
@@ -227,6 +231,7 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
             .into_iter()
             .filter_map(|d| d.fault.map(|fault| FaultyDevice { id: d.id.0, fault }))
             .collect(),
+        slow: crate::slow::slow_devices(&latencies(&nodes)),
     };
     let volumes = cluster.list_volumes().await?;
     let (settings, _) = cluster.catalog().get_settings().await?;
@@ -320,6 +325,7 @@ async fn nodes(
                     .filter(|(_, d)| d.node == id)
                     .map(|(d, info)| DeviceView {
                         id: d.0,
+                        class: info.class.clone(),
                         up: info.up,
                         is_in: info.r#in,
                     })
@@ -365,7 +371,27 @@ fn facts(
                 .filter_map(|n| n.status.as_ref())
                 .flat_map(|s| &s.devices),
         ),
+        slow_devices: devices.slow.clone(),
     }
+}
+
+/// The recent latency of every device whose node reported one, with its class from the map.
+fn latencies(nodes: &[NodeView]) -> Vec<crate::slow::DeviceLatency> {
+    nodes
+        .iter()
+        .filter_map(|n| Some((n, n.status.as_ref()?)))
+        .flat_map(|(n, s)| {
+            s.devices.iter().filter_map(|d| {
+                let class = n.devices.iter().find(|v| v.id == d.id.0)?.class.clone();
+                Some(crate::slow::DeviceLatency {
+                    id: d.id.0,
+                    class,
+                    io_ms: d.io_latency_ms?,
+                    ios: d.recent_ios,
+                })
+            })
+        })
+        .collect()
 }
 
 /// `(device, ms)` for the devices whose oldest I/O in flight has waited at least
@@ -466,12 +492,15 @@ fn print_nodes(s: &ClusterStatus) {
                 (false, false) => " (down, out)",
             };
             let r = reported.and_then(|r| r.iter().find(|r| r.id.0 == d.id));
-            let stall = match r.and_then(|r| r.oldest_io_ms) {
+            let mut stall = match r.and_then(|r| r.oldest_io_ms) {
                 Some(ms) if ms >= crate::health::SLOW_IO_MS => {
                     format!(" (I/O waiting {:.1} s)", ms as f64 / 1000.0)
                 }
                 _ => String::new(),
             };
+            if let Some(slow) = s.devices.slow.iter().find(|x| x.id == d.id) {
+                stall.push_str(&format!(" (slow: {:.1} ms per I/O)", slow.io_ms));
+            }
             row.push(format!("dev.{}{state}{stall}", d.id));
             if let Some(r) = r {
                 row.extend([
@@ -549,6 +578,9 @@ mod tests {
             flushes: 0,
             checksum_errors: 0,
             oldest_io_ms,
+            io_latency_ms: None,
+            recent_ios: 0,
+            flush_latency_ms: None,
         }
     }
 

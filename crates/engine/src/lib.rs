@@ -241,6 +241,13 @@ pub struct StoreStats {
     /// a node judges the device's health by (`--checksum-error-limit`).
     pub bad_blocks: u64,
     pub writeback_batches: u64,
+    /// Device reads and writes completed, and the microseconds they took in sum (submission
+    /// to completion); the mean latency over an interval is the quotient of the differences.
+    pub ios_done: u64,
+    pub io_micros: u64,
+    /// Device flushes (fdatasync) completed, and the microseconds they took in sum.
+    pub flushes_done: u64,
+    pub flush_micros: u64,
     /// How long the oldest device request in flight has waited ([`Store::oldest_io_age`]).
     pub oldest_io_age: Option<Duration>,
 }

@@ -315,6 +315,10 @@ impl Store {
             checksum_errors: get(&s.checksum_errors),
             bad_blocks: get(&s.bad_blocks),
             writeback_batches: get(&s.writeback_batches),
+            ios_done: get(&s.ios_done),
+            io_micros: get(&s.io_micros),
+            flushes_done: get(&s.flushes_done),
+            flush_micros: get(&s.flush_micros),
             oldest_io_age: s.io_age.age(),
         }
     }

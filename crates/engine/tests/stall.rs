@@ -148,3 +148,66 @@ async fn the_oldest_io_age_of_a_store_on_its_own_thread() {
     assert_eq!(store.read(oid(2), 0, OBJ).await.unwrap(), data(9));
     store.close().await.unwrap();
 }
+
+/// Completed requests count their time on the device (virtual time here: exact): a write held
+/// 30 s by the disk and a read held 12 s add at least that much to the sums of their kind, and
+/// a flush nothing held stays fast.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn completed_requests_count_their_time_on_the_device() {
+    let disk = disk();
+    let store = Store::spawn_sim(&disk, &OpenOptions::default()).unwrap();
+    let _unstall = Unstall(disk.clone());
+    let before = store.stats();
+
+    disk.stall(true);
+    let write = store.submit_write(oid(1), 0, data(7), WriteOptions::buffered());
+    until("the write is in flight", Duration::from_secs(1), || {
+        store.oldest_io_age().is_some()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    disk.stall(false);
+    write.await.unwrap();
+    until("nothing in flight", Duration::from_secs(5), || {
+        store.oldest_io_age().is_none()
+    })
+    .await;
+    let written = store.stats();
+    let ios = written.ios_done - before.ios_done;
+    assert!(ios >= 1, "the write completed on the device");
+    assert!(
+        written.io_micros - before.io_micros >= 30_000_000,
+        "{ios} requests took {} µs in sum",
+        written.io_micros - before.io_micros
+    );
+
+    store.flush().await.unwrap();
+    let flushed = store.stats();
+    assert!(
+        flushed.flushes_done > written.flushes_done,
+        "a flush completed"
+    );
+    let flush_micros = flushed.flush_micros - written.flush_micros;
+    assert!(
+        flush_micros < 1_000_000,
+        "an unheld flush took {flush_micros} µs"
+    );
+
+    disk.stall(true);
+    let read = store.submit_read(oid(1), 0, OBJ);
+    until("the read is in flight", Duration::from_secs(1), || {
+        store.oldest_io_age().is_some()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    disk.stall(false);
+    assert_eq!(read.await.unwrap(), data(7));
+    let read_done = store.stats();
+    assert!(read_done.ios_done > flushed.ios_done, "the read completed");
+    assert!(
+        read_done.io_micros - flushed.io_micros >= 12_000_000,
+        "the read took {} µs",
+        read_done.io_micros - flushed.io_micros
+    );
+    store.close().await.unwrap();
+}

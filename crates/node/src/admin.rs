@@ -108,6 +108,16 @@ pub struct DeviceStatus {
     /// node reports it down (`faults.rs`).
     #[serde(default)]
     pub oldest_io_ms: Option<u64>,
+    /// Mean milliseconds per device read or write completed in the last 10 s (`None`: none
+    /// completed), and how many completed (`latency.rs`). `basalt status` warns about a device
+    /// much slower than its peers (`device_slow`).
+    #[serde(default)]
+    pub io_latency_ms: Option<f64>,
+    #[serde(default)]
+    pub recent_ios: u64,
+    /// Mean milliseconds per device flush (fdatasync) completed in the last 10 s.
+    #[serde(default)]
+    pub flush_latency_ms: Option<f64>,
 }
 
 pub(crate) struct AdminHandler {
@@ -174,12 +184,14 @@ impl AdminHandler {
     }
 
     pub(crate) fn status(&self, node: &NodeShared) -> NodeStatus {
+        let latency = node.latency.lock().expect("latency map lock").clone();
         let mut devices: Vec<DeviceStatus> = node
             .maps
             .stores()
             .values()
             .map(|s| {
                 let (info, st) = (s.info(), s.stats());
+                let lat = latency.get(&info.device_id).copied().unwrap_or_default();
                 DeviceStatus {
                     id: info.device_id,
                     io_backend: info.io_backend.to_string(),
@@ -198,6 +210,9 @@ impl AdminHandler {
                     oldest_io_ms: st
                         .oldest_io_age
                         .map(|a| u64::try_from(a.as_millis()).unwrap_or(u64::MAX)),
+                    io_latency_ms: lat.io_ms,
+                    recent_ios: lat.ios,
+                    flush_latency_ms: lat.flush_ms,
                 }
             })
             .collect();

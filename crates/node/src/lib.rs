@@ -41,6 +41,7 @@ mod flush;
 mod gather;
 mod heartbeat;
 mod identity;
+mod latency;
 mod leader;
 mod lease;
 mod mapstate;

@@ -170,6 +170,7 @@ impl Node {
             volumes: Volumes::new(Some(catalog.clone())),
             collector: Default::default(),
             hung: watch::channel(BTreeSet::new()).0,
+            latency: Default::default(),
         });
         if let Some((map, _)) = catalog.get_map::<ClusterMap>().await? {
             shared.maps.offer(map);
@@ -223,6 +224,11 @@ impl Node {
             )),
             tokio::spawn(crate::pg::scrub::background(
                 shared.pgs.clone(),
+                stop_rx.clone(),
+            )),
+            tokio::spawn(crate::latency::watch(
+                stores.clone(),
+                shared.latency.clone(),
                 stop_rx.clone(),
             )),
             tokio::spawn(faults::watch(

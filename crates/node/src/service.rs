@@ -38,6 +38,8 @@ pub(crate) struct NodeShared {
     /// Local devices whose I/O hangs (`faults.rs`): sub-operations waiting on them are
     /// answered with an error instead of holding their connection's budget forever.
     pub(crate) hung: watch::Sender<BTreeSet<DeviceId>>,
+    /// Each local device's recent latency (`latency.rs`), for `basalt status`.
+    pub(crate) latency: crate::latency::Latencies,
 }
 
 /// The node as a [`Service`]: the TCP server calls it for each decoded frame, and a client in the

@@ -76,6 +76,7 @@ pub(crate) fn shared(
         volumes,
         collector: Default::default(),
         hung: tokio::sync::watch::channel(Default::default()).0,
+        latency: Default::default(),
     })
 }
 

@@ -57,8 +57,9 @@ impl InFlight {
         (i, prev.is_none())
     }
 
-    /// Removes a completed request; returns its context and whether it was the oldest.
-    pub fn remove(&mut self, token: usize) -> Option<(IoCtx, bool)> {
+    /// Removes a completed request; returns its context, when it was submitted and whether it
+    /// was the oldest.
+    pub fn remove(&mut self, token: usize) -> Option<(IoCtx, Instant, bool)> {
         let e = self.slab.remove(token)?;
         match e.prev {
             Some(p) => self.entry(p).next = e.next,
@@ -68,7 +69,7 @@ impl InFlight {
             Some(n) => self.entry(n).prev = e.prev,
             None => self.tail = e.prev,
         }
-        Some((e.ctx, e.prev.is_none()))
+        Some((e.ctx, e.at, e.prev.is_none()))
     }
 
     /// When the oldest request in flight was submitted.
@@ -150,17 +151,19 @@ mod tests {
         let (c, _) = f.insert(IoCtx::WriteBack, at(base, 3));
         assert_eq!(f.oldest(), Some(at(base, 1)));
         // The middle one completes first: the oldest stays.
-        assert!(!f.remove(b).unwrap().1);
+        assert!(!f.remove(b).unwrap().2);
         assert_eq!(f.oldest(), Some(at(base, 1)));
         assert!(f.remove(b).is_none(), "removed once");
-        assert!(f.remove(a).unwrap().1, "the oldest completed");
+        let (_, submitted, oldest) = f.remove(a).unwrap();
+        assert!(oldest, "the oldest completed");
+        assert_eq!(submitted, at(base, 1), "its submission instant comes back");
         assert_eq!(f.oldest(), Some(at(base, 3)));
         // A slot freed by `b` is reused at the tail, not at its old place.
         let (d, _) = f.insert(IoCtx::WriteBack, at(base, 4));
         assert_eq!(f.len(), 2);
-        assert!(f.remove(c).unwrap().1);
+        assert!(f.remove(c).unwrap().2);
         assert_eq!(f.oldest(), Some(at(base, 4)));
-        assert!(f.remove(d).unwrap().1);
+        assert!(f.remove(d).unwrap().2);
         assert_eq!((f.oldest(), f.len()), (None, 0));
         let (_, first) = f.insert(IoCtx::WriteBack, at(base, 5));
         assert!(first, "the list is empty again");

@@ -49,6 +49,13 @@ pub(crate) struct Shared {
     /// Distinct bad blocks behind those errors ([`Engine::checksum_error`]).
     pub bad_blocks: AtomicU64,
     pub writeback_batches: AtomicU64,
+    /// Device requests completed (reads and writes; flushes apart) and the microseconds they
+    /// took in sum, from submission to completion: their mean latency over any interval is
+    /// the quotient of two differences (the node's window in `faults.rs`).
+    pub ios_done: AtomicU64,
+    pub io_micros: AtomicU64,
+    pub flushes_done: AtomicU64,
+    pub flush_micros: AtomicU64,
     pub used_slots: AtomicU64,
     pub objects: AtomicU64,
     pub tombstones: AtomicU64,
@@ -373,6 +380,23 @@ impl Engine {
         checksum_error(&self.shared, &mut self.bad_seen, off, crc);
     }
 
+    /// Adds a completed request's time on the device to the latency counters.
+    fn count_latency(&self, ctx: &IoCtx, submitted: Instant) {
+        let took = self.clock.now().saturating_duration_since(submitted);
+        let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        let (done, sum) = match ctx {
+            IoCtx::Flush { .. } => (&self.shared.flushes_done, &self.shared.flush_micros),
+            _ => (&self.shared.ios_done, &self.shared.io_micros),
+        };
+        done.fetch_add(1, Ordering::Relaxed);
+        let before = sum.fetch_add(micros, Ordering::Relaxed);
+        // Counters never wrap silently (half a million years of device time in sum).
+        assert!(
+            before.checked_add(micros).is_some(),
+            "device latency counter overflow"
+        );
+    }
+
     /// Hands a request to the backend under a fresh token.
     pub fn submit(&mut self, ctx: IoCtx, req: IoReq) {
         if let IoReq::Write { .. } = &req {
@@ -511,12 +535,13 @@ impl Engine {
     }
 
     fn complete(&mut self, d: IoDone) {
-        let Some((ctx, oldest)) = self.ios.remove(d.token as usize) else {
+        let Some((ctx, submitted, oldest)) = self.ios.remove(d.token as usize) else {
             return;
         };
         if oldest {
             self.shared.io_age.set(self.ios.oldest());
         }
+        self.count_latency(&ctx, submitted);
         match ctx {
             IoCtx::Read { rid, first, n } => self.read_done(rid, first, n, d),
             IoCtx::Rmw { oid, block, crc } => self.rmw_done(oid, block, crc, d),
