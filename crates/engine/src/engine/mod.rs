@@ -51,7 +51,7 @@ pub(crate) struct Shared {
     pub writeback_batches: AtomicU64,
     /// Device requests completed (reads and writes; flushes apart) and the microseconds they
     /// took in sum, from submission to completion: their mean latency over any interval is
-    /// the quotient of two differences (the node's window in `faults.rs`).
+    /// the quotient of two differences (the node's window in `crates/node/src/latency.rs`).
     pub ios_done: AtomicU64,
     pub io_micros: AtomicU64,
     pub flushes_done: AtomicU64,
