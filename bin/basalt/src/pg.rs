@@ -7,9 +7,10 @@ use anyhow::{Context, bail};
 use basalt_client::Cluster;
 use basalt_meta::PgReadyRecord;
 use basalt_placement::{ClusterMap, PgMap};
-use basalt_types::{DeviceId, PgId};
+use basalt_types::{DeviceId, NodeId, PgId};
 use clap::Subcommand;
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 #[derive(Subcommand)]
@@ -20,7 +21,8 @@ pub enum PgCommand {
         /// Only this pool.
         #[arg(long)]
         pool: Option<String>,
-        /// Only placement groups that are unavailable, degraded or remapped.
+        /// Only placement groups that are unavailable, degraded, remapped or have unfound
+        /// objects.
         #[arg(long)]
         problems: bool,
         #[command(flatten)]
@@ -51,8 +53,11 @@ struct PgView {
     /// The acting members that are up (first = primary).
     serving: Vec<DeviceId>,
     since: u64,
-    /// `active`, `unavailable`, `degraded` and/or `remapped`.
+    /// `active`, `unavailable`, `degraded`, and/or `remapped`, and/or `unfound`.
     state: String,
+    /// Objects its primary found no good copy of (every copy fails its checksum): their reads
+    /// and writes fail. `None` when its primary's node did not answer.
+    unfound_objects: Option<u64>,
 }
 
 pub async fn run(cmd: PgCommand) -> anyhow::Result<()> {
@@ -81,7 +86,7 @@ pub async fn run(cmd: PgCommand) -> anyhow::Result<()> {
     }
 }
 
-fn state(map: &ClusterMap, replicas: u8, pg: &PgMap) -> String {
+fn state(map: &ClusterMap, replicas: u8, pg: &PgMap, unfound: Option<u64>) -> String {
     let serving = map.serving(pg).count();
     let mut parts = Vec::new();
     if serving == 0 {
@@ -94,12 +99,16 @@ fn state(map: &ClusterMap, replicas: u8, pg: &PgMap) -> String {
     if pg.acting != pg.up {
         parts.push("remapped");
     }
+    if unfound.is_some_and(|n| n > 0) {
+        parts.push("unfound");
+    }
     parts.join("+")
 }
 
 async fn list(only: Option<String>, problems: bool, common: Common) -> anyhow::Result<()> {
     let cluster = common.cluster.connect().await?;
     let map = cluster.map();
+    let unfound = unfound_by_pg(&cluster, &map).await;
     let mut views = Vec::new();
     for p in cluster.list_pools().await? {
         if only.as_ref().is_some_and(|n| *n != p.name) {
@@ -109,7 +118,15 @@ async fn list(only: Option<String>, problems: bool, common: Common) -> anyhow::R
             continue;
         };
         for (i, pg) in placed.pgs.iter().enumerate() {
-            let state = state(&map, placed.replicas, pg);
+            let id = PgId {
+                pool: p.id,
+                pg: i as u32,
+            };
+            let unfound = primary_node(&map, pg).and_then(|n| {
+                let of_node = unfound.get(&n)?;
+                Some(of_node.get(&id).copied().unwrap_or(0))
+            });
+            let state = state(&map, placed.replicas, pg, unfound);
             if problems && state == "active" {
                 continue;
             }
@@ -121,6 +138,7 @@ async fn list(only: Option<String>, problems: bool, common: Common) -> anyhow::R
                 serving: map.serving(pg).collect(),
                 since: pg.since.0,
                 state,
+                unfound_objects: unfound,
             });
         }
     }
@@ -145,6 +163,42 @@ async fn list(only: Option<String>, problems: bool, common: Common) -> anyhow::R
     println!("map epoch {}", map.epoch.0);
     println!("{t}");
     Ok(())
+}
+
+/// The node of the PG's primary (its first serving member).
+fn primary_node(map: &ClusterMap, pg: &PgMap) -> Option<NodeId> {
+    let primary = map.serving(pg).next()?;
+    Some(map.devices.get(&primary)?.node)
+}
+
+/// Per node of a PG primary that answered: its PGs with unfound objects, and how many.
+async fn unfound_by_pg(
+    cluster: &Cluster,
+    map: &ClusterMap,
+) -> BTreeMap<NodeId, BTreeMap<PgId, u64>> {
+    let primaries: std::collections::BTreeSet<NodeId> = map
+        .pools
+        .values()
+        .flat_map(|p| &p.pgs)
+        .filter_map(|pg| primary_node(map, pg))
+        .collect();
+    let mut asked = tokio::task::JoinSet::new();
+    for node in primaries {
+        let cluster = cluster.clone();
+        asked.spawn(async move { (node, crate::status::node_status(&cluster, node).await) });
+    }
+    let mut out = BTreeMap::new();
+    while let Some(Ok((node, answer))) = asked.join_next().await {
+        let Ok(status) = answer else { continue };
+        let pgs = status
+            .pgs
+            .iter()
+            .filter(|p| p.unfound_objects > 0)
+            .map(|p| (p.pg, p.unfound_objects))
+            .collect();
+        out.insert(node, pgs);
+    }
+    out
 }
 
 /// Writes a PG-ready report marked lost for the PG's current `up` set, and waits until the
@@ -192,5 +246,42 @@ async fn mark_lost(cluster: &Cluster, pool: &str, pg: u32) -> anyhow::Result<()>
             bail!("the leader did not apply the report within 30 s; is a node running?");
         }
         cluster.refresh_map(now.epoch.next()).await?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use basalt_placement::DeviceInfo;
+    use basalt_types::Epoch;
+
+    #[test]
+    fn unfound_objects_are_a_state_of_their_own() {
+        let mut map = ClusterMap::default();
+        for d in 1..=3 {
+            let info = DeviceInfo {
+                node: NodeId(d),
+                class: "hdd".into(),
+                weight: 1,
+                object_size: 4096,
+                up: d != 3,
+                r#in: true,
+                auto_out: false,
+                down_since: None,
+            };
+            map.devices.insert(DeviceId(d), info);
+        }
+        let pg = PgMap {
+            up: vec![DeviceId(1), DeviceId(2), DeviceId(3)],
+            acting: vec![DeviceId(1), DeviceId(2), DeviceId(3)],
+            since: Epoch(1),
+        };
+        assert_eq!(state(&map, 3, &pg, Some(0)), "degraded");
+        assert_eq!(state(&map, 3, &pg, None), "degraded");
+        assert_eq!(state(&map, 3, &pg, Some(2)), "degraded+unfound");
+        assert_eq!(primary_node(&map, &pg), Some(NodeId(1)));
+        map.devices.get_mut(&DeviceId(3)).unwrap().up = true;
+        assert_eq!(state(&map, 3, &pg, Some(1)), "active+unfound");
+        assert_eq!(state(&map, 3, &pg, Some(0)), "active");
     }
 }

@@ -411,7 +411,7 @@ fn label(n: &NodeView) -> String {
     }
 }
 
-async fn node_status(cluster: &Cluster, node: NodeId) -> anyhow::Result<NodeStatus> {
+pub(crate) async fn node_status(cluster: &Cluster, node: NodeId) -> anyhow::Result<NodeStatus> {
     let body = serde_json::to_vec(&AdminRequest::Status)?;
     match cluster
         .call_node(node, Request::Admin { body: body.into() })

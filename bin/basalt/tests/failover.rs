@@ -303,6 +303,8 @@ fn a_dead_nodes_data_is_unavailable_never_zeros_and_comes_back_whole() {
             !names_b("up") && !names_b("acting") && pg["acting"][0].as_u64() == Some(da),
             "a PG still on b after the drain: {pg}"
         );
+        // Its primary's node answered for it: nothing unfound.
+        assert_eq!(pg["unfound_objects"].as_u64(), Some(0), "{pg}");
     }
     drop(b);
     wait_until("b's device down", Duration::from_secs(60), || !c.is_up(db));
