@@ -6,6 +6,7 @@
 //! the operator's call. Pure: the unit tests below feed it hand-made latencies.
 
 use serde::Serialize;
+use std::collections::BTreeMap;
 
 /// One device's recent latency, as its node reports it.
 #[derive(Clone, Debug, PartialEq)]
@@ -38,18 +39,21 @@ pub const MIN_MS: f64 = 20.0;
 /// A device this slow (ms per I/O) is slow whatever its peers.
 pub const ABSOLUTE_MS: f64 = 1000.0;
 
-/// The slow devices among `devs`, in their order.
+/// The slow devices among `devs`, in their order. Each class's latencies are sorted once, so a
+/// cluster of thousands of devices is judged in O(n log n).
 pub fn slow_devices(devs: &[DeviceLatency]) -> Vec<SlowDevice> {
     let judged: Vec<&DeviceLatency> = devs.iter().filter(|d| d.ios >= MIN_IOS).collect();
+    let mut by_class: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for d in &judged {
+        by_class.entry(&d.class).or_default().push(d.io_ms);
+    }
+    for v in by_class.values_mut() {
+        v.sort_by(f64::total_cmp);
+    }
     judged
         .iter()
         .filter_map(|d| {
-            let peers: Vec<f64> = judged
-                .iter()
-                .filter(|p| p.id != d.id && p.class == d.class)
-                .map(|p| p.io_ms)
-                .collect();
-            let peers_ms = median(peers);
+            let peers_ms = median_of_others(&by_class[d.class.as_str()], d.io_ms);
             let relative = peers_ms.is_some_and(|m| d.io_ms >= MIN_MS && d.io_ms >= FACTOR * m);
             (relative || d.io_ms >= ABSOLUTE_MS).then_some(SlowDevice {
                 id: d.id,
@@ -60,16 +64,16 @@ pub fn slow_devices(devs: &[DeviceLatency]) -> Vec<SlowDevice> {
         .collect()
 }
 
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
+/// The median of `sorted` without one occurrence of `own` (which it holds); `None` when
+/// nothing else is left.
+fn median_of_others(sorted: &[f64], own: f64) -> Option<f64> {
+    let skip = sorted.partition_point(|x| x.total_cmp(&own).is_lt());
+    let n = sorted.len().checked_sub(1).filter(|n| *n > 0)?;
+    let at = |k: usize| sorted[if k < skip { k } else { k + 1 }];
     Some(if n % 2 == 1 {
-        v[n / 2]
+        at(n / 2)
     } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
+        (at(n / 2 - 1) + at(n / 2)) / 2.0
     })
 }
 
@@ -88,6 +92,17 @@ mod tests {
 
     fn ids(s: &[SlowDevice]) -> Vec<u32> {
         s.iter().map(|d| d.id).collect()
+    }
+
+    #[test]
+    fn the_median_of_the_others_leaves_out_one_occurrence_of_the_device() {
+        assert_eq!(median_of_others(&[5.0], 5.0), None);
+        assert_eq!(median_of_others(&[1.0, 5.0], 5.0), Some(1.0));
+        assert_eq!(median_of_others(&[1.0, 2.0, 9.0], 1.0), Some(5.5));
+        assert_eq!(median_of_others(&[1.0, 2.0, 9.0], 9.0), Some(1.5));
+        assert_eq!(median_of_others(&[1.0, 2.0, 3.0, 9.0], 2.0), Some(3.0));
+        // Equal values are interchangeable: one of them is left out.
+        assert_eq!(median_of_others(&[2.0, 2.0, 2.0], 2.0), Some(2.0));
     }
 
     #[test]
