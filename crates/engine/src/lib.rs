@@ -241,6 +241,8 @@ pub struct StoreStats {
     /// a node judges the device's health by (`--checksum-error-limit`).
     pub bad_blocks: u64,
     pub writeback_batches: u64,
+    /// Journal records written (group commit shares one record among concurrent writes).
+    pub journal_records: u64,
     /// Device reads and writes completed, and the microseconds they took in sum (submission
     /// to completion); the mean latency over an interval is the quotient of the differences.
     pub ios_done: u64,

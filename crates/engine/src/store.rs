@@ -315,6 +315,7 @@ impl Store {
             checksum_errors: get(&s.checksum_errors),
             bad_blocks: get(&s.bad_blocks),
             writeback_batches: get(&s.writeback_batches),
+            journal_records: get(&s.journal_records),
             ios_done: get(&s.ios_done),
             io_micros: get(&s.io_micros),
             flushes_done: get(&s.flushes_done),

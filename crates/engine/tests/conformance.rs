@@ -645,6 +645,20 @@ async fn group_commit(b: Backend) {
         "{flushes} flushes ({} for write-back) for {writes} durable writes: no group commit",
         2 * (after.writeback_batches - before.writeback_batches)
     );
+    // Concurrent writes share journal records, and every byte reached the device at least
+    // once (the journal record; write-back adds more).
+    let records = after.journal_records - before.journal_records;
+    assert!(
+        records > 0 && records * 2 < writes,
+        "{records} journal records for {writes} concurrent writes"
+    );
+    let client = after.bytes_written - before.bytes_written;
+    let device = after.device_bytes_written - before.device_bytes_written;
+    assert_eq!(client, 640 * 4096);
+    assert!(
+        device > client,
+        "{device} device bytes for {client} written"
+    );
 }
 
 macro_rules! suite {

@@ -102,6 +102,15 @@ pub struct DeviceStatus {
     pub reads: u64,
     pub writes: u64,
     pub flushes: u64,
+    /// Bytes clients wrote, bytes the store wrote to the device for them (journal, slots,
+    /// tables: the quotient is the write amplification), and the journal records that
+    /// carried them (bytes per record: how well concurrent writes share a record).
+    #[serde(default)]
+    pub bytes_written: u64,
+    #[serde(default)]
+    pub device_bytes_written: u64,
+    #[serde(default)]
+    pub journal_records: u64,
     pub checksum_errors: u64,
     /// How long the oldest I/O in flight on the device has waited, in milliseconds (`None`:
     /// nothing in flight). A device that hangs shows here; past `--device-stall-timeout` its
@@ -206,6 +215,9 @@ impl AdminHandler {
                     reads: st.reads,
                     writes: st.writes,
                     flushes: st.flushes,
+                    bytes_written: st.bytes_written,
+                    device_bytes_written: st.device_bytes_written,
+                    journal_records: st.journal_records,
                     checksum_errors: st.checksum_errors,
                     oldest_io_ms: st
                         .oldest_io_age

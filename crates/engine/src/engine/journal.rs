@@ -298,6 +298,9 @@ impl Engine {
         let mut bufs: Vec<IoBuf> = Vec::with_capacity(1 + b.blocks.len());
         bufs.push(IoBuf::Owned(header));
         bufs.extend(b.blocks.iter().cloned().map(IoBuf::Shared));
+        self.shared
+            .journal_records
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut pending = 0;
         let mut off = self.sb.ring_offset() + pos;
         let mut rest = bufs;

@@ -49,6 +49,9 @@ pub(crate) struct Shared {
     /// Distinct bad blocks behind those errors ([`Engine::checksum_error`]).
     pub bad_blocks: AtomicU64,
     pub writeback_batches: AtomicU64,
+    /// Journal records written (each carries one or more writes: `bytes_written` over this
+    /// shows how well concurrent writes share records).
+    pub journal_records: AtomicU64,
     /// Device requests completed (reads and writes; flushes apart) and the microseconds they
     /// took in sum, from submission to completion: their mean latency over any interval is
     /// the quotient of two differences (the node's window in `crates/node/src/latency.rs`).
