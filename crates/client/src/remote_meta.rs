@@ -213,6 +213,7 @@ async fn poll_watch(
 ) {
     loop {
         tokio::select! {
+            biased;
             _ = tokio::time::sleep(POLL) => {}
             _ = tx.closed() => return,
         }

@@ -355,6 +355,7 @@ impl MetaStore for EtcdStore {
 async fn forward_watch(store: EtcdStore, mut stream: etcd::WatchStream, mut tx: WatchSender) {
     loop {
         let msg = tokio::select! {
+            biased;
             _ = tx.closed() => return,
             msg = stream.message() => msg,
         };

@@ -378,6 +378,7 @@ async fn follow_once<M: MapCodec>(
             }
         };
         let event = tokio::select! {
+            biased;
             ev = wait => ev,
             _ = tx.closed() => return Ok(()),
         };

@@ -94,6 +94,7 @@ async fn follow_once(
     let mut events = store.watch_prefix(keys::VOLUMES, from).await?;
     loop {
         let event = tokio::select! {
+            biased;
             ev = events.recv() => ev,
             _ = tx.closed() => return Ok(()),
         };

@@ -34,6 +34,7 @@ impl Backoff {
             Err(e) => {
                 tracing::warn!("following {what}: {e}; retrying in {:?}", self.0);
                 tokio::select! {
+                    biased;
                     _ = tokio::time::sleep(self.0) => {}
                     _ = tx.closed() => return false,
                 }

@@ -76,10 +76,12 @@ pub(crate) async fn run(
     let interval = config.interval.max(MIN_INTERVAL);
     loop {
         tokio::select! {
+            biased;
             _ = tokio::time::sleep(interval) => {}
             _ = stop.wait_for(|s| *s) => return,
         }
         let result = tokio::select! {
+            biased;
             r = pass(&catalog, &shared, &mut pacer) => r,
             _ = stop.wait_for(|s| *s) => return,
         };

@@ -80,6 +80,7 @@ pub(crate) async fn watch(
             }
         }
         tokio::select! {
+            biased;
             _ = tokio::time::sleep(TICK) => {}
             _ = stop.wait_for(|s| *s) => return,
         }

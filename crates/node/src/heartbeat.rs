@@ -23,7 +23,7 @@ use basalt_proto::{Request, Response};
 use basalt_types::NodeId;
 use bytes::Bytes;
 use parking_lot::Mutex;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::watch;
@@ -52,7 +52,7 @@ impl Default for HeartbeatConfig {
 }
 
 /// When each peer last answered (or when this node started pinging it).
-type Heard = Arc<Mutex<HashMap<NodeId, Instant>>>;
+type Heard = Arc<Mutex<BTreeMap<NodeId, Instant>>>;
 
 /// A peer's pinging task.
 struct Pinger {
@@ -76,9 +76,9 @@ struct Watcher {
     heard: Heard,
     /// The peers suspected in the last round.
     suspected: BTreeSet<NodeId>,
-    pingers: HashMap<NodeId, Pinger>,
+    pingers: BTreeMap<NodeId, Pinger>,
     /// Peers this node reported, with the lease the report is under.
-    reported: HashMap<NodeId, LeaseId>,
+    reported: BTreeMap<NodeId, LeaseId>,
     /// Whether the last map marked this node down while it was registered.
     marked_down: bool,
 }
@@ -105,12 +105,13 @@ pub(crate) async fn run(
         cfg,
         heard: Arc::default(),
         suspected: BTreeSet::new(),
-        pingers: HashMap::new(),
-        reported: HashMap::new(),
+        pingers: BTreeMap::new(),
+        reported: BTreeMap::new(),
         marked_down: false,
     };
     loop {
         tokio::select! {
+            biased;
             _ = tick.tick() => {}
             _ = stop.wait_for(|s| *s) => return,
         }

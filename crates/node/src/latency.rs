@@ -106,6 +106,7 @@ pub(crate) async fn watch(
             .collect();
         *out.lock().expect("latency map lock") = latest;
         tokio::select! {
+            biased;
             _ = tokio::time::sleep(TICK) => {}
             _ = stop.wait_for(|s| *s) => return,
         }

@@ -41,6 +41,7 @@ pub(crate) struct LeaderConfig {
 pub(crate) async fn run(catalog: Catalog, cfg: LeaderConfig, mut stop: watch::Receiver<bool>) {
     loop {
         let elected = tokio::select! {
+            biased;
             l = catalog.elect(&cfg.name, cfg.ttl) => l,
             _ = stop.wait_for(|s| *s) => return,
         };
@@ -59,6 +60,7 @@ pub(crate) async fn run(catalog: Catalog, cfg: LeaderConfig, mut stop: watch::Re
         if let Some(e) = failed {
             tracing::warn!("leading failed: {e}; campaigning again");
             tokio::select! {
+                biased;
                 _ = tokio::time::sleep(Duration::from_secs(1)) => {}
                 _ = stop.wait_for(|s| *s) => return,
             }
@@ -97,10 +99,13 @@ async fn lead(
         let next_due = step(catalog, leadership, cfg, &mut state).await?;
         let wake = next_due.unwrap_or_else(|| Instant::now() + IDLE);
         tokio::select! {
-            _ = changes.next() => {}
-            _ = tokio::time::sleep_until(wake) => {}
+            // Losing the leadership or stopping first: a busy stream of changes must not hide
+            // them (and a due wake-up must not wait behind the changes).
+            biased;
             _ = leadership.lost() => return Ok(()),
             _ = stop.wait_for(|s| *s) => return Ok(()),
+            _ = tokio::time::sleep_until(wake) => {}
+            _ = changes.next() => {}
         }
     }
 }

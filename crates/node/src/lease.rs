@@ -116,6 +116,7 @@ pub(crate) async fn maintain(
         let stopping = loop {
             shared.fence.confirmed(*confirmed.borrow_and_update());
             tokio::select! {
+                biased;
                 changed = confirmed.changed() => if changed.is_err() { break false },
                 _ = keep.lost() => break false,
                 _ = stop.wait_for(|s| *s) => break true,
@@ -157,6 +158,7 @@ async fn register_again(
     loop {
         let attempt = tokio::time::timeout(ttl, catalog.register_node(record, ttl));
         let failure = tokio::select! {
+            biased;
             r = attempt => match r {
                 Ok(Ok(keep)) => return Some(keep),
                 Ok(Err(e)) => e.to_string(),
@@ -166,6 +168,7 @@ async fn register_again(
         };
         tracing::debug!(node = %record.id, "registering again failed: {failure}; retrying");
         tokio::select! {
+            biased;
             _ = tokio::time::sleep(backoff) => {}
             _ = stop.wait_for(|s| *s) => return None,
         }
@@ -183,6 +186,7 @@ async fn catch_up(
     let mut backoff = Duration::from_millis(100);
     loop {
         let failure = tokio::select! {
+            biased;
             r = catalog.get_map::<ClusterMap>() => match r {
                 Ok(map) => {
                     if let Some((map, _)) = map {
@@ -196,6 +200,7 @@ async fn catch_up(
         };
         tracing::debug!("reading the map after registering again failed: {failure}; retrying");
         tokio::select! {
+            biased;
             _ = tokio::time::sleep(backoff) => {}
             _ = stop.wait_for(|s| *s) => return false,
         }

@@ -475,6 +475,7 @@ async fn close_store(store: &Store, limit: Duration) {
     tokio::pin!(close);
     loop {
         tokio::select! {
+            biased;
             r = &mut close => {
                 if let Err(e) = r {
                     tracing::warn!("closing store {dev}: {e}");
@@ -509,6 +510,7 @@ async fn drive_pgs(shared: Arc<NodeShared>, mut stop: watch::Receiver<bool>) {
             continue;
         }
         tokio::select! {
+            biased;
             r = rx.changed() => if r.is_err() { return },
             _ = stop.wait_for(|s| *s) => return,
         }
@@ -525,12 +527,14 @@ pub(crate) const STOP_LIMIT: Duration = Duration::from_secs(5);
 async fn follow_maps(catalog: Catalog, shared: Arc<NodeShared>, mut stop: watch::Receiver<bool>) {
     loop {
         let rx = tokio::select! {
+            biased;
             r = catalog.watch_map::<ClusterMap>() => r,
             _ = stop.wait_for(|s| *s) => return,
         };
         match rx {
             Ok(mut rx) => loop {
                 tokio::select! {
+                    biased;
                     m = rx.recv() => match m {
                         Some(map) => { shared.maps.offer(map); }
                         None => break,
@@ -545,6 +549,7 @@ async fn follow_maps(catalog: Catalog, shared: Arc<NodeShared>, mut stop: watch:
             shared.maps.offer(map);
         }
         tokio::select! {
+            biased;
             _ = tokio::time::sleep(Duration::from_millis(200)) => {}
             _ = stop.wait_for(|s| *s) => return,
         }

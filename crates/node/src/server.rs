@@ -97,6 +97,7 @@ pub(crate) async fn serve(
     });
     loop {
         let accepted = tokio::select! {
+            biased;
             _ = stop.wait_for(|s| *s) => return,
             accepted = listener.accept() => accepted,
         };
@@ -134,6 +135,7 @@ impl Budget {
         }
         stats.pauses.fetch_add(1, Ordering::Relaxed);
         tokio::select! {
+            biased;
             p = sem.clone().acquire_many_owned(n) => p.ok(),
             _ = stop.wait_for(|s| *s) => None,
         }
@@ -215,12 +217,14 @@ async fn connection(
         buf.reserve(want);
         let mut room = (&mut buf).limit(want);
         tokio::select! {
+            // The stop first: a peer that keeps sending must not keep a stopping node reading.
+            biased;
+            _ = stop.wait_for(|s| *s) => break "node stopping".into(),
             read = rd.read_buf(&mut room) => match read {
                 Ok(0) => break "peer closed the connection".into(),
                 Ok(_) => {}
                 Err(e) => break format!("read failed: {e}"),
             },
-            _ = stop.wait_for(|s| *s) => break "node stopping".into(),
         }
     };
     tracing::debug!(%peer, "connection closed: {why}");

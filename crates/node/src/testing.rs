@@ -88,6 +88,9 @@ pub(crate) struct Flaky {
     down: AtomicBool,
     renewals: Mutex<Vec<Instant>>,
     lists: AtomicUsize,
+    /// While true, prefix listings wait (`hold_lists`); how many wait now.
+    hold: tokio::sync::watch::Sender<bool>,
+    held_lists: AtomicUsize,
 }
 
 impl Flaky {
@@ -97,6 +100,8 @@ impl Flaky {
             down: AtomicBool::new(false),
             renewals: Mutex::new(Vec::new()),
             lists: AtomicUsize::new(0),
+            hold: tokio::sync::watch::channel(false).0,
+            held_lists: AtomicUsize::new(0),
         })
     }
 
@@ -118,6 +123,16 @@ impl Flaky {
         self.lists.load(Ordering::SeqCst)
     }
 
+    /// Makes prefix listings wait (`true`) until released (`false`).
+    pub(crate) fn hold_lists(&self, hold: bool) {
+        self.hold.send_replace(hold);
+    }
+
+    /// Prefix listings waiting for the release now.
+    pub(crate) fn held_lists(&self) -> usize {
+        self.held_lists.load(Ordering::SeqCst)
+    }
+
     fn check(&self) -> Result<(), MetaError> {
         match self.down.load(Ordering::SeqCst) {
             true => Err(MetaError::Unavailable {
@@ -137,6 +152,12 @@ impl MetaStore for Flaky {
     }
     async fn list(&self, prefix: &str) -> Result<Listing, MetaError> {
         self.check()?;
+        let mut hold = self.hold.subscribe();
+        if *hold.borrow_and_update() {
+            self.held_lists.fetch_add(1, Ordering::SeqCst);
+            let _ = hold.wait_for(|h| !*h).await;
+            self.held_lists.fetch_sub(1, Ordering::SeqCst);
+        }
         let listing = self.inner.list(prefix).await;
         self.lists.fetch_add(1, Ordering::SeqCst);
         listing

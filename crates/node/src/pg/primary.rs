@@ -156,6 +156,7 @@ impl Pg {
                     // reported the device down and the map moved the PG), the client retries
                     // on the new primary.
                     let answer = tokio::select! {
+                        biased;
                         r = pending => r,
                         _ = self.term_ended(term) => {
                             return Err(busy(format!(
@@ -272,6 +273,7 @@ impl Pg {
         let ended = self.term_ended(term);
         tokio::pin!(ended);
         let local_res = tokio::select! {
+            biased;
             r = local => r,
             _ = &mut ended => {
                 if replicated {
@@ -297,6 +299,7 @@ impl Pg {
         let mut term_over = false;
         for (dev, fut) in reps {
             tokio::select! {
+                biased;
                 answer = fut => match answer {
                     Ok(Response::RepDone) => {}
                     Ok(other) => {

@@ -535,6 +535,7 @@ pub(crate) async fn background(pgs: Arc<Pgs>, mut stop: watch::Receiver<bool>) {
         let mut stop = stop.clone();
         async move {
             tokio::select! {
+                biased;
                 _ = tokio::time::sleep(d) => false,
                 _ = stop.wait_for(|s| *s) => true,
             }
@@ -572,6 +573,7 @@ pub(crate) async fn background(pgs: Arc<Pgs>, mut stop: watch::Receiver<bool>) {
         last = Some((pg.id, pg.dev));
         let scrub = pg.scrub(&pgs.ctx, || pgs.scrub.rate.load(Ordering::Relaxed));
         tokio::select! {
+            biased;
             done = scrub => if let Some(done) = done { pgs.count_scrub(&done) },
             _ = stop.wait_for(|s| *s) => return,
         }

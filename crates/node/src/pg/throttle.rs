@@ -117,6 +117,7 @@ impl Throttle {
                 return;
             }
             tokio::select! {
+                biased;
                 _ = tokio::time::sleep_until(until) => {}
                 _ = changed => {}
             }
@@ -172,6 +173,7 @@ pub async fn follow(catalog: Catalog, throttle: Arc<Throttle>, mut stop: watch::
         {
             loop {
                 tokio::select! {
+                    biased;
                     ev = events.recv() => match ev {
                         Some(WatchEvent::Put(_) | WatchEvent::Delete(_)) => {
                             match catalog.get_settings().await {
@@ -189,6 +191,7 @@ pub async fn follow(catalog: Catalog, throttle: Arc<Throttle>, mut stop: watch::
             }
         }
         tokio::select! {
+            biased;
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
             _ = stop.changed() => return,
         }

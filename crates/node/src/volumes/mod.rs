@@ -323,12 +323,14 @@ pub(crate) async fn follow(catalog: Catalog, shared: Arc<NodeShared>, stop: watc
     let mut stop = stop;
     loop {
         let rx = tokio::select! {
+            biased;
             r = catalog.watch_volumes() => r,
             _ = stop.wait_for(|s| *s) => return,
         };
         match rx {
             Ok(mut rx) => loop {
                 let event = tokio::select! {
+                    biased;
                     e = rx.recv() => e,
                     _ = stop.wait_for(|s| *s) => return,
                 };
@@ -347,6 +349,7 @@ pub(crate) async fn follow(catalog: Catalog, shared: Arc<NodeShared>, stop: watc
             Err(e) => tracing::warn!("watching the volumes failed: {e}"),
         }
         tokio::select! {
+            biased;
             _ = tokio::time::sleep(Duration::from_millis(200)) => {}
             _ = stop.wait_for(|s| *s) => return,
         }
