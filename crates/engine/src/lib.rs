@@ -310,3 +310,12 @@ pub struct ObjectImage {
     pub version: Version,
     pub content: ObjectContent,
 }
+
+/// What [`Store::read_object_salvage`] could read of an object: its image with every block
+/// that failed its checksum read as zeros, and those blocks (indexes of 4 KiB blocks,
+/// ascending). Copies of one version from several devices can be merged block by block.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Salvage {
+    pub image: ObjectImage,
+    pub bad_blocks: Vec<u32>,
+}

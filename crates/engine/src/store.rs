@@ -16,7 +16,8 @@ use crate::io::file::Dev;
 use crate::io::sim::SimDisk;
 use crate::layout::PG_BLOB;
 use crate::{
-    LogEntry, ObjectImage, ObjectInfo, OpenOptions, PgInfo, StoreInfo, StoreStats, WriteOptions,
+    LogEntry, ObjectImage, ObjectInfo, OpenOptions, PgInfo, Salvage, StoreInfo, StoreStats,
+    WriteOptions,
 };
 use basalt_types::{ObjectId, PgId, PoolId, Version, VolumeId};
 use bytes::Bytes;
@@ -508,6 +509,14 @@ impl Store {
     /// The whole object with its version and allocation, read atomically (recovery).
     pub async fn read_object(&self, oid: ObjectId) -> Result<ObjectImage, EngineError> {
         self.submit_msg(|reply| Msg::ReadObject { oid, reply })
+            .await
+    }
+
+    /// The whole object as [`Store::read_object`] reads it, except that blocks failing their
+    /// checksum do not fail the read: they read as zeros and are listed (each still counts as
+    /// a checksum error of the device). For repair by merging copies of one version.
+    pub async fn read_object_salvage(&self, oid: ObjectId) -> Result<Salvage, EngineError> {
+        self.submit_msg(|reply| Msg::SalvageObject { oid, reply })
             .await
     }
 

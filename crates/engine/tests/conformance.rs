@@ -2,7 +2,7 @@
 
 mod common;
 
-use basalt_engine::{EngineError, PoolId, Version, VolumeId, WriteOptions};
+use basalt_engine::{EngineError, ObjectContent, PoolId, Version, VolumeId, WriteOptions};
 use bytes::Bytes;
 use common::{Backend, Dev, OBJ, find_aligned, oid, pattern};
 use std::collections::HashMap;
@@ -573,6 +573,19 @@ async fn checksum_corruption(b: Backend) {
         pattern(4343, OBJ as usize)
     );
     assert!(store.stats().checksum_errors >= 2);
+    // A salvage read returns the rest of the object and names the bad block (zeros there).
+    let salvage = store.read_object_salvage(oid(11, 0)).await.unwrap();
+    assert_eq!(salvage.bad_blocks, vec![3]);
+    let ObjectContent::Data { data, allocated } = salvage.image.content else {
+        panic!("expected data, got {:?}", salvage.image);
+    };
+    let mut expect = bad.clone();
+    expect[3 * 4096..4 * 4096].fill(0);
+    assert!(data[..] == expect[..], "salvaged data differs");
+    assert_eq!(allocated[0] & 0b1111, 0b1111);
+    let intact = store.read_object_salvage(oid(11, 1)).await.unwrap();
+    assert!(intact.bad_blocks.is_empty());
+    assert_eq!(intact.image, store.read_object(oid(11, 1)).await.unwrap());
     // The same damaged block, read again and again (and by read-modify-write: a partial write
     // into it cannot merge with corrupt data, so it is refused), is one bad block.
     let before = store.stats();

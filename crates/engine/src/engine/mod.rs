@@ -98,6 +98,10 @@ pub(crate) enum Msg {
         oid: ObjectId,
         reply: oneshot::Sender<Result<ObjectImage, EngineError>>,
     },
+    SalvageObject {
+        oid: ObjectId,
+        reply: oneshot::Sender<Result<crate::Salvage, EngineError>>,
+    },
     Write(WriteOp),
     /// The user committed a held (pending) write of `oid`: reads may see it.
     Commit {
@@ -354,6 +358,16 @@ pub(crate) fn checksum_error(
     crc: u32,
 ) {
     shared.checksum_errors.fetch_add(1, Ordering::Relaxed);
+    note_bad_block(shared, seen, off, crc);
+}
+
+/// Counts a block that failed its checksum among the distinct bad blocks (once per block).
+pub(crate) fn note_bad_block(
+    shared: &Shared,
+    seen: &mut std::collections::HashSet<(u64, u32)>,
+    off: u64,
+    crc: u32,
+) {
     if seen.contains(&(off, crc)) {
         return;
     }
@@ -381,6 +395,11 @@ impl Engine {
     /// retrying, recovery trying it as a source) does not look like a dying drive.
     pub fn checksum_error(&mut self, off: u64, crc: u32) {
         checksum_error(&self.shared, &mut self.bad_seen, off, crc);
+    }
+
+    /// A further bad block met by the same read: a distinct bad block, not another error.
+    pub fn note_bad_block(&mut self, off: u64, crc: u32) {
+        note_bad_block(&self.shared, &mut self.bad_seen, off, crc);
     }
 
     /// Adds a completed request's time on the device to the latency counters.
@@ -433,6 +452,14 @@ impl Engine {
                     oid,
                     read::Want::Range { offset: 0, len },
                     read::Out::Image(reply),
+                )
+            }
+            Msg::SalvageObject { oid, reply } => {
+                let len = self.sb.object_size;
+                self.start_read(
+                    oid,
+                    read::Want::Range { offset: 0, len },
+                    read::Out::Salvage(reply),
                 )
             }
             Msg::Write(op) => self.handle_write(op),

@@ -18,7 +18,7 @@ use crate::crc::crc32c;
 use crate::error::EngineError;
 use crate::io::{IoDone, IoReq};
 use crate::layout::BLOCK;
-use crate::{ObjectContent, ObjectImage, Version};
+use crate::{ObjectContent, ObjectImage, Salvage, Version};
 use basalt_types::ObjectId;
 use bytes::Bytes;
 use std::sync::atomic::Ordering;
@@ -37,6 +37,9 @@ pub(crate) enum Want {
 pub(crate) enum Out {
     Range(ReadReply),
     Image(oneshot::Sender<Result<ObjectImage, EngineError>>),
+    /// A whole-object image in which blocks failing their checksum read as zeros and are
+    /// listed instead of failing the read (`Store::read_object_salvage`).
+    Salvage(oneshot::Sender<Result<Salvage, EngineError>>),
 }
 
 impl Out {
@@ -44,6 +47,23 @@ impl Out {
         match self {
             Out::Range(tx) => tx.send(Err(e)),
             Out::Image(tx) => drop(tx.send(Err(e))),
+            Out::Salvage(tx) => drop(tx.send(Err(e))),
+        }
+    }
+
+    fn image(&self) -> bool {
+        matches!(self, Out::Image(_) | Out::Salvage(_))
+    }
+
+    /// Answers an image read of an object that needs no device read.
+    fn image_without_data(self, image: ObjectImage) {
+        match self {
+            Out::Range(_) => unreachable!("not an image read"),
+            Out::Image(tx) => drop(tx.send(Ok(image))),
+            Out::Salvage(tx) => drop(tx.send(Ok(Salvage {
+                image,
+                bad_blocks: Vec::new(),
+            }))),
         }
     }
 }
@@ -70,6 +90,8 @@ pub(crate) struct ReadCtx {
     retry: bool,
     failed: Option<EngineError>,
     attempt: u8,
+    /// Salvage reads: blocks (of the object) that failed their checksum.
+    bad: Vec<u32>,
 }
 
 impl Engine {
@@ -103,24 +125,22 @@ impl Engine {
         self.shared
             .bytes_read
             .fetch_add(u64::from(len), Ordering::Relaxed);
-        if let Out::Image(tx) = out {
+        if out.image() {
             // Tombstones and unknown objects need no device read.
             match self.st.objs.get(&oid) {
                 None => {
-                    let _ = tx.send(Ok(ObjectImage {
+                    return out.image_without_data(ObjectImage {
                         version: Version::NONE,
                         content: ObjectContent::Absent,
-                    }));
-                    return;
+                    });
                 }
                 Some(o) if o.is_tombstone() => {
-                    let _ = tx.send(Ok(ObjectImage {
+                    return out.image_without_data(ObjectImage {
                         version: o.version,
                         content: ObjectContent::Tombstone,
-                    }));
-                    return;
+                    });
                 }
-                Some(_) => return self.issue_read(ctx(oid, offset, len, Out::Image(tx))),
+                Some(_) => {}
             }
         }
         self.issue_read(ctx(oid, offset, len, out));
@@ -150,7 +170,7 @@ impl Engine {
         ctx.srcs = self.srcs(&ctx.oid, first, last);
         if let Some(obj) = self.st.objs.get(&ctx.oid) {
             ctx.version = obj.version;
-            if matches!(ctx.out, Some(Out::Image(_))) {
+            if ctx.out.as_ref().is_some_and(Out::image) {
                 ctx.allocated = self.st.alloc_bitmap(&ctx.oid, obj);
             }
         }
@@ -240,10 +260,16 @@ impl Engine {
             ctx.attempt += 1;
             ctx.buf = None;
             ctx.adopted = None;
+            ctx.bad.clear();
             self.issue_read(ctx);
         } else {
             let in_off = ctx.offset as usize % B;
-            let buf = ctx.buf.take().or(ctx.adopted.take()).expect("read result");
+            let mut buf = ctx.buf.take().or(ctx.adopted.take()).expect("read result");
+            // Salvage: what failed its checksum reads as zeros (whole-object reads start at
+            // block 0, so the block numbers index the buffer).
+            for &b in &ctx.bad {
+                buf[b as usize * B..(b as usize + 1) * B].fill(0);
+            }
             let bytes = buf.into_bytes().slice(in_off..in_off + ctx.len as usize);
             finish(ctx, bytes);
         }
@@ -277,6 +303,19 @@ impl Engine {
         let ctx = self.reads.get_mut(rid).expect("present");
         if now != expected && ctx.attempt + 1 < MAX_ATTEMPTS {
             ctx.retry = true;
+        } else if matches!(ctx.out, Some(Out::Salvage(_))) {
+            ctx.bad.extend(bad.iter().map(|&k| (fb + first + k) as u32));
+            ctx.bad.sort_unstable();
+            // One error per read, as any read counts; every bad block among the distinct ones.
+            for (n, src) in expected.into_iter().enumerate() {
+                if let Src::Disk { slot, block, crc } = src {
+                    let off = self.sb.slot_offset(slot, block);
+                    match n {
+                        0 => self.checksum_error(off, crc),
+                        _ => self.note_bad_block(off, crc),
+                    }
+                }
+            }
         } else {
             let offset = ((fb + first + bad[0]) * B) as u64;
             ctx.failed = Some(EngineError::Checksum { oid, offset });
@@ -303,6 +342,7 @@ fn ctx(oid: ObjectId, offset: u32, len: u32, out: Out) -> ReadCtx {
         retry: false,
         failed: None,
         attempt: 0,
+        bad: Vec::new(),
     }
 }
 
@@ -317,6 +357,19 @@ fn finish(mut ctx: ReadCtx, bytes: Bytes) {
                     data: bytes,
                     allocated: ctx.allocated,
                 },
+            }));
+        }
+        Out::Salvage(tx) => {
+            let image = ObjectImage {
+                version: ctx.version,
+                content: ObjectContent::Data {
+                    data: bytes,
+                    allocated: ctx.allocated,
+                },
+            };
+            let _ = tx.send(Ok(Salvage {
+                image,
+                bad_blocks: ctx.bad,
             }));
         }
     }

@@ -339,7 +339,8 @@ impl Pg {
                 let devs: Vec<DeviceId> = {
                     let st = self.st.lock();
                     let members = st.primary.iter().flat_map(|p| p.members.iter());
-                    members.map(|m| m.dev).collect()
+                    // This copy last: copies bad in different blocks merge (`merge.rs`).
+                    members.map(|m| m.dev).chain([self.dev]).collect()
                 };
                 self.good_image(ctx, map, term, &devs, &[self.dev], oid, version)
                     .await

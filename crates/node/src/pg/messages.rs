@@ -45,6 +45,14 @@ pub(crate) enum PeerMsg {
         pg: PgId,
         oid: ObjectId,
     },
+    /// The whole object as `Get`, except that blocks failing their checksum read as zeros and
+    /// are named instead of failing the answer (answer: `Salvaged`, data as payload): block-level
+    /// repair merges such copies of one version (`pg/merge.rs`).
+    Salvage {
+        device: DeviceId,
+        pg: PgId,
+        oid: ObjectId,
+    },
     /// The object's version, kind, allocation and a CRC-32C of its data (scrub): the member
     /// reads the whole object, which verifies every block's checksum (a bad block is refused
     /// with a checksum error).
@@ -101,6 +109,7 @@ impl PeerMsg {
             | PeerMsg::Versions { device, .. }
             | PeerMsg::List { device, .. }
             | PeerMsg::Get { device, .. }
+            | PeerMsg::Salvage { device, .. }
             | PeerMsg::Digest { device, .. }
             | PeerMsg::Put { device, .. }
             | PeerMsg::Purge { device, .. }
@@ -249,6 +258,11 @@ pub(crate) enum PeerAnswer {
         entries: Vec<Held>,
     },
     Image(ImageMeta),
+    /// A salvaged image: the blocks listed failed their checksum and read as zeros.
+    Salvaged {
+        image: ImageMeta,
+        bad_blocks: Vec<u32>,
+    },
     Digest(ObjectDigest),
     Done,
 }
@@ -314,6 +328,7 @@ mod tests {
                 limit: 5,
             },
             PeerMsg::Get { device, pg, oid },
+            PeerMsg::Salvage { device, pg, oid },
             PeerMsg::Digest { device, pg, oid },
             PeerMsg::Put {
                 device,
@@ -365,6 +380,10 @@ mod tests {
                 entries: vec![held, held],
             },
             PeerAnswer::Digest(ObjectDigest::of(&image, &[7u8; 4096])),
+            PeerAnswer::Salvaged {
+                image: image.clone(),
+                bad_blocks: vec![3, 9],
+            },
             PeerAnswer::Image(image),
             PeerAnswer::Done,
         ];

@@ -18,6 +18,7 @@ mod authority;
 mod backfill;
 pub(crate) mod held;
 pub(crate) mod info;
+mod merge;
 pub(crate) mod messages;
 mod peering;
 mod primary;

@@ -215,11 +215,17 @@ impl Pg {
             return Ok(());
         };
         let map = ctx.maps.map();
-        let devs: Vec<DeviceId> = held.members.iter().map(|m| m.dev).collect();
+        // The other members first; this device's own copy last, for a block-level merge.
+        let devs: Vec<DeviceId> = held
+            .members
+            .iter()
+            .map(|m| m.dev)
+            .chain([self.dev])
+            .collect();
         let search = self.search(ctx, &map, &devs, oid, info.version).await;
         let Some((source, meta, data)) = search.found else {
             self.repairs.unrepairable(1);
-            let why = if search.why.is_empty() {
+            let why = if held.members.is_empty() {
                 "no other member serves the PG".to_string()
             } else {
                 search.why.join("; ")
@@ -238,7 +244,7 @@ impl Pg {
             .await
             .map_err(|e| WireError::new(ErrorCode::Checksum, e))?;
         tracing::warn!(pg = %self.id, %oid, device = %self.dev, %source, version = %info.version, "read repair: replaced a copy that failed its checksum");
-        for dev in search.bad {
+        for dev in search.bad.into_iter().filter(|d| *d != self.dev) {
             if let Err(e) = self.replace(ctx, &map, &held, dev, &meta, &data).await {
                 tracing::warn!(pg = %self.id, %oid, device = %dev, "repairing a member's bad copy: {e}");
             }
@@ -247,7 +253,8 @@ impl Pg {
     }
 
     /// Asks `devs` in order for a good copy of `oid` at `version` (this device's own copy is
-    /// read directly); stops at the first.
+    /// read directly); stops at the first. When none verifies as a whole but two or more
+    /// failed their checksum, merges those block by block (`merge.rs`).
     pub(super) async fn search(
         &self,
         ctx: &Arc<Ctx>,
@@ -307,6 +314,18 @@ impl Pg {
                 Err(e) => out.why.push(format!("{dev}: {e}")),
             }
         }
+        if out.bad.len() >= 2 {
+            let bad = out.bad.clone();
+            match self.merge_copies(ctx, map, &bad, oid, version).await {
+                Ok((meta, data)) => {
+                    tracing::warn!(pg = %self.id, %oid, %version, copies = ?bad, "no copy verified as a whole: merged the copies block by block");
+                    out.found = Some((bad[0], meta, data));
+                }
+                Err(e) => out
+                    .why
+                    .push(format!("merging the copies block by block: {e}")),
+            }
+        }
         out
     }
 
@@ -329,6 +348,8 @@ impl Pg {
         let mut search = self.search(ctx, map, devs, oid, version).await;
         let every_copy_bad = !devs.is_empty() && search.bad.len() == devs.len();
         search.bad.extend_from_slice(known_bad);
+        search.bad.sort_unstable();
+        search.bad.dedup();
         let Some((source, meta, data)) = search.found else {
             if !search.bad.is_empty() {
                 self.repairs.unrepairable(1);

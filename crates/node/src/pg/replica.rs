@@ -131,6 +131,12 @@ impl Pgs {
                 let (meta, data) = ImageMeta::of(store.read_object(oid).await.map_err(e)?);
                 Ok((PeerAnswer::Image(meta), data))
             }
+            PeerMsg::Salvage { oid, .. } => {
+                let salvage = store.read_object_salvage(oid).await.map_err(e)?;
+                let (image, data) = ImageMeta::of(salvage.image);
+                let bad_blocks = salvage.bad_blocks;
+                Ok((PeerAnswer::Salvaged { image, bad_blocks }, data))
+            }
             PeerMsg::Digest { oid, .. } => {
                 let (meta, data) = ImageMeta::of(store.read_object(oid).await.map_err(e)?);
                 done(PeerAnswer::Digest(ObjectDigest::of(&meta, &data)))

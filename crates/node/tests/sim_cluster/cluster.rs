@@ -28,6 +28,8 @@ pub struct Slot {
     pub addr: String,
     pub disks: Vec<SimDisk>,
     pub devices: Vec<DeviceId>,
+    /// The stores of the running node (one per disk), to ask what they hold.
+    pub stores: Vec<Store>,
     pub node: Option<Node>,
     pub meta: Arc<SimMeta>,
     /// A fault (kill, partition, cut from the metadata store) is on this node now.
@@ -45,7 +47,14 @@ pub struct SimCluster {
     pub trace: Trace,
     pub kills: u64,
     pub restarts: u64,
+    /// Bits flipped in client data on the disks (media faults).
+    pub flips: u64,
+    /// The objects a bit was flipped in, and the device: each object on one device only, so
+    /// its other copies stay good and the cluster must always be able to repair it.
+    pub flipped: std::collections::BTreeMap<basalt_types::ObjectId, DeviceId>,
     pub pool: Option<basalt_types::PoolId>,
+    /// The clients' volume.
+    pub volume: Option<basalt_types::VolumeId>,
 }
 
 pub fn tuning() -> Tuning {
@@ -97,7 +106,10 @@ impl SimCluster {
             trace: Trace::default(),
             kills: 0,
             restarts: 0,
+            flips: 0,
+            flipped: Default::default(),
             pool: None,
+            volume: None,
         };
         // The pool is created once every node has registered, as `basalt up --nodes N` does
         // (`pool_created_before_its_nodes` in main.rs runs the other order).
@@ -125,6 +137,7 @@ impl SimCluster {
             .open_volume("v", VolumeOptions::default())
             .await
             .expect("open");
+        c.volume = Some(volume.id());
         (c, volume)
     }
 
@@ -164,6 +177,7 @@ impl SimCluster {
             addr: format!("sim-node-{host}:7000"),
             disks,
             devices,
+            stores: Vec::new(),
             node: None,
             meta: SimMeta::new(self.meta.clone()),
             faulted: false,
@@ -191,6 +205,7 @@ impl SimCluster {
         config.peer_timeout = Duration::from_secs(2);
         config.tuning = tuning();
         let meta: Arc<dyn MetaStore> = slot.meta.clone();
+        slot.stores = stores.clone();
         let node = Node::start_sim(config, meta, slot.id, stores, slot.addr.clone())
             .await
             .expect("node starts");
@@ -236,6 +251,64 @@ impl SimCluster {
         }
     }
 
+    /// Media corruption on a live node: flips one bit in a block of client data in the slots
+    /// of one of its disks. Only where the cluster can repair it: the block's object is held
+    /// at the same version by a device of another running node (so a good copy exists; a
+    /// single up-to-date copy, the others waiting for recovery, is not flipped: that would be a
+    /// double failure), and no other device had a bit of that object flipped (two bad copies
+    /// of a 2-copy object are a double failure too). Returns the device and the byte flipped.
+    pub async fn flip(
+        &mut self,
+        i: usize,
+        block_of: impl Fn(u64) -> Option<u64>,
+    ) -> Option<(DeviceId, u64)> {
+        self.slots[i].node.as_ref()?;
+        let k = self.rng.range(0, self.slots[i].disks.len() as u64 - 1) as usize;
+        let disk = self.slots[i].disks[k].clone();
+        let slots = disk.regions()?.slots;
+        let dev = self.slots[i].devices[k];
+        let (pool, volume) = (self.pool?, self.volume?);
+        let object_size = u64::from(self.cfg.object_size);
+        let oid_of = |block: u64| {
+            basalt_types::ObjectId::new(
+                pool,
+                volume,
+                block * crate::model::BLOCK as u64 / object_size,
+            )
+        };
+        let blocks: Vec<(u64, u64)> = valued_blocks(&disk, slots.start, slots.end)
+            .into_iter()
+            .filter_map(|(off, value)| block_of(value).map(|b| (off, b)))
+            .filter(|(_, b)| self.flipped.get(&oid_of(*b)).is_none_or(|d| *d == dev))
+            .collect();
+        if blocks.is_empty() {
+            return None;
+        }
+        let (off, block) = blocks[self.rng.range(0, blocks.len() as u64 - 1) as usize];
+        let byte = off + self.rng.range(0, crate::model::BLOCK as u64 - 1);
+        let bit = self.rng.range(0, 7) as u8;
+        let oid = oid_of(block);
+        let held = |info: Option<basalt_engine::ObjectInfo>| info.filter(|o| !o.deleted);
+        let version = held(self.slots[i].stores[k].object_info(oid).await.ok()?)?.version;
+        let mut elsewhere = false;
+        for (j, slot) in self.slots.iter().enumerate() {
+            if j == i || slot.node.is_none() || slot.faulted {
+                continue;
+            }
+            for store in &slot.stores {
+                let info = held(store.object_info(oid).await.ok().flatten());
+                elsewhere |= info.is_some_and(|o| o.version == version);
+            }
+        }
+        if !elsewhere {
+            return None;
+        }
+        disk.flip_bit(byte, bit);
+        self.flips += 1;
+        self.flipped.insert(oid, dev);
+        Some((dev, byte))
+    }
+
     /// Marks a device out (`true`) or in, as an operator would.
     pub async fn set_out(&mut self, dev: DeviceId, out: bool) {
         let reason = out.then_some(OutReason::Operator);
@@ -271,4 +344,19 @@ impl SimCluster {
         self.kills = kills;
         basalt_meta::clock::simulate(None);
     }
+}
+
+/// The 4 KiB blocks of `disk` in `start..end` that look like a client's value (a pattern
+/// block: first and last word alike, not zero): (offset, value).
+fn valued_blocks(disk: &SimDisk, start: u64, end: u64) -> Vec<(u64, u64)> {
+    let raw = disk.read(start, (end - start) as usize);
+    let word = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
+    raw.chunks_exact(crate::model::BLOCK)
+        .enumerate()
+        .filter_map(|(n, b)| {
+            let first = word(&b[..8]);
+            (first != 0 && first == word(&b[b.len() - 8..]))
+                .then_some((start + (n * crate::model::BLOCK) as u64, first))
+        })
+        .collect()
 }

@@ -60,6 +60,9 @@ pub struct Faults {
     pub breaks: bool,
     /// Devices marked out and in, nodes added.
     pub map_changes: bool,
+    /// Media corruption: a bit flipped in a block of client data in one disk's slots (while
+    /// another disk holds that data intact), to be served from another copy and repaired.
+    pub media: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -97,6 +100,7 @@ pub struct Config {
 impl Config {
     /// The configuration of `seed`. `faults`: whether the seed may inject faults at all.
     pub fn draw(seed: u64, faults: bool) -> Config {
+        let with_faults = faults;
         let mut r = Rng::new(seed);
         let nodes = r.range(3, 5) as u32;
         let replicas = r.range(2, 3.min(u64::from(nodes))) as u8;
@@ -113,11 +117,12 @@ impl Config {
                 meta_cuts: r.chance(0.25),
                 breaks: r.chance(0.4),
                 map_changes: r.chance(0.35),
+                media: false,
             },
         };
         let net_lo = r.pick(&[0u64, 50, 200, 1000]);
         let disk_lo = r.pick(&[0u64, 20, 100, 1000]);
-        Config {
+        let mut cfg = Config {
             seed,
             nodes,
             devices_per_node: r.range(1, 2) as u32,
@@ -142,6 +147,11 @@ impl Config {
             },
             lease_ttl: Duration::from_secs(r.range(2, 4)),
             down_out: Duration::from_secs(r.pick(&[10u64, 30, 600])),
-        }
+        };
+        // Drawn last, so that the seeds' other draws stay what they were before media faults.
+        // Not with `min_size` 1: a PG may then take writes on one copy alone, so a flipped bit
+        // in it plus any node fault is a double failure that no replication survives.
+        cfg.faults.media = with_faults && r.chance(0.4) && min_size > 1;
+        cfg
     }
 }

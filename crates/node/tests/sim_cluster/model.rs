@@ -133,6 +133,14 @@ impl Model {
         }
     }
 
+    /// The block a write of `value` was sent to (values are unique per write).
+    pub fn block_of(&self, value: u64) -> Option<u64> {
+        self.blocks
+            .iter()
+            .position(|writes| writes.iter().any(|w| w.value == value))
+            .map(|b| b as u64)
+    }
+
     pub fn acked(&self) -> u64 {
         self.blocks
             .iter()

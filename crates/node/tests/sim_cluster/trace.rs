@@ -12,6 +12,9 @@ impl Default for Trace {
 
 impl Trace {
     pub fn add(&mut self, tag: u64, vals: &[u64]) {
+        if tracing_on() {
+            eprintln!("trace {tag} {vals:?}");
+        }
         for v in std::iter::once(tag).chain(vals.iter().copied()) {
             for b in v.to_le_bytes() {
                 self.0 ^= u64::from(b);
@@ -28,4 +31,10 @@ impl Trace {
             self.add(0, &[u64::from_le_bytes(w)]);
         }
     }
+}
+
+/// `CSIM_TRACE` set: every event added is printed (diff two runs to find where they part).
+fn tracing_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("CSIM_TRACE").is_some())
 }

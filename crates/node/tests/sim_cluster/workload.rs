@@ -145,6 +145,7 @@ pub async fn faults(c: &mut SimCluster, seen: &Shared, start: Instant) {
         (f.meta_cuts, Fault::MetaCut),
         (f.breaks, Fault::Break),
         (f.map_changes, Fault::Out),
+        (f.media, Fault::Flip),
     ] {
         if on {
             kinds.push(kind);
@@ -183,6 +184,13 @@ pub async fn faults(c: &mut SimCluster, seen: &Shared, start: Instant) {
                 c.net.break_links(|a, b| a == host || b == host);
                 c.trace.add(30, &[i as u64, t]);
             }
+            Fault::Flip => {
+                let flipped = c.flip(i, |v| seen.borrow().model.block_of(v)).await;
+                if let Some((dev, byte)) = flipped {
+                    tracing::info!(device = %dev, byte, "simulator: flipped a bit");
+                    c.trace.add(34, &[u64::from(dev.0), byte, t]);
+                }
+            }
             Fault::Out if c.rng.chance(0.15) && c.slots.len() < 6 => {
                 c.trace.add(31, &[t]);
                 c.add_node().await;
@@ -199,6 +207,7 @@ pub async fn faults(c: &mut SimCluster, seen: &Shared, start: Instant) {
                 }
                 c.slots[i].faulted = true;
                 c.trace.add(32, &[i as u64, what.code(), t]);
+                tracing::info!(slot = i, fault = ?what, "simulator: fault");
                 inject(c, i, what);
                 active.push((i, what, until));
             }
@@ -232,7 +241,9 @@ fn inject(c: &mut SimCluster, i: usize, what: Fault) {
             }
         }
         Fault::MetaCut => c.slots[i].meta.set_reachable(false),
-        Fault::Break | Fault::Out | Fault::In(_) => unreachable!("not a fault on one node"),
+        Fault::Break | Fault::Out | Fault::In(_) | Fault::Flip => {
+            unreachable!("not a fault that lasts on one node")
+        }
     }
 }
 
@@ -244,6 +255,7 @@ pub enum Fault {
     Break,
     Out,
     In(basalt_engine::DeviceId),
+    Flip,
 }
 
 impl Fault {
@@ -255,6 +267,7 @@ impl Fault {
             Fault::Break => 4,
             Fault::Out => 5,
             Fault::In(d) => 6 | (u64::from(d.0) << 8),
+            Fault::Flip => 7,
         }
     }
 }
@@ -274,7 +287,7 @@ async fn heal(c: &mut SimCluster, i: usize, what: Fault, start: Instant) {
         }
         Fault::MetaCut => c.slots[i].meta.set_reachable(true),
         Fault::In(dev) => c.set_out(dev, false).await,
-        Fault::Break | Fault::Out => {}
+        Fault::Break | Fault::Out | Fault::Flip => {}
     }
     if !matches!(what, Fault::In(_)) {
         c.slots[i].faulted = false;
