@@ -306,7 +306,8 @@ impl Engine {
         } else if matches!(ctx.out, Some(Out::Salvage(_))) {
             ctx.bad.extend(bad.iter().map(|&k| (fb + first + k) as u32));
             ctx.bad.sort_unstable();
-            // One error per read, as any read counts; every bad block among the distinct ones.
+            // One error per device read, as other reads count; every bad block among the
+            // distinct ones.
             for (n, src) in expected.into_iter().enumerate() {
                 if let Src::Disk { slot, block, crc } = src {
                     let off = self.sb.slot_offset(slot, block);
