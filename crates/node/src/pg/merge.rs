@@ -30,13 +30,12 @@ impl Merged {
             return false;
         }
         let bad: BTreeSet<u32> = bad.iter().copied().collect();
-        let data_len = self.data.len();
         let out = &mut self.data;
         self.missing.retain(|&b| {
-            let range = b as usize * B..(b as usize + 1) * B;
-            if bad.contains(&b) || range.end > data_len {
+            if bad.contains(&b) {
                 return true;
             }
+            let range = b as usize * B..(b as usize + 1) * B;
             out[range.clone()].copy_from_slice(&data[range]);
             false
         });
@@ -66,6 +65,10 @@ impl Pg {
                     continue;
                 }
             };
+            if bad.iter().any(|&b| (b as usize + 1) * B > data.len()) {
+                why.push(format!("{dev} named a bad block past its data"));
+                continue;
+            }
             if meta.version != version || meta.kind != ImageKind::Data {
                 why.push(format!(
                     "{dev} holds {:?} at {} instead",

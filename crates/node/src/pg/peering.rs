@@ -399,7 +399,7 @@ impl Pg {
                     let holders: Vec<DeviceId> = std::iter::once(source)
                         .chain(others.map(|(d, _)| *d))
                         .collect();
-                    let search = self.search(ctx, map, &holders, *oid, version).await;
+                    let search = self.search(ctx, map, &holders, &[], *oid, version).await;
                     match search.found {
                         Some((_, meta, data)) => (meta, data),
                         None if search.bad.len() == holders.len() => {
@@ -455,7 +455,8 @@ impl Pg {
             .collect();
         newer.sort_unstable_by(|a, b| b.cmp(a));
         for (version, dev) in newer {
-            let Some((_, meta, data)) = self.search(ctx, map, &[dev], oid, version).await.found
+            let Some((_, meta, data)) =
+                self.search(ctx, map, &[dev], &[], oid, version).await.found
             else {
                 continue;
             };

@@ -222,7 +222,9 @@ impl Pg {
             .map(|m| m.dev)
             .chain([self.dev])
             .collect();
-        let search = self.search(ctx, &map, &devs, oid, info.version).await;
+        let search = self
+            .search(ctx, &map, &devs, &[self.dev], oid, info.version)
+            .await;
         let Some((source, meta, data)) = search.found else {
             self.repairs.unrepairable(1);
             let why = if held.members.is_empty() {
@@ -253,13 +255,15 @@ impl Pg {
     }
 
     /// Asks `devs` in order for a good copy of `oid` at `version` (this device's own copy is
-    /// read directly); stops at the first. When none verifies as a whole but two or more
-    /// failed their checksum, merges those block by block (`merge.rs`).
+    /// read directly); stops at the first. Those in `known_bad` (a copy that just failed its
+    /// checksum) are not read whole again, only counted bad. When none verifies as a whole but
+    /// two or more failed their checksum, merges those block by block (`merge.rs`).
     pub(super) async fn search(
         &self,
         ctx: &Arc<Ctx>,
         map: &ClusterMap,
         devs: &[DeviceId],
+        known_bad: &[DeviceId],
         oid: ObjectId,
         version: Version,
     ) -> Search {
@@ -269,6 +273,11 @@ impl Pg {
             why: Vec::new(),
         };
         for &dev in devs {
+            if known_bad.contains(&dev) {
+                out.why.push(format!("{dev}: its copy failed its checksum"));
+                out.bad.push(dev);
+                continue;
+            }
             if dev == self.dev {
                 match self.store.read_object(oid).await {
                     Ok(image) => {
@@ -345,7 +354,7 @@ impl Pg {
         oid: ObjectId,
         version: Version,
     ) -> Result<(ImageMeta, Bytes), NoGoodCopy> {
-        let mut search = self.search(ctx, map, devs, oid, version).await;
+        let mut search = self.search(ctx, map, devs, known_bad, oid, version).await;
         let every_copy_bad = !devs.is_empty() && search.bad.len() == devs.len();
         search.bad.extend_from_slice(known_bad);
         search.bad.sort_unstable();

@@ -490,7 +490,7 @@ impl Pg {
         }
         votes.sort_by_key(|v| std::cmp::Reverse(v.0));
         for (_, digest, dev) in votes {
-            let search = self.search(ctx, map, &[dev], oid, version).await;
+            let search = self.search(ctx, map, &[dev], &[], oid, version).await;
             if let Some((_, meta, data)) = search.found
                 && ObjectDigest::of(&meta, &data) == *digest
             {
