@@ -285,6 +285,7 @@ mod tests {
                         les: Epoch(*les),
                         last_complete: *lc,
                         backfill: None,
+                        activated: Epoch(*les),
                     },
                     last_update: Version::NONE,
                     log_tail: Version::NONE,

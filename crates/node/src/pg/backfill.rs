@@ -189,6 +189,7 @@ impl Pg {
             les: term.interval,
             last_complete: Version::new(term.interval.0, 0),
             backfill: None,
+            activated: term.interval,
         };
         let msg = PeerMsg::Activate {
             device: dev,
@@ -372,6 +373,7 @@ impl Pg {
             les: term.interval,
             last_complete: Version::NONE,
             backfill: Some(Backfill { term, cursor }),
+            activated: term.interval,
         };
         let msg = PeerMsg::Activate {
             device: dev,

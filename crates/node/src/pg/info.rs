@@ -1,9 +1,10 @@
 //! What a member persists about a PG, in the store's PG record (96 bytes, written in journal
-//! order with the data it describes): the last interval it was activated in, how far it is
-//! known complete, and its backfill state.
+//! order with the data it describes): the last interval it was activated in that served I/O,
+//! the last it was activated in at all, how far it is known complete, and its backfill state.
 //!
 //! ```text
-//!  0  8  les: epoch of the last interval this member was activated in (0: never)
+//!  0  8  les: epoch of the last interval this member was activated in with the PG active
+//!        (at least min_size members serving; 0: never)
 //!  8 16  last complete: every object whose authoritative version is at or below this is
 //!        current here (epoch u64, seq u64)
 //! 24  1  flags: bit 0 = a backfill is in progress on this member
@@ -14,8 +15,14 @@
 //! 53  3  zero
 //! 56 16  backfill term: the term (interval u64, round u64) of the primary that runs it; a
 //!        primary of another term starts the backfill over
-//! 72 24  zero
+//! 72  8  activated: epoch of the last interval this member was activated in, one below
+//!        min_size included (0 in records written before this field: read as `les`)
+//! 80 16  zero
 //! ```
+//!
+//! An interval below `min_size` serves no I/O, so its peering's decisions are not final: it
+//! raises `activated` (the floor of the member's promises after a restart) but not `les` or
+//! `last_complete`, which make later peerings trust what the member holds (`authority.rs`).
 
 use basalt_engine::PG_BLOB;
 use basalt_types::{Epoch, ObjectId, PoolId, Term, Version, VolumeId};
@@ -27,6 +34,9 @@ pub(crate) struct MemberInfo {
     pub les: Epoch,
     pub last_complete: Version,
     pub backfill: Option<Backfill>,
+    /// The last interval this member was activated in, below `min_size` or not (>= `les`).
+    #[serde(default)]
+    pub activated: Epoch,
 }
 
 /// A backfill in progress on a member that joined the up set without the PG's data.
@@ -56,7 +66,13 @@ impl MemberInfo {
             b[56..64].copy_from_slice(&bf.term.interval.0.to_le_bytes());
             b[64..72].copy_from_slice(&bf.term.round.to_le_bytes());
         }
+        b[72..80].copy_from_slice(&self.activated.0.to_le_bytes());
         b
+    }
+
+    /// The newest interval this member was activated in: no primary of an older one may use it.
+    pub fn promised_floor(&self) -> Epoch {
+        self.les.max(self.activated)
     }
 
     pub fn decode(b: &[u8; PG_BLOB]) -> MemberInfo {
@@ -67,10 +83,12 @@ impl MemberInfo {
             cursor: (b[52] == 1)
                 .then(|| ObjectId::new(PoolId(u32_at(32)), VolumeId(u64_at(36)), u64_at(44))),
         });
+        let les = Epoch(u64_at(0));
         MemberInfo {
-            les: Epoch(u64_at(0)),
+            les,
             last_complete: Version::new(u64_at(8), u64_at(16)),
             backfill,
+            activated: les.max(Epoch(u64_at(72))),
         }
     }
 }
@@ -88,6 +106,13 @@ mod tests {
                 les: Epoch(9),
                 last_complete: Version::new(8, 77),
                 backfill: None,
+                activated: Epoch(9),
+            },
+            MemberInfo {
+                les: Epoch(9),
+                last_complete: Version::new(8, 77),
+                backfill: None,
+                activated: Epoch(14),
             },
             MemberInfo {
                 les: Epoch(9),
@@ -96,6 +121,7 @@ mod tests {
                     term: Term::new(Epoch(12), 3),
                     cursor: None,
                 }),
+                activated: Epoch(12),
             },
             MemberInfo {
                 les: Epoch(1),
@@ -104,11 +130,22 @@ mod tests {
                     term: Term::new(Epoch(12), u64::MAX),
                     cursor: Some(oid),
                 }),
+                activated: Epoch(12),
             },
         ] {
             assert_eq!(MemberInfo::decode(&info.encode()), info);
         }
         // A PG never set reads as nothing known.
         assert_eq!(MemberInfo::decode(&[0; PG_BLOB]), MemberInfo::default());
+        // A record written before `activated` existed reads it as `les`.
+        let mut old = MemberInfo {
+            les: Epoch(7),
+            last_complete: Version::new(7, 3),
+            backfill: None,
+            activated: Epoch(7),
+        }
+        .encode();
+        old[72..80].fill(0);
+        assert_eq!(MemberInfo::decode(&old).activated, Epoch(7));
     }
 }

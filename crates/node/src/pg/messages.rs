@@ -302,6 +302,7 @@ mod tests {
                 term,
                 cursor: Some(oid),
             }),
+            activated: Epoch(9),
         };
         let image = ImageMeta {
             version: Version::new(9, 3),

@@ -336,7 +336,7 @@ impl Pgs {
                 store,
                 st: Mutex::new(PgState {
                     generation: 0,
-                    promised: Term::new(info.les, 0),
+                    promised: Term::new(info.promised_floor(), 0),
                     accepting: Term::default(),
                     info,
                     primary: None,

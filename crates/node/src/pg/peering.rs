@@ -87,6 +87,13 @@ impl Pg {
             })
             .filter(|(_, v)| !v.divergent.is_empty() || !v.behind.is_empty())
             .collect();
+        for (oid, v) in &verdicts {
+            let infos: Vec<_> = holdings.iter().map(|(d, h)| (*d, h.info)).collect();
+            tracing::debug!(
+                pg = %self.id, %term, %oid, auth = ?v.auth, copies = ?copies[oid], ?infos,
+                "verdict"
+            );
+        }
         let (divergent, behind) = authority::summary(&verdicts);
         if divergent + behind > 0 {
             tracing::info!(
@@ -121,14 +128,24 @@ impl Pg {
             // A member that lacks nothing holds the authority of every object as of this
             // interval's start: complete there (`authority.rs` rule 4 tells such a member
             // from one that recovery had yet to bring up to date).
-            let info = MemberInfo {
-                les: interval,
-                last_complete: if needs {
-                    holdings[dev].info.last_complete
-                } else {
-                    complete_at.max(Version::new(interval.0, 0))
+            let info = match undersized {
+                // Serving nothing, this peering decides nothing for good (a member of an
+                // older interval it could not reach may prove a version it kept was never
+                // acknowledged): it raises only the member's promise floor (`info.rs`).
+                Some(_) => MemberInfo {
+                    activated: interval,
+                    ..holdings[dev].info
                 },
-                backfill: None,
+                None => MemberInfo {
+                    les: interval,
+                    last_complete: if needs {
+                        holdings[dev].info.last_complete
+                    } else {
+                        complete_at.max(Version::new(interval.0, 0))
+                    },
+                    backfill: None,
+                    activated: interval,
+                },
             };
             self.activate(ctx, &map, *dev, term, info).await?;
         }
@@ -701,10 +718,13 @@ fn check_answers(
             last.epoch
         ));
     }
-    if let Some(h) = holdings.values().find(|h| h.info.les > interval) {
+    if let Some(h) = holdings
+        .values()
+        .find(|h| h.info.promised_floor() > interval)
+    {
         return Err(format!(
             "a member was activated in interval {} (this map is older)",
-            h.info.les
+            h.info.promised_floor()
         ));
     }
     Ok(())
@@ -833,6 +853,7 @@ mod tests {
                     term: Term::new(Epoch(les), 0),
                     cursor: None,
                 }),
+                activated: Epoch(les),
             },
             last_update: Version::NONE,
             log_tail: Version::NONE,

@@ -243,6 +243,7 @@ impl Pg {
                 les: term.interval,
                 last_complete: complete,
                 backfill: None,
+                activated: term.interval,
             };
             let msg = PeerMsg::Activate {
                 device: dev,

@@ -317,3 +317,24 @@ fn superseded_peering_rolls_nothing_back() {
 fn ready_waits_for_down_up_members() {
     check_seeds(&[1134, 1346]);
 }
+
+/// Regression, seed 71465 (2 copies, `min_size` 2, bit flips): a write reached v13.1 on both
+/// members of pg.1.5, a bit flipped in one copy, and the other member was killed before its
+/// copy was durable. A peering below `min_size` (one member up) then recorded the flipped
+/// copy's device as activated in its interval (`les`) and complete past v13.1, so when the
+/// other member came back at the older version (proof that v13.1 was never acknowledged) the
+/// later peering trusted v13.1 anyway: the object stayed unfound (reads failed with `EIO`). Now
+/// a peering below `min_size` raises only the members' promise floor (`pg/info.rs`).
+/// Seed 80117: an object unfound while the one good copy's node was cut off recovered
+/// 2.5 s after the heal, after the final check had stopped retrying (now it retries
+/// for a minute of virtual time).
+#[test]
+fn undersized_peering_trusts_nothing_for_good() {
+    init_log();
+    for seed in [71465, 80117] {
+        let cfg = Config::draw(seed, true);
+        assert!(cfg.faults.media, "seed {seed} draws bit flips");
+        let r = check_config(cfg, false);
+        assert!(r.acked > 0 && r.flips > 0, "seed {seed}: {r:?}");
+    }
+}

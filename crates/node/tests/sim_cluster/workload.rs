@@ -94,6 +94,11 @@ pub async fn client(
     seen.borrow_mut().running -= 1;
 }
 
+/// Seconds of virtual time the final check retries a block's read: the cluster may still be
+/// settling after the heal (a node cut off by a partition is marked up again only once its
+/// peers withdraw their failure reports, then its PGs peer again).
+const SETTLE_TRIES: u32 = 60;
+
 /// Reads every block once the faults are healed: each must hold a value the model allows (so
 /// every acknowledged write that was not replaced reads back). Retries errors for a while (the
 /// cluster may still be peering).
@@ -117,7 +122,7 @@ pub async fn final_check(volume: &Volume, seen: &Shared, blocks: u64, start: Ins
                 }
                 Err(e) => {
                     tries += 1;
-                    if tries == 3 {
+                    if tries == SETTLE_TRIES {
                         seen.borrow_mut().violations.push(format!(
                             "final read of block {block} failed {tries} times after every fault \
                              healed: {e}"
