@@ -176,8 +176,9 @@ impl Health {
                 "objects_unfound",
                 format!(
                     "{} object(s) unfound: every copy fails its checksum; their reads and writes \
-                     fail (`basalt status --json` names their PGs: `unfound_objects`; `basalt pg \
-                     mark-lost` gives a PG up)",
+                     fail (`basalt pg list --problems` names their PGs and objects; `basalt pg \
+                     mark-unfound-lost POOL PG` gives them up once no device that could hold a \
+                     good copy will return)",
                     f.unfound_objects
                 ),
             );

@@ -18,6 +18,7 @@ mod nbd_cmd;
 mod node_cmd;
 mod output;
 mod pg;
+mod pg_lost;
 mod pool;
 mod scrub;
 mod slow;

@@ -1,5 +1,5 @@
-//! `basalt pg list|mark-lost`: placement groups, and the operator's escape hatch for a PG whose
-//! data is gone.
+//! `basalt pg list|mark-lost|mark-unfound-lost`: placement groups, and the operator's escape
+//! hatches for a PG whose data is gone, or objects of it no good copy of is left.
 
 use crate::connect::Common;
 use crate::output;
@@ -7,7 +7,7 @@ use anyhow::{Context, bail};
 use basalt_client::Cluster;
 use basalt_meta::PgReadyRecord;
 use basalt_placement::{ClusterMap, PgMap};
-use basalt_types::{DeviceId, NodeId, PgId};
+use basalt_types::{DeviceId, NodeId, ObjectId, PgId};
 use clap::Subcommand;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -41,6 +41,20 @@ pub enum PgCommand {
         #[command(flatten)]
         common: Common,
     },
+    /// Give up a placement group's unfound objects (every copy of them fails its checksum and
+    /// recovery finds no good one): each is deleted on every member and reads as ZEROS from
+    /// now on; the rest of the placement group is untouched.
+    MarkUnfoundLost {
+        /// Pool name.
+        pool: String,
+        /// Placement group number within the pool.
+        pg: u32,
+        /// Required: you accept that those objects' data is lost.
+        #[arg(long)]
+        yes_i_really_mean_it: bool,
+        #[command(flatten)]
+        common: Common,
+    },
 }
 
 /// One placement group as printed.
@@ -58,6 +72,8 @@ struct PgView {
     /// Objects its primary found no good copy of (every copy fails its checksum): their reads
     /// and writes fail. `None` when its primary's node did not answer.
     unfound_objects: Option<u64>,
+    /// The first of them (`basalt pg mark-unfound-lost` gives them up).
+    unfound: Vec<ObjectId>,
 }
 
 pub async fn run(cmd: PgCommand) -> anyhow::Result<()> {
@@ -82,6 +98,22 @@ pub async fn run(cmd: PgCommand) -> anyhow::Result<()> {
             }
             let cluster = common.cluster.connect().await?;
             mark_lost(&cluster, &pool, pg).await
+        }
+        PgCommand::MarkUnfoundLost {
+            pool,
+            pg,
+            yes_i_really_mean_it,
+            common,
+        } => {
+            if !yes_i_really_mean_it {
+                bail!(
+                    "marking the unfound objects of {pool} PG {pg} lost deletes them (they read \
+                     as zeros); run again with --yes-i-really-mean-it if no device that could \
+                     hold a good copy will come back"
+                );
+            }
+            let cluster = common.cluster.connect().await?;
+            crate::pg_lost::mark_unfound_lost(&cluster, &pool, pg).await
         }
     }
 }
@@ -122,11 +154,12 @@ async fn list(only: Option<String>, problems: bool, common: Common) -> anyhow::R
                 pool: p.id,
                 pg: i as u32,
             };
-            let unfound = primary_node(&map, pg).and_then(|n| {
+            let found = primary_node(&map, pg).and_then(|n| {
                 let of_node = unfound.get(&n)?;
-                Some(of_node.get(&id).copied().unwrap_or(0))
+                Some(of_node.get(&id).cloned().unwrap_or_default())
             });
-            let state = state(&map, placed.replicas, pg, unfound);
+            let count = found.as_ref().map(|(n, _)| *n);
+            let state = state(&map, placed.replicas, pg, count);
             if problems && state == "active" {
                 continue;
             }
@@ -138,7 +171,8 @@ async fn list(only: Option<String>, problems: bool, common: Common) -> anyhow::R
                 serving: map.serving(pg).collect(),
                 since: pg.since.0,
                 state,
-                unfound_objects: unfound,
+                unfound_objects: count,
+                unfound: found.map(|(_, oids)| oids).unwrap_or_default(),
             });
         }
     }
@@ -166,16 +200,17 @@ async fn list(only: Option<String>, problems: bool, common: Common) -> anyhow::R
 }
 
 /// The node of the PG's primary (its first serving member).
-fn primary_node(map: &ClusterMap, pg: &PgMap) -> Option<NodeId> {
+pub(crate) fn primary_node(map: &ClusterMap, pg: &PgMap) -> Option<NodeId> {
     let primary = map.serving(pg).next()?;
     Some(map.devices.get(&primary)?.node)
 }
 
-/// Per node of a PG primary that answered: its PGs with unfound objects, and how many.
+/// Per node of a PG primary that answered: its PGs with unfound objects, how many, and the
+/// first of them.
 async fn unfound_by_pg(
     cluster: &Cluster,
     map: &ClusterMap,
-) -> BTreeMap<NodeId, BTreeMap<PgId, u64>> {
+) -> BTreeMap<NodeId, BTreeMap<PgId, (u64, Vec<ObjectId>)>> {
     let primaries: std::collections::BTreeSet<NodeId> = map
         .pools
         .values()
@@ -194,7 +229,7 @@ async fn unfound_by_pg(
             .pgs
             .iter()
             .filter(|p| p.unfound_objects > 0)
-            .map(|p| (p.pg, p.unfound_objects))
+            .map(|p| (p.pg, (p.unfound_objects, p.unfound.clone())))
             .collect();
         out.insert(node, pgs);
     }

@@ -155,7 +155,11 @@ async fn scrub_pool(cluster: &Cluster, pool: &PoolRecord) -> anyhow::Result<Pool
 }
 
 /// Sends an admin request to `node`; returns the answer's body.
-async fn call(cluster: &Cluster, node: NodeId, req: &AdminRequest) -> anyhow::Result<Vec<u8>> {
+pub(crate) async fn call(
+    cluster: &Cluster,
+    node: NodeId,
+    req: &AdminRequest,
+) -> anyhow::Result<Vec<u8>> {
     let body = serde_json::to_vec(req)?;
     match cluster
         .call_node(node, Request::Admin { body: body.into() })

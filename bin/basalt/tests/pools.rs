@@ -79,6 +79,34 @@ fn pool_device_and_pg_commands() {
         &["pg", "mark-lost", "default", "0"],
         "--yes-i-really-mean-it",
     );
+    fails_with(
+        &up,
+        &["pg", "mark-unfound-lost", "default", "3"],
+        "--yes-i-really-mean-it",
+    );
+    fails_with(
+        &up,
+        &[
+            "pg",
+            "mark-unfound-lost",
+            "default",
+            "64",
+            "--yes-i-really-mean-it",
+        ],
+        "has no PG 64",
+    );
+    let out = up.cli(&[
+        "pg",
+        "mark-unfound-lost",
+        "default",
+        "3",
+        "--yes-i-really-mean-it",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("has no unfound objects"),
+        "{out:?}"
+    );
     let devs = up.cli_json(&["device", "list"]);
     let dev = &devs[0];
     assert_eq!(dev["up"], true, "{devs}");

@@ -1,5 +1,6 @@
 //! Control-plane requests carried as JSON in `Admin` frames: node status, scrub (`basalt
-//! scrub`) and the background scrub's rate, and — on a node that
+//! scrub`) and the background scrub's rate, giving up unfound objects (`basalt pg
+//! mark-unfound-lost`), and — on a node that
 //! owns an embedded metadata store (`basalt up`) — a proxy to that store, so that CLI commands and
 //! gateways in other processes can use it.
 
@@ -8,7 +9,7 @@ use crate::pg::throttle::NodeRecovery;
 use crate::service::NodeShared;
 use basalt_meta::MetaStore;
 use basalt_proto::{ErrorCode, Response, WireError};
-use basalt_types::{DeviceId, Epoch, NodeId, PoolId};
+use basalt_types::{DeviceId, Epoch, NodeId, PgId, PoolId};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -32,6 +33,9 @@ pub enum AdminRequest {
     SetScrubRate { bytes_per_sec: u64 },
     /// What a device of the node holds of each PG (`Vec<HeldPg>`).
     DevicePgs { device: DeviceId },
+    /// Declare lost every unfound object of `pg` (a device of this node must be its active
+    /// primary): each is deleted on every serving member. Answer: a `LostReport`.
+    MarkUnfoundLost { pg: PgId },
 }
 
 /// What `Status` returns.
@@ -156,6 +160,15 @@ impl AdminHandler {
                 tracing::info!(bytes_per_sec, "background scrub rate set");
                 serde_json::to_vec(&self.status(node))
             }
+            AdminRequest::MarkUnfoundLost { pg } => match node.pgs.mark_unfound_lost(pg).await {
+                Some(report) => serde_json::to_vec(&report),
+                None => {
+                    return Err(WireError::new(
+                        ErrorCode::NotFound,
+                        format!("no device of this node is the active primary of {pg}"),
+                    ));
+                }
+            },
             AdminRequest::DevicePgs { device } => match node.pgs.held(device).await {
                 Some(Ok(held)) => serde_json::to_vec(&held),
                 Some(Err(e)) => return Err(WireError::new(ErrorCode::Internal, e.to_string())),

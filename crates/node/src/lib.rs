@@ -70,6 +70,7 @@ pub use error::NodeError;
 pub use heartbeat::HeartbeatConfig;
 pub use node::Node;
 pub use pg::held::HeldPg;
+pub use pg::lost::LostReport;
 pub use pg::scrub::{PgScrub, ScrubReport};
 pub use pg::throttle::{Limits as RecoveryLimits, NodeRecovery, RateView};
 pub use pg::{PgStatusView, PgSummary, Tuning};

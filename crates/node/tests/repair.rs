@@ -8,7 +8,7 @@ use basalt_client::{ClientError, Cluster as Client, Volume};
 use basalt_engine::sim::SimDisk;
 use basalt_engine::{ObjectContent, ObjectImage, WriteOptions};
 use basalt_meta::DeviceState;
-use basalt_node::{AdminRequest, DeviceConfig, Node, NodeConfig, ScrubReport};
+use basalt_node::{AdminRequest, DeviceConfig, LostReport, Node, NodeConfig, ScrubReport};
 use basalt_placement::ClusterMap;
 use basalt_proto::{Request, Response};
 use basalt_types::{ObjectId, Version};
@@ -339,7 +339,8 @@ async fn recovery_copies_from_another_source_when_one_fails_its_checksum() {
 /// copies are read a few times, not in a loop, which would also count enough checksum errors
 /// to report both good devices down (`--checksum-error-limit`) and take every other PG on them
 /// down with them. Every other PG gets clean; the object is unfound: its reads and writes fail
-/// at once (never bad data, never a wait until the client's timeout).
+/// at once (never bad data, never a wait until the client's timeout). Declared lost, it reads
+/// as zeros and its PG gets clean.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_object_with_no_good_copy_does_not_make_recovery_spin() {
     let mut t = three(|_| {}).await;
@@ -392,6 +393,49 @@ async fn an_object_with_no_good_copy_does_not_make_recovery_spin() {
         let got = vol.read(i * OBJECT, OBJECT as u32).await.unwrap();
         assert!(got == pattern(i, 1), "object {i} read back wrong");
     }
+    // The operator gives it up (`basalt pg mark-unfound-lost`): the primary deletes it on
+    // every member; it reads as zeros, takes writes again, and its PG gets clean.
+    let map = t.c.map().await;
+    let lost = oid(&vol, 3);
+    let (pg, _) = map.locate(&lost).unwrap();
+    let node = map.device_node(map.primary(&lost).unwrap()).unwrap();
+    let mut asked = 0;
+    let report: LostReport = loop {
+        asked += 1;
+        assert!(asked < 100, "the primary never had the object unfound");
+        let req = AdminRequest::MarkUnfoundLost { pg };
+        let body = serde_json::to_vec(&req).unwrap();
+        let answer = client
+            .call_node(node, Request::Admin { body: body.into() })
+            .await;
+        let Ok(Response::Admin { body }) = answer else {
+            panic!("unexpected answer {answer:?}");
+        };
+        let r: LostReport = serde_json::from_slice(&body).unwrap();
+        // Between two recovery attempts the PG peers and nothing is unfound for a moment.
+        if !r.declared.is_empty() || !r.failed.is_empty() {
+            break r;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(report.failed, Vec::<String>::new(), "{report:?}");
+    assert_eq!(report.declared.len(), 1, "{report:?}");
+    assert_eq!(report.declared[0].0, lost, "{report:?}");
+    let zeros = vol.read(3 * OBJECT, OBJECT as u32).await.unwrap();
+    assert!(
+        zeros.iter().all(|b| *b == 0),
+        "a lost object reads as zeros"
+    );
+    until("every PG clean", || all_active(&t.nodes, true)).await;
+    let unfound: u64 = t
+        .nodes
+        .iter()
+        .flat_map(|n| n.status().pgs)
+        .map(|p| p.unfound_objects)
+        .sum();
+    assert_eq!(unfound, 0);
+    vol.write(3 * OBJECT, pattern(3, 4), false).await.unwrap();
+    assert!(vol.read(3 * OBJECT, OBJECT as u32).await.unwrap() == pattern(3, 4));
     for n in t.nodes {
         n.shutdown().await;
     }

@@ -18,6 +18,7 @@ mod authority;
 mod backfill;
 pub(crate) mod held;
 pub(crate) mod info;
+pub(crate) mod lost;
 mod merge;
 pub(crate) mod messages;
 mod peering;
@@ -593,6 +594,9 @@ impl Pg {
     }
 }
 
+/// Unfound objects a PG's summary names.
+pub const UNFOUND_LISTED: usize = 100;
+
 /// A short summary of one PG this node is primary of (for status).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct PgSummary {
@@ -614,6 +618,9 @@ pub struct PgSummary {
     /// reads and writes fail.
     #[serde(default)]
     pub unfound_objects: u64,
+    /// The first `UNFOUND_LISTED` of them.
+    #[serde(default)]
+    pub unfound: Vec<ObjectId>,
     pub backfilling: usize,
     pub clean: bool,
     pub recovered_objects: u64,
@@ -685,6 +692,7 @@ impl Pgs {
                     .map(|t| t.objects.saturating_sub(t.walked))
                     .sum(),
                 unfound_objects: p.unfound.len() as u64,
+                unfound: p.unfound.keys().take(UNFOUND_LISTED).copied().collect(),
                 backfilling: p.targets.iter().filter(|t| !t.done).count(),
                 clean: p.clean,
                 recovered_objects: p.recovered_objects,

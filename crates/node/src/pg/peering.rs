@@ -460,27 +460,32 @@ impl Pg {
         oid: ObjectId,
         v: &mut Verdict,
     ) -> Result<(), String> {
-        let mut newer: Vec<(Version, DeviceId)> = v
+        let mut newer: Vec<(Version, bool, DeviceId)> = v
             .divergent
             .iter()
-            .filter_map(|d| {
-                copies
-                    .get(d)
-                    .filter(|h| !h.deleted)
-                    .map(|h| (h.version, *d))
-            })
+            .filter_map(|d| copies.get(d).map(|h| (h.version, h.deleted, *d)))
             .collect();
         newer.sort_unstable_by(|a, b| b.cmp(a));
-        for (version, dev) in newer {
-            let Some((_, meta, data)) =
-                self.search(ctx, map, &[dev], &[], oid, version).await.found
-            else {
-                continue;
+        for (version, deleted, dev) in newer {
+            // A tombstone (an unfound object declared lost, say, whose tombstone was not
+            // acknowledged) holds no data to fail a checksum.
+            let (meta, data) = if deleted {
+                let meta = ImageMeta {
+                    version,
+                    kind: ImageKind::Tombstone,
+                    allocated: Vec::new(),
+                };
+                (meta, Bytes::new())
+            } else {
+                match self.search(ctx, map, &[dev], &[], oid, version).await.found {
+                    Some((_, meta, data)) => (meta, data),
+                    None => continue,
+                }
             };
             let lacking = serving.iter().filter(|d| {
                 copies
                     .get(d)
-                    .is_none_or(|h| h.version != version || h.deleted)
+                    .is_none_or(|h| h.version != version || h.deleted != deleted)
             });
             for d in lacking {
                 tracing::warn!(pg = %self.id, %oid, device = %d, from = %v.auth.version(), to = %version, "every copy of the acknowledged version fails its checksum: rolling forward to a newer copy");
@@ -489,7 +494,7 @@ impl Pg {
             }
             v.auth = Auth::Present {
                 version,
-                deleted: false,
+                deleted,
                 source: dev,
             };
             v.divergent.clear();

@@ -34,6 +34,15 @@ fn busy(msg: impl Into<String>) -> WireError {
     WireError::new(ErrorCode::Busy, msg)
 }
 
+/// How a request passes an object's gate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pass {
+    /// A client's: waits while the object is missing on a member, fails while it is unfound.
+    Normal,
+    /// The tombstone of an unfound object declared lost, claimed in `generation` (`lost.rs`).
+    Lost { generation: u64 },
+}
+
 /// What to do with a request on the primary after looking at the PG's state.
 enum Gate<T> {
     Go(T),
@@ -46,6 +55,7 @@ impl Pg {
     fn gate<T>(
         &self,
         oid: &ObjectId,
+        pass: Pass,
         go: impl FnOnce(&mut super::Primary, u64) -> Result<T, WireError>,
     ) -> Result<Gate<T>, WireError> {
         let mut st = self.st.lock();
@@ -73,12 +83,23 @@ impl Pg {
                 return Err(busy(format!("{} is incomplete: {why}", self.id)));
             }
         }
+        if let Pass::Lost {
+            generation: claimed,
+        } = pass
+        {
+            // Declared lost and claimed in this generation (`lost.rs`): a tombstone needs no
+            // current copy anywhere, and nothing else touches the object until it is done.
+            if claimed != generation {
+                return Err(busy(format!("{} peered again", self.id)));
+            }
+            return go(p, generation).map(Gate::Go);
+        }
         if let Some(why) = p.unfound.get(oid) {
             return Err(WireError::new(
                 ErrorCode::Checksum,
                 format!(
-                    "{oid} is unfound: {why} (recovery retries; `basalt pg mark-lost` gives up \
-                     its PG)"
+                    "{oid} is unfound: {why} (recovery retries; `basalt pg mark-unfound-lost` \
+                     gives it up)"
                 ),
             ));
         }
@@ -147,7 +168,7 @@ impl Pg {
     ) -> Result<Bytes, WireError> {
         let mut repaired = false;
         loop {
-            let gate = self.gate(&oid, |p, generation| {
+            let gate = self.gate(&oid, Pass::Normal, |p, generation| {
                 Ok((generation, p.term, self.store.submit_read(oid, offset, len)))
             })?;
             match gate {
@@ -199,9 +220,23 @@ impl Pg {
         kind: WriteKind,
         durable: bool,
     ) -> Result<Version, WireError> {
+        self.write_as(ctx, epoch, oid, kind, durable, Pass::Normal)
+            .await
+    }
+
+    /// [`Pg::write`], passing the object's gate as `pass` says.
+    pub(super) async fn write_as(
+        self: &Arc<Self>,
+        ctx: &Arc<Ctx>,
+        epoch: Epoch,
+        oid: ObjectId,
+        kind: WriteKind,
+        durable: bool,
+        pass: Pass,
+    ) -> Result<Version, WireError> {
         self.check_partial_blocks(ctx, oid, &kind).await?;
         let (version, local, reps, term, to_members) = loop {
-            let submitted = self.gate(&oid, |p, _| {
+            let submitted = self.gate(&oid, pass, |p, _| {
                 let n = p.seq + 1;
                 let Some(version) = p.term.version(n) else {
                     return Err(busy(format!(

@@ -1,0 +1,115 @@
+//! Giving up unfound objects (`basalt pg mark-unfound-lost`): an object every copy of whose
+//! authoritative version fails its checksum is unfound, and its reads and writes fail while
+//! recovery keeps looking for a good copy. An operator who knows none will come back (the
+//! devices that could hold one are gone for good) declares it lost: the PG's primary deletes
+//! it on every serving member as a replicated write at a new version, so it reads as zeros from
+//! then on, takes writes again, and the PG can become clean. A copy of an older version that
+//! comes back later is older than the tombstone and is replaced by it, as any stale copy.
+//!
+//! Only objects unfound on the primary now are declared lost; each is kept from clients and
+//! recovery (busy) until its tombstone is on every member, so a write to it cannot slip in
+//! between and be deleted after it was acknowledged.
+
+use super::primary::{Pass, WriteKind};
+use super::{Ctx, Pg, Pgs};
+use basalt_types::{DeviceId, ObjectId, PgId, Version};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+/// What `mark-unfound-lost` did on one PG's primary.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LostReport {
+    pub pg: PgId,
+    pub device: DeviceId,
+    /// Objects deleted, and the tombstone's version.
+    pub declared: Vec<(ObjectId, Version)>,
+    /// Objects whose tombstone was not acknowledged (the PG peers again; run it again).
+    pub failed: Vec<String>,
+}
+
+impl Pgs {
+    /// Declares lost every unfound object of `pg` a device of this node is the active primary
+    /// of; `None` when none is.
+    pub(crate) async fn mark_unfound_lost(&self, pg: PgId) -> Option<LostReport> {
+        let primary = self
+            .all()
+            .into_iter()
+            .find(|p| p.id == pg && p.is_active_primary())?;
+        Some(primary.mark_unfound_lost(&self.ctx).await)
+    }
+}
+
+impl Pg {
+    async fn mark_unfound_lost(self: &Arc<Self>, ctx: &Arc<Ctx>) -> LostReport {
+        let (generation, unfound) = {
+            let st = self.st.lock();
+            let oids = st
+                .primary
+                .as_ref()
+                .map(|p| p.unfound.keys().copied().collect::<Vec<_>>())
+                .unwrap_or_default();
+            (st.generation, oids)
+        };
+        let mut report = LostReport {
+            pg: self.id,
+            device: self.dev,
+            ..LostReport::default()
+        };
+        for oid in unfound {
+            if !self.claim_lost(generation, oid) {
+                report.failed.push(format!("{oid}: no longer unfound here"));
+                continue;
+            }
+            let epoch = ctx.maps.map().epoch;
+            let pass = Pass::Lost { generation };
+            let r = self
+                .write_as(ctx, epoch, oid, WriteKind::Delete, true, pass)
+                .await;
+            self.settle_lost(generation, oid, r.is_ok());
+            match r {
+                Ok(version) => {
+                    tracing::warn!(pg = %self.id, %oid, %version, "unfound object declared lost by the operator: deleted on every member");
+                    report.declared.push((oid, version));
+                }
+                Err(e) => report.failed.push(format!("{oid}: {e}")),
+            }
+        }
+        report
+    }
+
+    /// Takes `oid` from the unfound objects of `generation` and keeps clients and recovery
+    /// from it (busy). False if it is not unfound (or busy) in that generation now.
+    fn claim_lost(&self, generation: u64, oid: ObjectId) -> bool {
+        let mut st = self.st.lock();
+        if st.generation != generation {
+            return false;
+        }
+        let Some(p) = st.primary.as_mut() else {
+            return false;
+        };
+        if p.busy.contains(&oid) || p.unfound.remove(&oid).is_none() {
+            return false;
+        }
+        p.busy.insert(oid);
+        true
+    }
+
+    /// The tombstone of `oid` is on every member (`done`) or failed: writes of it go on.
+    fn settle_lost(&self, generation: u64, oid: ObjectId, done: bool) {
+        let mut st = self.st.lock();
+        if st.generation != generation {
+            return;
+        }
+        let Some(p) = st.primary.as_mut() else {
+            return;
+        };
+        p.busy.remove(&oid);
+        if done {
+            // No member needs the lost version any more: the tombstone replaced it.
+            p.missing.remove(&oid);
+        }
+        p.release(&oid);
+        drop(st);
+        self.changed.notify_waiters();
+    }
+}
