@@ -142,6 +142,7 @@ fn info(sb: &Superblock, backend: &'static str, direct: bool) -> StoreInfo {
         format_version: FORMAT_VERSION,
         io_backend: backend,
         direct_io: direct,
+        replay_cut: None,
     }
 }
 

@@ -55,6 +55,7 @@ pub use format::{format, format_sim, probe, probe_sim};
 pub use io::sim;
 pub use layout::{FORMAT_VERSION, PG_BLOB, device_size_for};
 pub use lock::{DirLock, lock_dir};
+use std::collections::BTreeSet;
 pub use store::{Pending, Store};
 
 use std::time::Duration;
@@ -197,6 +198,23 @@ pub struct StoreInfo {
     pub io_backend: &'static str,
     /// Whether O_DIRECT is in use.
     pub direct_io: bool,
+    /// Journal records the last open dropped as a torn tail (`None`: none was found).
+    pub replay_cut: Option<ReplayCut>,
+}
+
+/// Journal records replay dropped at open although their header was on disk: the chain broke at
+/// a record whose data (or header) does not verify, or a whole-object write's data is not in
+/// its slot. Usually a write that never completed (a torn tail, never acknowledged); but damage
+/// to the newest records looks the same to the journal alone, and then they may have been
+/// acknowledged. A replicated layer must not take this store's lacking those writes as proof
+/// that they were never acknowledged.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplayCut {
+    /// The first dropped record.
+    pub seq: u64,
+    /// The placement groups (pool, PG number) of every entry of the dropped records; `None`
+    /// when a dropped record's header does not verify (any PG may have lost writes).
+    pub pgs: Option<BTreeSet<(PoolId, u32)>>,
 }
 
 impl StoreInfo {

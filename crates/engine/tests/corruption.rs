@@ -7,10 +7,11 @@ mod common;
 
 use basalt_engine::sim::SimDisk;
 use basalt_engine::{
-    EngineError, FormatOptions, OpenOptions, Store, WriteOptions, format_sim, probe_sim,
+    EngineError, FormatOptions, OpenOptions, PoolId, Store, WriteOptions, format_sim, probe_sim,
 };
 use bytes::Bytes;
 use common::{Backend, Dev, OBJ, find_aligned, oid, pattern};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 /// Open options that never write the journal back on their own (records stay in the ring).
@@ -25,8 +26,8 @@ fn sim(dev: &Dev) -> &SimDisk {
     dev.sim.as_ref().expect("a simulated disk")
 }
 
-/// Six durable single-block writes, each in its own journal record, none written back; returns
-/// the crash image (everything flushed is in it).
+/// Six durable single-block writes (write `i` in PG `i`), each in its own journal record, none
+/// written back; returns the crash image (everything flushed is in it).
 async fn six_records() -> (Dev, SimDisk) {
     let dev = Dev::new(Backend::Sim, 64 << 20, 4 << 20);
     let store = Store::open_sim(sim(&dev), &no_writeback(&dev)).unwrap();
@@ -36,7 +37,7 @@ async fn six_records() -> (Dev, SimDisk) {
                 oid(1, i),
                 0,
                 Bytes::from(pattern(100 + i, 4096)),
-                WriteOptions::durable(),
+                WriteOptions::durable().in_pg(i as u32),
             )
             .await
             .unwrap();
@@ -62,12 +63,22 @@ async fn damaged_durable_record_in_the_middle_of_the_journal_is_refused() {
 #[tokio::test]
 async fn a_torn_tail_is_still_just_cut() {
     // The last record has no later record to prove it durable: its damage looks like a torn
-    // write and replay stops before it (the documented limit; replicas cover it).
+    // write and replay stops before it (the documented limit; replicas cover it). The store
+    // says so, naming the PG of the dropped write, for the replication layer.
     let (_dev, image) = six_records().await;
+    let intact = image.crash_image(2);
     let raw = image.read(0, image.size() as usize);
     let at = find_aligned(&raw, &pattern(105, 4096))[0];
     image.corrupt(at + 10);
     let store = Store::open_sim(&image, &OpenOptions::default()).unwrap();
+    let cut = store
+        .info()
+        .replay_cut
+        .clone()
+        .expect("the cut is reported");
+    assert_eq!(cut.pgs, Some(BTreeSet::from([(PoolId(1), 5)])), "{cut:?}");
+    let clean = Store::open_sim(&intact, &OpenOptions::default()).unwrap();
+    assert_eq!(clean.info().replay_cut, None, "nothing was dropped");
     for i in 0..5 {
         assert_eq!(
             store.read(oid(1, i), 0, 4096).await.unwrap(),

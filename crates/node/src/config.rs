@@ -32,6 +32,9 @@ pub struct DeviceConfig {
     /// the catalog and logs); formatted when blank. Its faults (`flip_bit`, `fail_writes`, ...)
     /// reach the running node.
     pub sim: Option<basalt_engine::sim::SimDisk>,
+    /// Tests: how long the store waits for writes to stop before writing its journal back
+    /// (`None`: the engine's default, 2 ms). A long one keeps records in the journal.
+    pub writeback_idle: Option<std::time::Duration>,
 }
 
 impl DeviceConfig {
@@ -46,6 +49,7 @@ impl DeviceConfig {
             force_format: false,
             allow_sparse: false,
             sim: None,
+            writeback_idle: None,
         }
     }
 }

@@ -99,8 +99,14 @@ async fn open_one(
         path: cfg.path.display().to_string(),
         source,
     };
+    let mut opts = OpenOptions::default();
+    if let Some(idle) = cfg.writeback_idle {
+        opts.writeback_idle = idle;
+    }
     if let Some(disk) = &cfg.sim {
-        return open_sim(catalog, disk, object_size).await.map_err(dev_err);
+        return open_sim(catalog, disk, object_size, &opts)
+            .await
+            .map_err(dev_err);
     }
     // A store of this device this process ran before (a node restarted in-process) may still
     // be letting go of it.
@@ -151,10 +157,7 @@ async fn open_one(
             tracing::info!(device = %id, path = %path.display(), "formatted new device");
         }
     }
-    let opts = OpenOptions {
-        io,
-        ..OpenOptions::default()
-    };
+    let opts = OpenOptions { io, ..opts };
     if !store_threads {
         return Store::spawn(&path, &opts).await.map_err(dev_err);
     }
@@ -169,6 +172,7 @@ async fn open_sim(
     catalog: &Catalog,
     disk: &basalt_engine::sim::SimDisk,
     object_size: u32,
+    opts: &OpenOptions,
 ) -> Result<Store, EngineError> {
     if basalt_engine::probe_sim(disk)?.is_none() {
         let id = catalog
@@ -182,7 +186,7 @@ async fn open_sim(
         };
         basalt_engine::format_sim(disk, &opts)?;
     }
-    Store::open_sim(disk, &OpenOptions::default())
+    Store::open_sim(disk, opts)
 }
 
 #[cfg(test)]

@@ -31,8 +31,8 @@ use crate::record::{
     Bounds, EntryKind, JournalHeader, RecordHeader, decode_record_header, peek_record,
 };
 use crate::tombs::TombTable;
-use crate::{IoMode, OpenOptions, StoreInfo};
-use basalt_types::ObjectId;
+use crate::{IoMode, OpenOptions, ReplayCut, StoreInfo};
+use basalt_types::{ObjectId, PoolId};
 use crossbeam_channel::Receiver;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::path::Path;
@@ -176,6 +176,7 @@ impl Engine {
             format_version: crate::layout::FORMAT_VERSION,
             io_backend: be.name(),
             direct_io: direct,
+            replay_cut: None,
         };
         let waker = be.waker();
         let max_record = (sb.ring_size() / 4)
@@ -230,11 +231,29 @@ impl Engine {
         self.load_tables(dev, &jh)?;
         let bounds = self.bounds();
         let (mut found, broke_at) = scan_journal(dev, &self.sb, &jh, bounds)?;
+        let mut cut = None;
         if let Some((pos, seq)) = broke_at {
             let boot = found.last().map(|f| f.hdr.boot);
             check_not_durable(dev, &self.sb, bounds, pos, seq, boot)?;
+            cut = torn_record(dev, &self.sb, bounds, pos, seq)?;
         }
-        self.verify_tail(dev, &mut found)?;
+        if let Some(dropped) = self.verify_tail(dev, &mut found)? {
+            cut = Some(ReplayCut {
+                seq: dropped.seq,
+                pgs: cut.map_or(dropped.pgs.clone(), |c| {
+                    c.pgs
+                        .zip(dropped.pgs)
+                        .map(|(a, b)| a.union(&b).copied().collect())
+                }),
+            });
+        }
+        if let Some(c) = &cut {
+            tracing::warn!(
+                device = %self.sb.device_id, seq = c.seq, pgs = ?c.pgs,
+                "journal replay dropped records as a torn tail (writes that never completed, or damage to the newest records)"
+            );
+        }
+        self.info.replay_cut = cut;
         self.build_index();
         self.st.replaying = true;
         for f in &found {
@@ -315,20 +334,30 @@ impl Engine {
     /// place, and replay takes it from the journal anyway. A cut can remove the records that
     /// excused blocks of earlier ones, so the check is repeated on what is kept until no
     /// record is cut.
-    fn verify_tail(&self, dev: &Dev, found: &mut Vec<Found>) -> Result<(), EngineError> {
+    /// Returns what it cut.
+    fn verify_tail(
+        &self,
+        dev: &Dev,
+        found: &mut Vec<Found>,
+    ) -> Result<Option<ReplayCut>, EngineError> {
         let missing = self.missing_blocks(dev, found)?;
         let mut keep = found.len();
         while let Some(i) = first_unexcused(&found[..keep], &missing) {
             keep = i;
         }
-        if keep < found.len() {
-            tracing::info!(
-                "journal replay stops at record {}: its object data is not on disk",
-                found[keep].hdr.seq
-            );
-            found.truncate(keep);
+        if keep == found.len() {
+            return Ok(None);
         }
-        Ok(())
+        tracing::info!(
+            "journal replay stops at record {}: its object data is not on disk",
+            found[keep].hdr.seq
+        );
+        let cut = ReplayCut {
+            seq: found[keep].hdr.seq,
+            pgs: Some(found[keep..].iter().flat_map(|f| pgs_of(&f.hdr)).collect()),
+        };
+        found.truncate(keep);
+        Ok(Some(cut))
     }
 
     /// For each whole-object write of a record newer than the newest durable claim (keyed by
@@ -656,6 +685,47 @@ fn check_not_durable(
         }
     }
     Ok(())
+}
+
+/// The placement groups a record's entries belong to.
+fn pgs_of(hdr: &RecordHeader) -> impl Iterator<Item = (PoolId, u32)> + '_ {
+    hdr.entries.iter().map(|e| (e.oid.pool, e.pg))
+}
+
+/// The chain broke where record `seq` was expected (at `pos`, or at 0 after a wrap): if a
+/// record header claiming that number is there, the record was (partly) written and replay
+/// drops it; returns its PGs (`None` for them when its header does not verify). `None` when
+/// no such record was begun (the clean end of the journal).
+fn torn_record(
+    dev: &Dev,
+    sb: &Superblock,
+    bounds: Bounds,
+    pos: u64,
+    seq: u64,
+) -> Result<Option<ReplayCut>, EngineError> {
+    let ring = sb.ring_size();
+    for start in [pos, 0] {
+        if start + BLOCK > ring {
+            continue;
+        }
+        let mut first = AlignedBuf::zeroed(B);
+        dev.read_at(sb.ring_offset() + start, &mut first)?;
+        let Some((s, hb, _)) = peek_record(&first, &sb.uuid) else {
+            continue;
+        };
+        if s != seq {
+            continue;
+        }
+        let pgs = if start + u64::from(hb) * BLOCK <= ring {
+            let mut hdr = AlignedBuf::zeroed(hb as usize * B);
+            dev.read_at(sb.ring_offset() + start, &mut hdr)?;
+            decode_record_header(&hdr, &sb.uuid, bounds).map(|h| pgs_of(&h).collect())
+        } else {
+            None
+        };
+        return Ok(Some(ReplayCut { seq, pgs }));
+    }
+    Ok(None)
 }
 
 /// Reads and fully verifies the record expected at `pos`; `None` if it is not there intact.

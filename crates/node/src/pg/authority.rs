@@ -29,6 +29,11 @@
 //!    never dropped on doubt; a write that was never acknowledged may stay then. When no
 //!    later interval may have gone active, rule 3 applies to the device's own interval.
 //!
+//! A member is a proof of absence (its lacking `v`, or its activation older than an interval)
+//! only while it is not **suspect**: when its store last opened it dropped journal records of
+//! the PG as a torn tail, which media damage to the newest records looks like, so it may lack
+//! writes it acknowledged (`info.rs`; cleared when a peering that asked it activates it).
+//!
 //! The authoritative state of an object is the newest trusted version among the devices that
 //! hold complete data (not backfill targets), or "absent" when none is trusted. A serving member
 //! whose version is newer than the authority is **divergent** (it holds a write that was never
@@ -178,11 +183,13 @@ fn trusted(
     }
     // A later interval one of whose reachable members was not activated in it never went
     // active (a primary activates every serving member before it serves): it decided nothing.
+    // (A suspect member, whose store dropped a journal tail, may have lost its activation
+    // record too: its `les` proves nothing either.)
     let may_have_served = |i: &&PgInterval| {
         !i.members
             .iter()
             .filter_map(|m| holdings.get(m))
-            .any(|h| h.info.les < i.epoch)
+            .any(|h| !h.info.suspect && h.info.les < i.epoch)
     };
     let later: Vec<&PgInterval> = history
         .intervals
@@ -194,11 +201,9 @@ fn trusted(
     // A reachable member (no backfill under way) of its own interval with an older copy
     // proves `v` was never acknowledged there (rule 3).
     let own_lacks = own.is_some_and(|i| {
-        i.members.iter().any(|m| {
-            holdings
-                .get(m)
-                .is_some_and(|h| h.info.backfill.is_none() && older(copies.get(m), v))
-        })
+        i.members
+            .iter()
+            .any(|m| witness(holdings, m) && older(copies.get(m), v))
     });
     let Some(next) = later.first() else {
         return own.is_some() && !own_lacks;
@@ -213,9 +218,7 @@ fn trusted(
     // Rolled back if a member complete in that interval lacks it; else kept, unless its own
     // interval or a member complete in any later interval proves it was never acknowledged.
     let complete = |i: &PgInterval, m: &DeviceId| {
-        holdings.get(m).is_some_and(|h| {
-            h.info.backfill.is_none() && h.info.last_complete >= Version::new(i.epoch.0, 0)
-        })
+        witness(holdings, m) && holdings[m].info.last_complete >= Version::new(i.epoch.0, 0)
     };
     if next.members.iter().any(|m| complete(next, m)) {
         return false;
@@ -226,6 +229,16 @@ fn trusted(
             .any(|m| complete(i, m) && older(copies.get(m), v))
     });
     !own_lacks && !later_lacks
+}
+
+/// Whether what device `m` lacks can prove a version was never acknowledged: it answered, has
+/// complete data (no backfill under way), and is not suspect (its store dropped no journal tail
+/// of the PG since a peering last brought it up to date: it still holds every write it
+/// acknowledged).
+fn witness(holdings: &BTreeMap<DeviceId, Holding>, m: &DeviceId) -> bool {
+    holdings
+        .get(m)
+        .is_some_and(|h| h.info.backfill.is_none() && !h.info.suspect)
 }
 
 /// Whether a device's copy is older than `v` (or absent).
@@ -286,6 +299,7 @@ mod tests {
                         last_complete: *lc,
                         backfill: None,
                         activated: Epoch(*les),
+                        suspect: false,
                     },
                     last_update: Version::NONE,
                     log_tail: Version::NONE,
@@ -355,6 +369,31 @@ mod tests {
         assert_eq!(out.auth, present(v(5, 3), B));
         assert_eq!(out.divergent, [A]);
         assert!(out.behind.is_empty());
+    }
+
+    #[test]
+    fn a_suspect_member_proves_nothing() {
+        // As above, but B's and C's stores dropped a journal tail when they restarted: they
+        // may have lost 5.4 although they acknowledged it. Kept, and they are behind.
+        let h = history(&[(5, &[A, B, C])]);
+        let mut hold = holdings(&[(A, 5, v(5, 0)), (B, 5, v(5, 0)), (C, 5, v(5, 0))]);
+        for d in [B, C] {
+            hold.get_mut(&d).unwrap().info.suspect = true;
+        }
+        let c = copies(&[
+            (A, v(5, 4), false),
+            (B, v(5, 3), false),
+            (C, v(5, 3), false),
+        ]);
+        let out = run(&h, &hold, &[B, C, A], &c);
+        assert_eq!(out.auth, present(v(5, 4), A));
+        assert!(out.divergent.is_empty());
+        assert_eq!(out.behind, [B, C]);
+        // One witness that is not suspect is enough to roll it back.
+        hold.get_mut(&C).unwrap().info.suspect = false;
+        let out = run(&h, &hold, &[B, C, A], &c);
+        assert_eq!(out.auth, present(v(5, 3), B));
+        assert_eq!(out.divergent, [A]);
     }
 
     #[test]

@@ -190,6 +190,7 @@ impl Pg {
             last_complete: Version::new(term.interval.0, 0),
             backfill: None,
             activated: term.interval,
+            suspect: false,
         };
         let msg = PeerMsg::Activate {
             device: dev,
@@ -374,6 +375,7 @@ impl Pg {
             last_complete: Version::NONE,
             backfill: Some(Backfill { term, cursor }),
             activated: term.interval,
+            suspect: false,
         };
         let msg = PeerMsg::Activate {
             device: dev,

@@ -7,7 +7,10 @@
 //!        (at least min_size members serving; 0: never)
 //!  8 16  last complete: every object whose authoritative version is at or below this is
 //!        current here (epoch u64, seq u64)
-//! 24  1  flags: bit 0 = a backfill is in progress on this member
+//! 24  1  flags: bit 0 = a backfill is in progress on this member; bit 1 = suspect: the
+//!        store dropped journal records of this PG as a torn tail when it last opened, so it
+//!        may lack writes it acknowledged (kept until a peering that asked it since activates
+//!        it with the PG active)
 //! 25  7  zero
 //! 32 20  backfill cursor: objects up to and including it are current (pool u32, volume u64,
 //!        index u64)
@@ -37,6 +40,10 @@ pub(crate) struct MemberInfo {
     /// The last interval this member was activated in, below `min_size` or not (>= `les`).
     #[serde(default)]
     pub activated: Epoch,
+    /// The store may lack writes of this PG it acknowledged (a journal tail dropped at open,
+    /// `basalt_engine::ReplayCut`): what it lacks proves nothing (`authority.rs`).
+    #[serde(default)]
+    pub suspect: bool,
 }
 
 /// A backfill in progress on a member that joined the up set without the PG's data.
@@ -48,6 +55,7 @@ pub(crate) struct Backfill {
 }
 
 const FLAG_BACKFILL: u8 = 1;
+const FLAG_SUSPECT: u8 = 2;
 
 impl MemberInfo {
     pub fn encode(&self) -> [u8; PG_BLOB] {
@@ -55,8 +63,11 @@ impl MemberInfo {
         b[0..8].copy_from_slice(&self.les.0.to_le_bytes());
         b[8..16].copy_from_slice(&self.last_complete.epoch.to_le_bytes());
         b[16..24].copy_from_slice(&self.last_complete.seq.to_le_bytes());
+        if self.suspect {
+            b[24] |= FLAG_SUSPECT;
+        }
         if let Some(bf) = &self.backfill {
-            b[24] = FLAG_BACKFILL;
+            b[24] |= FLAG_BACKFILL;
             if let Some(c) = bf.cursor {
                 b[32..36].copy_from_slice(&c.pool.0.to_le_bytes());
                 b[36..44].copy_from_slice(&c.volume.0.to_le_bytes());
@@ -89,6 +100,7 @@ impl MemberInfo {
             last_complete: Version::new(u64_at(8), u64_at(16)),
             backfill,
             activated: les.max(Epoch(u64_at(72))),
+            suspect: b[24] & FLAG_SUSPECT != 0,
         }
     }
 }
@@ -107,12 +119,14 @@ mod tests {
                 last_complete: Version::new(8, 77),
                 backfill: None,
                 activated: Epoch(9),
+                suspect: false,
             },
             MemberInfo {
                 les: Epoch(9),
                 last_complete: Version::new(8, 77),
                 backfill: None,
                 activated: Epoch(14),
+                suspect: true,
             },
             MemberInfo {
                 les: Epoch(9),
@@ -122,6 +136,7 @@ mod tests {
                     cursor: None,
                 }),
                 activated: Epoch(12),
+                suspect: false,
             },
             MemberInfo {
                 les: Epoch(1),
@@ -131,6 +146,7 @@ mod tests {
                     cursor: Some(oid),
                 }),
                 activated: Epoch(12),
+                suspect: true,
             },
         ] {
             assert_eq!(MemberInfo::decode(&info.encode()), info);
@@ -143,6 +159,7 @@ mod tests {
             last_complete: Version::new(7, 3),
             backfill: None,
             activated: Epoch(7),
+            suspect: false,
         }
         .encode();
         old[72..80].fill(0);

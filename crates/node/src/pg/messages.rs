@@ -303,6 +303,7 @@ mod tests {
                 cursor: Some(oid),
             }),
             activated: Epoch(9),
+            suspect: false,
         };
         let image = ImageMeta {
             version: Version::new(9, 3),

@@ -289,6 +289,9 @@ pub(crate) struct PgState {
     /// newer term was promised).
     pub accepting: Term,
     pub info: MemberInfo,
+    /// A primary queried this member since it was loaded (a suspect member stays suspect
+    /// until such a primary activates it: `replica.rs`).
+    pub queried: bool,
     pub primary: Option<Primary>,
 }
 
@@ -307,13 +310,28 @@ impl Pgs {
         self.stores.get(&dev)
     }
 
-    /// Loads the PG records of every local store (at start): what each member knew.
+    /// Loads the PG records of every local store (at start): what each member knew. A PG whose
+    /// journal records the store dropped as a torn tail when it opened is marked suspect first
+    /// (durably, before the member answers anyone): it may lack writes it acknowledged.
     pub async fn load(&self) -> Result<(), basalt_engine::EngineError> {
         for (dev, store) in &self.stores {
+            let cut = store.info().replay_cut.clone();
             for p in store.pgs().await? {
-                if p.has_record {
-                    self.insert(*dev, p.pg, store.clone(), MemberInfo::decode(&p.blob));
+                if !p.has_record {
+                    continue;
                 }
+                let mut info = MemberInfo::decode(&p.blob);
+                let hit = cut.as_ref().is_some_and(|c| {
+                    c.pgs
+                        .as_ref()
+                        .is_none_or(|pgs| pgs.contains(&(p.pg.pool, p.pg.pg)))
+                });
+                if hit && !info.suspect {
+                    info.suspect = true;
+                    store.set_pg(p.pg, Some(info.encode()), true).await?;
+                    tracing::warn!(pg = %p.pg, device = %dev, "the store dropped journal records of this PG as a torn tail: suspect until a peering brings it up to date (what it lacks proves nothing)");
+                }
+                self.insert(*dev, p.pg, store.clone(), info);
             }
         }
         Ok(())
@@ -340,6 +358,7 @@ impl Pgs {
                     promised: Term::new(info.promised_floor(), 0),
                     accepting: Term::default(),
                     info,
+                    queried: false,
                     primary: None,
                 }),
                 changed: Notify::new(),

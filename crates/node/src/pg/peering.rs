@@ -145,6 +145,7 @@ impl Pg {
                     },
                     backfill: None,
                     activated: interval,
+                    suspect: false,
                 },
             };
             self.activate(ctx, &map, *dev, term, info).await?;
@@ -859,6 +860,7 @@ mod tests {
                     cursor: None,
                 }),
                 activated: Epoch(les),
+                suspect: false,
             },
             last_update: Version::NONE,
             log_tail: Version::NONE,

@@ -244,6 +244,7 @@ impl Pg {
                 last_complete: complete,
                 backfill: None,
                 activated: term.interval,
+                suspect: false,
             };
             let msg = PeerMsg::Activate {
                 device: dev,

@@ -162,6 +162,7 @@ impl Pgs {
             }
             PeerMsg::Activate { pg, term, info, .. } => {
                 self.check_term(dev, pg, term)?;
+                let info = self.keep_suspect(dev, pg, info);
                 self.persist(dev, pg, info, Some(term)).await?;
                 done(PeerAnswer::Done)
             }
@@ -188,10 +189,23 @@ impl Pgs {
             return Some(st.promised);
         }
         st.promised = term;
+        st.queried = true;
         drop(st);
         // A primary of this device in an older term stops serving at once.
         p.changed.notify_waiters();
         None
+    }
+
+    /// A suspect member (`info.rs`) stays suspect until a primary that queried it since it was
+    /// loaded activates it: a primary of an older term that never saw it suspect (still
+    /// telling members how far they are complete, say) must not clear it.
+    fn keep_suspect(&self, dev: DeviceId, pg: PgId, info: MemberInfo) -> MemberInfo {
+        let p = self.get(dev, pg).expect("the store exists");
+        let st = p.st.lock();
+        MemberInfo {
+            suspect: info.suspect || (st.info.suspect && !st.queried),
+            ..info
+        }
     }
 
     /// Refuses a message of a term older than the newest one this member promised.
