@@ -10,6 +10,7 @@ mod journal;
 mod query;
 mod read;
 mod recover;
+pub use recover::newest_record;
 pub(crate) use recover::read_superblocks;
 mod run;
 mod state;

@@ -22,7 +22,7 @@ use crate::hash::FxHashMap;
 use crate::io::Backend;
 use crate::io::file::Dev;
 use crate::io::psync::PsyncBackend;
-use crate::io::sim::SimBackend;
+use crate::io::sim::{SimBackend, SimDisk};
 use crate::io::uring::{self, UringBackend};
 use crate::layout::{BLOCK, NO_SLOT, Superblock, TableGeom, max_single_record};
 use crate::meta::SlotTable;
@@ -32,7 +32,7 @@ use crate::record::{
 };
 use crate::tombs::TombTable;
 use crate::{IoMode, OpenOptions, ReplayCut, StoreInfo};
-use basalt_types::{ObjectId, PoolId};
+use basalt_types::{ObjectId, PoolId, Version};
 use crossbeam_channel::Receiver;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::path::Path;
@@ -685,6 +685,37 @@ fn check_not_durable(
         }
     }
     Ok(())
+}
+
+/// Simulation (tests that damage a journal): the newest record a reopen of `disk` would replay,
+/// as (object, version, device offsets of its journaled data blocks) per entry; `None` when the
+/// journal holds no record, or its newest holds anything but journaled block writes.
+pub fn newest_record(disk: &SimDisk) -> Option<Vec<(ObjectId, Version, Vec<u64>)>> {
+    let dev = Dev::Sim(disk.clone());
+    let sb = read_superblocks(&dev, Path::new("<sim>")).ok()?.sb;
+    let jh = read_journal_header(&dev, &sb).ok()?;
+    let bounds = Bounds {
+        blocks: sb.blocks_per_object(),
+        slots: sb.slot_count,
+        tombs: sb.tombs.capacity(),
+        pgs: sb.pgs.capacity(),
+    };
+    let (found, _) = scan_journal(&dev, &sb, &jh, bounds).ok()?;
+    let last = found.last()?;
+    let mut next = sb.ring_offset() + last.pos + u64::from(last.hdr.header_blocks) * BLOCK;
+    let mut out = Vec::new();
+    for e in &last.hdr.entries {
+        let EntryKind::Write(items) = &e.kind else {
+            return None;
+        };
+        let mut blocks = Vec::new();
+        for _ in items.iter().filter(|i| i.data) {
+            blocks.push(next);
+            next += BLOCK;
+        }
+        out.push((e.oid, e.version, blocks));
+    }
+    Some(out)
 }
 
 /// The placement groups a record's entries belong to.

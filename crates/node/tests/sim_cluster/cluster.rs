@@ -52,6 +52,8 @@ pub struct SimCluster {
     /// The objects a bit was flipped in, and the device: each object on one device only, so
     /// its other copies stay good and the cluster must always be able to repair it.
     pub flipped: std::collections::BTreeMap<basalt_types::ObjectId, DeviceId>,
+    /// Bits flipped in the newest journal record of a killed node's disk.
+    pub tail_flips: u64,
     pub pool: Option<basalt_types::PoolId>,
     /// The clients' volume.
     pub volume: Option<basalt_types::VolumeId>,
@@ -108,6 +110,7 @@ impl SimCluster {
             restarts: 0,
             flips: 0,
             flipped: Default::default(),
+            tail_flips: 0,
             pool: None,
             volume: None,
         };
@@ -195,7 +198,11 @@ impl SimCluster {
         let mut stores = Vec::new();
         for disk in &slot.disks {
             disk.set_latency(latency);
-            stores.push(Store::spawn_sim(disk, &OpenOptions::default()).expect("recovery"));
+            let opts = OpenOptions {
+                writeback_idle: self.cfg.writeback_idle,
+                ..OpenOptions::default()
+            };
+            stores.push(Store::spawn_sim(disk, &opts).expect("recovery"));
         }
         let mut config = NodeConfig::new("/nonexistent", "0.0.0.0:0".parse().expect("addr"));
         config.name = format!("n{}", slot.host);
@@ -306,6 +313,53 @@ impl SimCluster {
         disk.flip_bit(byte, bit);
         self.flips += 1;
         self.flipped.insert(oid, dev);
+        Some((dev, byte))
+    }
+
+    /// Media damage a killed node meets when it restarts: a bit flipped in a journaled data
+    /// block of the newest record in one of its disks' crash images, so its store drops the
+    /// record as a torn tail although its writes may have been acknowledged. Only where the
+    /// cluster can repair it: each write of the record is held, at its version or newer, by a
+    /// device of another running node, and no other device had a bit of those objects
+    /// flipped. Returns the device and the byte flipped.
+    pub async fn damage_tail(&mut self, i: usize) -> Option<(DeviceId, u64)> {
+        let k = self.rng.range(0, self.slots[i].disks.len() as u64 - 1) as usize;
+        let image = self.slots[i].disks[k].clone();
+        let dev = self.slots[i].devices[k];
+        let entries = basalt_engine::sim::newest_record(&image)?;
+        let (pool, volume) = (self.pool?, self.volume?);
+        let mut blocks = Vec::new();
+        for (oid, version, offsets) in &entries {
+            let ours = oid.pool == pool && oid.volume == volume;
+            if !ours || self.flipped.get(oid).is_some_and(|d| *d != dev) {
+                return None;
+            }
+            let mut elsewhere = false;
+            for (j, slot) in self.slots.iter().enumerate() {
+                if j == i || slot.node.is_none() || slot.faulted {
+                    continue;
+                }
+                for store in &slot.stores {
+                    let info = store.object_info(*oid).await.ok().flatten();
+                    elsewhere |= info.is_some_and(|o| o.version >= *version);
+                }
+            }
+            if !elsewhere {
+                return None;
+            }
+            blocks.extend(offsets.iter().copied());
+        }
+        if blocks.is_empty() {
+            return None;
+        }
+        let off = blocks[self.rng.range(0, blocks.len() as u64 - 1) as usize];
+        let byte = off + self.rng.range(0, crate::model::BLOCK as u64 - 1);
+        let bit = self.rng.range(0, 7) as u8;
+        image.flip_bit(byte, bit);
+        self.tail_flips += 1;
+        for (oid, _, _) in &entries {
+            self.flipped.insert(*oid, dev);
+        }
         Some((dev, byte))
     }
 

@@ -63,6 +63,10 @@ pub struct Faults {
     /// Media corruption: a bit flipped in a block of client data in one disk's slots (while
     /// another disk holds that data intact), to be served from another copy and repaired.
     pub media: bool,
+    /// With `media`: a killed node's disk loses power with a bit flipped in the newest record of
+    /// its journal (its store drops the record as a torn tail on restart, though its writes
+    /// may have been acknowledged), while another disk holds those writes.
+    pub journal_tail: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -95,6 +99,9 @@ pub struct Config {
     pub max_down: u32,
     pub lease_ttl: Duration,
     pub down_out: Duration,
+    /// How long each store waits for writes to stop before writing its journal back (longer
+    /// keeps more records in the journal, for `journal_tail` to damage).
+    pub writeback_idle: Duration,
 }
 
 impl Config {
@@ -118,6 +125,7 @@ impl Config {
                 breaks: r.chance(0.4),
                 map_changes: r.chance(0.35),
                 media: false,
+                journal_tail: false,
             },
         };
         let net_lo = r.pick(&[0u64, 50, 200, 1000]);
@@ -147,11 +155,16 @@ impl Config {
             },
             lease_ttl: Duration::from_secs(r.range(2, 4)),
             down_out: Duration::from_secs(r.pick(&[10u64, 30, 600])),
+            writeback_idle: Duration::from_millis(2),
         };
         // Drawn last, so that the seeds' other draws stay what they were before media faults.
         // Not with `min_size` 1: a PG may then take writes on one copy alone, so a flipped bit
         // in it plus any node fault is a double failure that no replication survives.
         cfg.faults.media = with_faults && r.chance(0.4) && min_size > 1;
+        cfg.faults.journal_tail = cfg.faults.media && r.chance(0.5);
+        if cfg.faults.journal_tail {
+            cfg.writeback_idle = Duration::from_millis(r.pick(&[2u64, 100, 2000]));
+        }
         cfg
     }
 }

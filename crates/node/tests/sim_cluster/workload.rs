@@ -214,6 +214,13 @@ pub async fn faults(c: &mut SimCluster, seen: &Shared, start: Instant) {
                 c.trace.add(32, &[i as u64, what.code(), t]);
                 tracing::info!(slot = i, fault = ?what, "simulator: fault");
                 inject(c, i, what);
+                if what == Fault::Kill
+                    && c.cfg.faults.journal_tail
+                    && let Some((dev, byte)) = c.damage_tail(i).await
+                {
+                    tracing::info!(device = %dev, byte, "simulator: flipped a bit in the newest journal record");
+                    c.trace.add(35, &[u64::from(dev.0), byte, t]);
+                }
                 active.push((i, what, until));
             }
         }

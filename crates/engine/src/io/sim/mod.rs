@@ -23,6 +23,7 @@
 
 use super::{Backend, IoDone, IoReq, Waker};
 use crate::clock::Clock;
+pub use crate::engine::newest_record;
 use crate::layout::{BLOCK, Superblock};
 use parking_lot::Mutex;
 use rand::RngCore;
