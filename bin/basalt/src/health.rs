@@ -107,6 +107,8 @@ pub struct Facts {
     pub unfound_objects: u64,
     /// Devices much slower than their peers (`slow.rs`).
     pub slow_devices: Vec<crate::slow::SlowDevice>,
+    /// `(device, PGs)` for devices with PGs marked suspect (a journal tail dropped at open).
+    pub suspect: Vec<(u32, u64)>,
 }
 
 /// An I/O that has waited this long (ms) makes a device a health warning (`device_stalled`).
@@ -280,6 +282,18 @@ impl Health {
                 format!(
                     "dev.{d} is faulty ({why}): it stays down until `basalt device clear-fault \
                      {d}` (replace or check the drive first)"
+                ),
+            );
+        }
+        for (d, n) in &f.suspect {
+            add(
+                Severity::Warn,
+                "device_suspect",
+                format!(
+                    "dev.{d}: {n} PG(s) may lack writes it acknowledged (its store dropped \
+                     journal records as a torn tail when it started: a write that never \
+                     completed, or damage to its newest records); their next peering \
+                     recovers them from the other copies"
                 ),
             );
         }
@@ -473,6 +487,7 @@ mod tests {
         f.checksum_errors = vec![(2, 3)];
         f.stalled_io = vec![(3, 12_345)];
         f.faulty = vec![(4, "its store is poisoned".into())];
+        f.suspect = vec![(5, 2)];
         let h = Health::judge(&f);
         let checks: Vec<&str> = h.reasons.iter().map(|r| r.check).collect();
         assert_eq!(
@@ -484,8 +499,16 @@ mod tests {
                 "devices_out",
                 "checksum_errors",
                 "device_faulty",
+                "device_suspect",
                 "device_stalled"
             ]
+        );
+        assert!(
+            h.reasons[6]
+                .message
+                .starts_with("dev.5: 2 PG(s) may lack writes"),
+            "{}",
+            h.reasons[6].message
         );
         assert_eq!(
             h.reasons[5].message,
@@ -493,7 +516,7 @@ mod tests {
              clear-fault 4` (replace or check the drive first)"
         );
         assert_eq!(
-            h.reasons[6].message,
+            h.reasons[7].message,
             "dev.3: an I/O has waited 12.3 s (the device may hang; its node reports it down \
              past its --device-stall-timeout)"
         );

@@ -371,6 +371,13 @@ fn facts(
                 .filter_map(|n| n.status.as_ref())
                 .flat_map(|s| &s.devices),
         ),
+        suspect: nodes
+            .iter()
+            .filter_map(|n| n.status.as_ref())
+            .flat_map(|s| &s.devices)
+            .filter(|d| d.suspect_pgs > 0)
+            .map(|d| (d.id.0, d.suspect_pgs))
+            .collect(),
         slow_devices: devices.slow.clone(),
     }
 }
@@ -584,6 +591,7 @@ mod tests {
             io_latency_ms: None,
             recent_ios: 0,
             flush_latency_ms: None,
+            suspect_pgs: 0,
         }
     }
 

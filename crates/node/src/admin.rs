@@ -131,6 +131,11 @@ pub struct DeviceStatus {
     /// Mean milliseconds per device flush (fdatasync) completed in the last 10 s.
     #[serde(default)]
     pub flush_latency_ms: Option<f64>,
+    /// PGs of this device marked suspect: its store dropped journal records of theirs as a
+    /// torn tail when it opened (a write that never completed, or damage to its newest
+    /// records), so they may lack writes it acknowledged until a peering recovers them.
+    #[serde(default)]
+    pub suspect_pgs: u64,
 }
 
 pub(crate) struct AdminHandler {
@@ -238,6 +243,7 @@ impl AdminHandler {
                     io_latency_ms: lat.io_ms,
                     recent_ios: lat.ios,
                     flush_latency_ms: lat.flush_ms,
+                    suspect_pgs: node.pgs.suspect_count(info.device_id),
                 }
             })
             .collect();

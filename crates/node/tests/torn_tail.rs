@@ -104,6 +104,11 @@ async fn a_member_that_dropped_a_damaged_journal_tail_proves_nothing() {
             .all(|p| p.missing_objects == 0)
     })
     .await;
+    // Its PGs peered with it since: no longer suspect.
+    until("the suspect marks cleared", || {
+        cc.status().devices[0].suspect_pgs == 0
+    })
+    .await;
     a.shutdown().await;
     cc.shutdown().await;
 }

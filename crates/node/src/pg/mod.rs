@@ -337,6 +337,14 @@ impl Pgs {
         Ok(())
     }
 
+    /// PGs of `dev` marked suspect (`info.rs`).
+    pub fn suspect_count(&self, dev: DeviceId) -> u64 {
+        let pgs = self.pgs.lock();
+        pgs.iter()
+            .filter(|((d, _), pg)| *d == dev && pg.st.lock().info.suspect)
+            .count() as u64
+    }
+
     /// The PG of a local device, created on first use.
     pub fn get(&self, dev: DeviceId, id: PgId) -> Option<Arc<Pg>> {
         if let Some(pg) = self.pgs.lock().get(&(dev, id)) {
