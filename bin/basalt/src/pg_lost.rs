@@ -25,17 +25,24 @@ pub async fn mark_unfound_lost(cluster: &Cluster, pool: &str, pg: u32) -> anyhow
     let deadline = Instant::now() + PATIENCE;
     let mut declared: Vec<(ObjectId, Version)> = Vec::new();
     let mut last_error = String::new();
-    while Instant::now() < deadline {
+    let mut done = false;
+    while !done {
+        if Instant::now() >= deadline {
+            print_declared(cluster, &rec, &declared).await?;
+            bail!("{id}: gave up after {PATIENCE:?}: {last_error}");
+        }
         match ask(cluster, id).await {
             Ok(r) if r.failed.is_empty() && !r.declared.is_empty() => {
                 declared.extend(r.declared);
-                break;
+                done = true;
+                continue;
             }
             Ok(r) if r.failed.is_empty() => {
                 // Nothing unfound on the primary now: done, unless it is peering again
                 // between two recovery attempts (then the objects are unfound again soon).
                 if unfound_now(cluster, id).await? == 0 {
-                    break;
+                    done = true;
+                    continue;
                 }
                 last_error = "the PG is peering".into();
             }
@@ -49,15 +56,23 @@ pub async fn mark_unfound_lost(cluster: &Cluster, pool: &str, pg: u32) -> anyhow
         // Follows a primary that moved (waits up to 500 ms for a newer map).
         cluster.refresh_map(cluster.map().epoch.next()).await.ok();
     }
-    if Instant::now() >= deadline {
-        bail!("{id}: gave up after {PATIENCE:?}: {last_error}");
-    }
     if declared.is_empty() {
         println!("{id} has no unfound objects");
         return Ok(());
     }
+    print_declared(cluster, &rec, &declared).await?;
+    println!("{id}: {} object(s) declared lost", declared.len());
+    Ok(())
+}
+
+/// Says which volume ranges read as zeros now.
+async fn print_declared(
+    cluster: &Cluster,
+    rec: &basalt_meta::PoolRecord,
+    declared: &[(ObjectId, Version)],
+) -> anyhow::Result<()> {
     let names = volume_names(cluster).await?;
-    for (oid, version) in &declared {
+    for (oid, version) in declared {
         let start = oid.index * u64::from(rec.object_size);
         let end = start + u64::from(rec.object_size);
         let volume = names
@@ -67,7 +82,6 @@ pub async fn mark_unfound_lost(cluster: &Cluster, pool: &str, pg: u32) -> anyhow
             "{oid} declared lost (deleted at {version}): volume {volume} bytes {start}..{end} read as zeros now"
         );
     }
-    println!("{id}: {} object(s) declared lost", declared.len());
     Ok(())
 }
 

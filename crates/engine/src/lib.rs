@@ -212,8 +212,10 @@ pub struct StoreInfo {
 pub struct ReplayCut {
     /// The first dropped record.
     pub seq: u64,
-    /// The placement groups (pool, PG number) of every entry of the dropped records; `None`
-    /// when a dropped record's header does not verify (any PG may have lost writes).
+    /// The placement groups (pool, PG number) of every entry of the dropped records, when
+    /// they are all known (records whose data is not in their slots); `None` when the chain
+    /// broke at a damaged record (the records after it, dropped too, are not read): any PG
+    /// may have lost writes.
     pub pgs: Option<BTreeSet<(PoolId, u32)>>,
 }
 

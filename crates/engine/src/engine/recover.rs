@@ -235,7 +235,7 @@ impl Engine {
         if let Some((pos, seq)) = broke_at {
             let boot = found.last().map(|f| f.hdr.boot);
             check_not_durable(dev, &self.sb, bounds, pos, seq, boot)?;
-            cut = torn_record(dev, &self.sb, bounds, pos, seq)?;
+            cut = torn_record(dev, &self.sb, pos, seq)?;
         }
         if let Some(dropped) = self.verify_tail(dev, &mut found)? {
             cut = Some(ReplayCut {
@@ -725,12 +725,12 @@ fn pgs_of(hdr: &RecordHeader) -> impl Iterator<Item = (PoolId, u32)> + '_ {
 
 /// The chain broke where record `seq` was expected (at `pos`, or at 0 after a wrap): if a
 /// record header claiming that number is there, the record was (partly) written and replay
-/// drops it; returns its PGs (`None` for them when its header does not verify). `None` when
-/// no such record was begun (the clean end of the journal).
+/// drops it, with any record written after it (whose acknowledgement need not have waited for
+/// this one's flush): every PG may have lost writes (`pgs: None`). `None` when no such record
+/// was begun (the clean end of the journal).
 fn torn_record(
     dev: &Dev,
     sb: &Superblock,
-    bounds: Bounds,
     pos: u64,
     seq: u64,
 ) -> Result<Option<ReplayCut>, EngineError> {
@@ -741,20 +741,13 @@ fn torn_record(
         }
         let mut first = AlignedBuf::zeroed(B);
         dev.read_at(sb.ring_offset() + start, &mut first)?;
-        let Some((s, hb, _)) = peek_record(&first, &sb.uuid) else {
+        let Some((s, _, _)) = peek_record(&first, &sb.uuid) else {
             continue;
         };
         if s != seq {
             continue;
         }
-        let pgs = if start + u64::from(hb) * BLOCK <= ring {
-            let mut hdr = AlignedBuf::zeroed(hb as usize * B);
-            dev.read_at(sb.ring_offset() + start, &mut hdr)?;
-            decode_record_header(&hdr, &sb.uuid, bounds).map(|h| pgs_of(&h).collect())
-        } else {
-            None
-        };
-        return Ok(Some(ReplayCut { seq, pgs }));
+        return Ok(Some(ReplayCut { seq, pgs: None }));
     }
     Ok(None)
 }

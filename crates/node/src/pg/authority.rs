@@ -32,7 +32,7 @@
 //! A member is a proof of absence (its lacking `v`, or its activation older than an interval)
 //! only while it is not **suspect**: when its store last opened it dropped journal records of
 //! the PG as a torn tail, which media damage to the newest records looks like, so it may lack
-//! writes it acknowledged (`info.rs`; cleared when a peering that asked it activates it).
+//! writes it acknowledged (`info.rs`; cleared once it holds every authoritative version).
 //!
 //! The authoritative state of an object is the newest trusted version among the devices that
 //! hold complete data (not backfill targets), or "absent" when none is trusted. A serving member

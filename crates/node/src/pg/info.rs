@@ -9,8 +9,9 @@
 //!        current here (epoch u64, seq u64)
 //! 24  1  flags: bit 0 = a backfill is in progress on this member; bit 1 = suspect: the
 //!        store dropped journal records of this PG as a torn tail when it last opened, so it
-//!        may lack writes it acknowledged (kept until a peering that asked it since activates
-//!        it with the PG active)
+//!        may lack writes it acknowledged (kept until it holds every authoritative version
+//!        again: activated with nothing missing, or recovered, by a primary that queried it
+//!        since it opened)
 //! 25  7  zero
 //! 32 20  backfill cursor: objects up to and including it are current (pool u32, volume u64,
 //!        index u64)

@@ -56,16 +56,16 @@ impl Pg {
             ..LostReport::default()
         };
         for oid in unfound {
-            if !self.claim_lost(generation, oid) {
+            let Some(why) = self.claim_lost(generation, oid) else {
                 report.failed.push(format!("{oid}: no longer unfound here"));
                 continue;
-            }
+            };
             let epoch = ctx.maps.map().epoch;
             let pass = Pass::Lost { generation };
             let r = self
                 .write_as(ctx, epoch, oid, WriteKind::Delete, true, pass)
                 .await;
-            self.settle_lost(generation, oid, r.is_ok());
+            self.settle_lost(generation, oid, r.is_ok().then_some(()).ok_or(why));
             match r {
                 Ok(version) => {
                     tracing::warn!(pg = %self.id, %oid, %version, "unfound object declared lost by the operator: deleted on every member");
@@ -78,24 +78,25 @@ impl Pg {
     }
 
     /// Takes `oid` from the unfound objects of `generation` and keeps clients and recovery
-    /// from it (busy). False if it is not unfound (or busy) in that generation now.
-    fn claim_lost(&self, generation: u64, oid: ObjectId) -> bool {
+    /// from it (busy); returns why it was unfound. `None` if it is not unfound (or busy) in
+    /// that generation now.
+    fn claim_lost(&self, generation: u64, oid: ObjectId) -> Option<String> {
         let mut st = self.st.lock();
         if st.generation != generation {
-            return false;
+            return None;
         }
-        let Some(p) = st.primary.as_mut() else {
-            return false;
-        };
-        if p.busy.contains(&oid) || p.unfound.remove(&oid).is_none() {
-            return false;
+        let p = st.primary.as_mut()?;
+        if p.busy.contains(&oid) {
+            return None;
         }
+        let why = p.unfound.remove(&oid)?;
         p.busy.insert(oid);
-        true
+        Some(why)
     }
 
-    /// The tombstone of `oid` is on every member (`done`) or failed: writes of it go on.
-    fn settle_lost(&self, generation: u64, oid: ObjectId, done: bool) {
+    /// The tombstone of `oid` is on every member (`Ok`), or it failed (`Err`: why the object
+    /// was unfound, which it is again): requests for it go on.
+    fn settle_lost(&self, generation: u64, oid: ObjectId, done: Result<(), String>) {
         let mut st = self.st.lock();
         if st.generation != generation {
             return;
@@ -104,9 +105,14 @@ impl Pg {
             return;
         };
         p.busy.remove(&oid);
-        if done {
+        match done {
             // No member needs the lost version any more: the tombstone replaced it.
-            p.missing.remove(&oid);
+            Ok(()) => {
+                p.missing.remove(&oid);
+            }
+            Err(why) => {
+                p.unfound.insert(oid, why);
+            }
         }
         p.release(&oid);
         drop(st);

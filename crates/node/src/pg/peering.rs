@@ -87,12 +87,14 @@ impl Pg {
             })
             .filter(|(_, v)| !v.divergent.is_empty() || !v.behind.is_empty())
             .collect();
-        for (oid, v) in &verdicts {
+        if tracing::enabled!(tracing::Level::DEBUG) {
             let infos: Vec<_> = holdings.iter().map(|(d, h)| (*d, h.info)).collect();
-            tracing::debug!(
-                pg = %self.id, %term, %oid, auth = ?v.auth, copies = ?copies[oid], ?infos,
-                "verdict"
-            );
+            for (oid, v) in &verdicts {
+                tracing::debug!(
+                    pg = %self.id, %term, %oid, auth = ?v.auth, copies = ?copies[oid], ?infos,
+                    "verdict"
+                );
+            }
         }
         let (divergent, behind) = authority::summary(&verdicts);
         if divergent + behind > 0 {
@@ -145,7 +147,9 @@ impl Pg {
                     },
                     backfill: None,
                     activated: interval,
-                    suspect: false,
+                    // Suspect until it holds every authoritative version: recovery's
+                    // `publish_complete` clears it once nothing is missing.
+                    suspect: needs && holdings[dev].info.suspect,
                 },
             };
             self.activate(ctx, &map, *dev, term, info).await?;
@@ -739,17 +743,22 @@ fn check_answers(
 /// Every past interval needs a reachable member that was activated in it (or later) and holds
 /// complete data: it has every write acknowledged in that interval. A reachable member whose
 /// last activation is older than the interval proves the interval never went active (a
-/// primary activates every serving member before it serves), so it needs nobody.
+/// primary activates every serving member before it serves), so it needs nobody. A suspect
+/// member (its store dropped a journal tail: it may lack acknowledged writes, even its
+/// activation) is neither, unless every member of the interval answered (nobody knows more).
 fn check_history(
     history: &PgHistory,
     holdings: &BTreeMap<DeviceId, Holding>,
 ) -> Result<(), String> {
     for i in &history.intervals {
         let answered: Vec<&Holding> = i.members.iter().filter_map(|d| holdings.get(d)).collect();
+        let all = answered.len() == i.members.len();
+        let counts = |h: &&&Holding| all || !h.info.suspect;
         let witness = answered
             .iter()
+            .filter(counts)
             .any(|h| h.info.backfill.is_none() && h.info.les >= i.epoch);
-        let never_active = answered.iter().any(|h| h.info.les < i.epoch);
+        let never_active = answered.iter().filter(counts).any(|h| h.info.les < i.epoch);
         if !witness && !never_active {
             return Err(format!(
                 "no device of interval {} ({:?}) is reachable: it may hold acknowledged writes no \
@@ -891,6 +900,24 @@ mod tests {
         let h = history(&[(5, &[1, 2])]);
         let err = check_history(&h, &holdings(&[(2, holding(5, true))])).unwrap_err();
         assert!(err.contains("interval e5"), "{err}");
+    }
+
+    #[test]
+    fn a_suspect_member_is_a_witness_only_when_every_member_answered() {
+        // Device 2's store dropped a journal tail: it may lack writes of interval 5 (or even
+        // its activation in it) that device 1 holds. Wait for device 1.
+        let h = history(&[(5, &[1, 2])]);
+        let suspect = |les| {
+            let mut h = holding(les, false);
+            h.info.suspect = true;
+            h
+        };
+        let err = check_history(&h, &holdings(&[(2, suspect(5))])).unwrap_err();
+        assert!(err.contains("interval e5"), "{err}");
+        let err = check_history(&h, &holdings(&[(2, suspect(3))])).unwrap_err();
+        assert!(err.contains("interval e5"), "{err}");
+        // Every member answered, both suspect (a power loss of both): nobody knows more.
+        check_history(&h, &holdings(&[(1, suspect(5)), (2, suspect(5))])).unwrap();
     }
 
     #[test]

@@ -162,7 +162,7 @@ impl Pgs {
             }
             PeerMsg::Activate { pg, term, info, .. } => {
                 self.check_term(dev, pg, term)?;
-                let info = self.keep_suspect(dev, pg, info);
+                let info = self.keep_suspect(dev, pg, info)?;
                 self.persist(dev, pg, info, Some(term)).await?;
                 done(PeerAnswer::Done)
             }
@@ -196,16 +196,25 @@ impl Pgs {
         None
     }
 
-    /// A suspect member (`info.rs`) stays suspect until a primary that queried it since it was
-    /// loaded activates it: a primary of an older term that never saw it suspect (still
-    /// telling members how far they are complete, say) must not clear it.
-    fn keep_suspect(&self, dev: DeviceId, pg: PgId, info: MemberInfo) -> MemberInfo {
+    /// A suspect member (`info.rs`) takes an activation only from a primary that queried it
+    /// since it was loaded: a primary of the same interval that never saw it suspect (still
+    /// telling members how far they are complete, say) would clear the mark or raise its
+    /// `last_complete` past the writes it lost. That primary peers again.
+    fn keep_suspect(
+        &self,
+        dev: DeviceId,
+        pg: PgId,
+        info: MemberInfo,
+    ) -> Result<MemberInfo, WireError> {
         let p = self.get(dev, pg).expect("the store exists");
         let st = p.st.lock();
-        MemberInfo {
-            suspect: info.suspect || (st.info.suspect && !st.queried),
-            ..info
+        if st.info.suspect && !st.queried {
+            return Err(refused(
+                ErrorCode::StaleEpoch,
+                format!("{pg} on {dev} is suspect since it started: query it first"),
+            ));
         }
+        Ok(info)
     }
 
     /// Refuses a message of a term older than the newest one this member promised.
