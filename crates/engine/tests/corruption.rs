@@ -7,11 +7,10 @@ mod common;
 
 use basalt_engine::sim::SimDisk;
 use basalt_engine::{
-    EngineError, FormatOptions, OpenOptions, PoolId, Store, WriteOptions, format_sim, probe_sim,
+    EngineError, FormatOptions, OpenOptions, Store, WriteOptions, format_sim, probe_sim,
 };
 use bytes::Bytes;
 use common::{Backend, Dev, OBJ, find_aligned, oid, pattern};
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 /// Open options that never write the journal back on their own (records stay in the ring).
