@@ -236,15 +236,25 @@ async fn unfound_by_pg(
     out
 }
 
-/// Writes a PG-ready report marked lost for the PG's current `up` set, and waits until the
-/// leader has made it the acting set.
-async fn mark_lost(cluster: &Cluster, pool: &str, pg: u32) -> anyhow::Result<()> {
+/// Pool `pool`'s record and the id of its PG number `pg`.
+pub(crate) async fn pool_pg(
+    cluster: &Cluster,
+    pool: &str,
+    pg: u32,
+) -> anyhow::Result<(basalt_meta::PoolRecord, PgId)> {
     let rec = cluster
         .catalog()
         .get_pool_by_name(pool)
         .await?
         .with_context(|| format!("no pool '{pool}'"))?;
     let id = PgId { pool: rec.id, pg };
+    Ok((rec, id))
+}
+
+/// Writes a PG-ready report marked lost for the PG's current `up` set, and waits until the
+/// leader has made it the acting set.
+async fn mark_lost(cluster: &Cluster, pool: &str, pg: u32) -> anyhow::Result<()> {
+    let (rec, id) = pool_pg(cluster, pool, pg).await?;
     let map = cluster.map();
     let entry = map
         .pg(id)

@@ -5,7 +5,7 @@ use crate::scrub::call;
 use anyhow::{Context, bail};
 use basalt_client::Cluster;
 use basalt_node::{AdminRequest, LostReport};
-use basalt_types::{ObjectId, PgId, Version, VolumeId};
+use basalt_types::{NodeId, ObjectId, PgId, Version, VolumeId};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -13,12 +13,7 @@ use std::time::{Duration, Instant};
 const PATIENCE: Duration = Duration::from_secs(60);
 
 pub async fn mark_unfound_lost(cluster: &Cluster, pool: &str, pg: u32) -> anyhow::Result<()> {
-    let rec = cluster
-        .catalog()
-        .get_pool_by_name(pool)
-        .await?
-        .with_context(|| format!("no pool '{pool}'"))?;
-    let id = PgId { pool: rec.id, pg };
+    let (rec, id) = crate::pg::pool_pg(cluster, pool, pg).await?;
     if pg >= rec.pg_count {
         bail!("pool {pool} has no PG {pg} (it has {})", rec.pg_count);
     }
@@ -85,26 +80,25 @@ async fn print_declared(
     Ok(())
 }
 
-/// Asks the PG's primary (per this process's map) to declare its unfound objects lost.
-async fn ask(cluster: &Cluster, id: PgId) -> anyhow::Result<LostReport> {
+/// The node of the PG's primary in this process's map.
+fn primary_of(cluster: &Cluster, id: PgId) -> anyhow::Result<NodeId> {
     let map = cluster.map();
     let entry = map
         .pg(id)
         .with_context(|| format!("{id} is not in the map"))?;
-    let node = crate::pg::primary_node(&map, entry)
-        .with_context(|| format!("{id} has no serving device"))?;
+    crate::pg::primary_node(&map, entry).with_context(|| format!("{id} has no serving device"))
+}
+
+/// Asks the PG's primary (per this process's map) to declare its unfound objects lost.
+async fn ask(cluster: &Cluster, id: PgId) -> anyhow::Result<LostReport> {
+    let node = primary_of(cluster, id)?;
     let body = call(cluster, node, &AdminRequest::MarkUnfoundLost { pg: id }).await?;
     Ok(serde_json::from_slice(&body)?)
 }
 
 /// The unfound objects the PG's primary reports now.
 async fn unfound_now(cluster: &Cluster, id: PgId) -> anyhow::Result<u64> {
-    let map = cluster.map();
-    let entry = map
-        .pg(id)
-        .with_context(|| format!("{id} is not in the map"))?;
-    let node = crate::pg::primary_node(&map, entry)
-        .with_context(|| format!("{id} has no serving device"))?;
+    let node = primary_of(cluster, id)?;
     let status = crate::status::node_status(cluster, node).await?;
     Ok(status
         .pgs
