@@ -344,6 +344,9 @@ pub(crate) fn encode_record_header(
     (buf, crc)
 }
 
+/// [`peek_record`] reads no byte of a record at or past this offset.
+pub(crate) const PEEKED_BYTES: u64 = 56;
+
 /// Looks at the first block of a would-be record: `Some((seq, header_blocks, data_blocks))` if
 /// it carries our magic, version and store uuid. The full header must still be decoded.
 pub(crate) fn peek_record(first: &[u8], uuid: &[u8; 16]) -> Option<(u64, u32, u32)> {

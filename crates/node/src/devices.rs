@@ -6,6 +6,12 @@
 //! non-zero byte in its first or last MiB) is refused unless the device's `force_format` is set.
 //! Every device is used by this process alone (the engine locks it; another holder is named in
 //! the error).
+//!
+//! A device this node registered before whose store no longer opens (damaged: `Corrupt`, or
+//! failing I/O) does not keep the node from starting: it is reported faulty (down until
+//! `basalt device clear-fault`) and the node serves its other devices; the cluster rebuilds
+//! that device's copies elsewhere after the down-out interval. An unknown device that fails to
+//! open still stops the start (a mistyped path must not go unnoticed).
 
 use crate::config::DeviceConfig;
 use crate::error::NodeError;
@@ -25,7 +31,19 @@ pub(crate) async fn open_all(
 ) -> Result<BTreeMap<DeviceId, Store>, NodeError> {
     let mut stores = BTreeMap::new();
     for cfg in configs {
-        let store = open_one(catalog, node, cfg, object_size, io, store_threads).await?;
+        let store = match open_one(catalog, node, cfg, object_size, io, store_threads).await {
+            Ok(store) => store,
+            Err(NodeError::Device { path, source }) if fails_alone(&source) => {
+                let Some(id) = registered(catalog, node, &path).await? else {
+                    return Err(NodeError::Device { path, source });
+                };
+                let why = format!("the store did not open when its node started: {source}");
+                catalog.report_device_fault(id, &why).await?;
+                tracing::error!(device = %id, %path, "{why}; the node starts without it (the device stays down until `basalt device clear-fault {}`)", id.0);
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         let info = store.info();
         let id = info.device_id;
         if stores.contains_key(&id) {
@@ -45,6 +63,31 @@ pub(crate) async fn open_all(
         stores.insert(id, store);
     }
     Ok(stores)
+}
+
+/// An open failure of a device that keeps only that device from serving: its store is damaged
+/// or its I/O fails (at the open, or writing the marks right after it). Anything else (in use
+/// by another process, not blank, an older format, refused arguments) is the operator's to fix
+/// before the node starts.
+fn fails_alone(e: &EngineError) -> bool {
+    matches!(
+        e,
+        EngineError::Corrupt(_) | EngineError::Io(_) | EngineError::Poisoned(_)
+    )
+}
+
+/// The device this node registered at `path` before, if any.
+async fn registered(
+    catalog: &Catalog,
+    node: NodeId,
+    path: &str,
+) -> Result<Option<DeviceId>, NodeError> {
+    Ok(catalog
+        .list_devices()
+        .await?
+        .into_iter()
+        .find(|d| d.node == node && d.path == path)
+        .map(|d| d.id))
 }
 
 /// Registers an open store as a device of `node` (compare-and-swap: an operator's out mark and
@@ -104,9 +147,11 @@ async fn open_one(
         opts.writeback_idle = idle;
     }
     if let Some(disk) = &cfg.sim {
-        return open_sim(catalog, disk, object_size, &opts)
+        let store = open_sim(catalog, disk, object_size, &opts)
             .await
-            .map_err(dev_err);
+            .map_err(dev_err)?;
+        crate::pg::cut::mark(&store).await.map_err(dev_err)?;
+        return Ok(store);
     }
     // A store of this device this process ran before (a node restarted in-process) may still
     // be letting go of it.
@@ -158,13 +203,17 @@ async fn open_one(
         }
     }
     let opts = OpenOptions { io, ..opts };
-    if !store_threads {
-        return Store::spawn(&path, &opts).await.map_err(dev_err);
+    let store = if store_threads {
+        tokio::task::spawn_blocking(move || Store::open(&path, &opts))
+            .await
+            .expect("open task panicked")
+    } else {
+        Store::spawn(&path, &opts).await
     }
-    tokio::task::spawn_blocking(move || Store::open(&path, &opts))
-        .await
-        .expect("open task panicked")
-        .map_err(dev_err)
+    .map_err(dev_err)?;
+    // Before anything else can fail: the store forgot what its open dropped.
+    crate::pg::cut::mark(&store).await.map_err(dev_err)?;
+    Ok(store)
 }
 
 /// A store on a simulated disk (tests): formatted with a new device id when blank.
@@ -331,11 +380,33 @@ mod tests {
             .expect("opened from the backup superblock");
         assert_eq!(repaired.info().device_id, id);
         repaired.close().await.unwrap();
-        // Both copies damaged (their CRCs fail, the magic stays): refused, never formatted.
+        // Both copies damaged (their CRCs fail, the magic stays): never formatted. This node's
+        // device: reported faulty, the node starts without it.
         let size = std::fs::metadata(&cfg.path).unwrap().len();
         scribble(&cfg.path, 100, &[0xFF]);
         scribble(&cfg.path, size - 4096 + 100, &[0xFF]);
-        let err = open(&cat, &cfg).await.expect_err("refused");
+        let stores = open_all(
+            &cat,
+            NodeId(1),
+            std::slice::from_ref(&cfg),
+            128 << 10,
+            IoMode::Psync,
+            false,
+        )
+        .await
+        .expect("the node starts without it");
+        assert!(stores.is_empty());
+        let rec = cat.get_device(id).await.unwrap().unwrap();
+        assert_eq!(rec.state, basalt_meta::DeviceState::Down);
+        assert!(
+            rec.fault
+                .is_some_and(|f| f.contains("Corrupt") || f.contains("corrupt"))
+        );
+        // A device no node registered: refused (a mistyped path must not go unnoticed).
+        let other = tempfile::tempdir().unwrap();
+        let err = open(&catalog(other.path()).await, &cfg)
+            .await
+            .expect_err("refused");
         assert!(
             matches!(
                 err,

@@ -28,13 +28,14 @@ use crate::layout::{BLOCK, NO_SLOT, Superblock, TableGeom, max_single_record};
 use crate::meta::SlotTable;
 use crate::pgtable::PgTable;
 use crate::record::{
-    Bounds, EntryKind, JournalHeader, RecordHeader, decode_record_header, peek_record,
+    Bounds, EntryKind, JournalHeader, PEEKED_BYTES, RecordHeader, decode_record_header, peek_record,
 };
 use crate::tombs::TombTable;
 use crate::{IoMode, OpenOptions, ReplayCut, StoreInfo};
 use basalt_types::{ObjectId, PoolId, Version};
 use crossbeam_channel::Receiver;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -716,6 +717,57 @@ pub fn newest_record(disk: &SimDisk) -> Option<Vec<(ObjectId, Version, Vec<u64>)
         out.push((e.oid, e.version, blocks));
     }
     Some(out)
+}
+
+/// Simulation: the newest journal record, for damage to its header ([`newest_record_header`]).
+#[derive(Clone, Debug)]
+pub struct NewestHeader {
+    /// The device range of the header past the fields a journal scan reads to find a record:
+    /// damage there fails the header's checksum (the record is torn, what it held unknown).
+    pub damageable: Range<u64>,
+    pub entries: Vec<NewestEntry>,
+}
+
+/// One entry of [`NewestHeader`].
+#[derive(Clone, Copy, Debug)]
+pub struct NewestEntry {
+    pub oid: ObjectId,
+    pub pg: u32,
+    pub version: Version,
+    /// A PG record (`oid.pool` and `pg` name the PG); else a change of object `oid`.
+    pub pg_record: bool,
+}
+
+/// Simulation: the newest record a reopen of `disk` would replay, for damage to its header;
+/// `None` when the journal holds no record.
+pub fn newest_record_header(disk: &SimDisk) -> Option<NewestHeader> {
+    let dev = Dev::Sim(disk.clone());
+    let sb = read_superblocks(&dev, Path::new("<sim>")).ok()?.sb;
+    let jh = read_journal_header(&dev, &sb).ok()?;
+    let bounds = Bounds {
+        blocks: sb.blocks_per_object(),
+        slots: sb.slot_count,
+        tombs: sb.tombs.capacity(),
+        pgs: sb.pgs.capacity(),
+    };
+    let (found, _) = scan_journal(&dev, &sb, &jh, bounds).ok()?;
+    let last = found.last()?;
+    let start = sb.ring_offset() + last.pos;
+    let entries = last
+        .hdr
+        .entries
+        .iter()
+        .map(|e| NewestEntry {
+            oid: e.oid,
+            pg: e.pg,
+            version: e.version,
+            pg_record: matches!(e.kind, EntryKind::Pg { .. }),
+        })
+        .collect();
+    Some(NewestHeader {
+        damageable: start + PEEKED_BYTES..start + u64::from(last.hdr.header_blocks) * BLOCK,
+        entries,
+    })
 }
 
 /// The placement groups a record's entries belong to.

@@ -27,6 +27,7 @@ impl Pgs {
         Some(store.pgs().await.map(|pgs| {
             let mut out: Vec<HeldPg> = pgs
                 .into_iter()
+                .filter(|p| p.pg != super::cut::NOTE_PG)
                 .map(|p| HeldPg {
                     pg: p.pg,
                     objects: p.objects,

@@ -16,6 +16,7 @@
 
 mod authority;
 mod backfill;
+pub(crate) mod cut;
 pub(crate) mod held;
 pub(crate) mod info;
 pub(crate) mod lost;
@@ -116,6 +117,8 @@ pub(crate) struct Pgs {
     pub scrub: ScrubStats,
     /// Repairs of every PG since the node started (they outlive a PG that leaves the node).
     repairs: Arc<repair::RepairTotals>,
+    /// Devices whose note says a PG without a record is suspect (`cut.rs`).
+    unknown_suspect: Mutex<BTreeSet<DeviceId>>,
 }
 
 /// The scrub setting and counters of a node.
@@ -303,6 +306,7 @@ impl Pgs {
             pgs: Mutex::new(BTreeMap::new()),
             scrub: ScrubStats::default(),
             repairs: Arc::default(),
+            unknown_suspect: Mutex::default(),
         })
     }
 
@@ -310,38 +314,43 @@ impl Pgs {
         self.stores.get(&dev)
     }
 
-    /// Loads the PG records of every local store (at start): what each member knew. A PG whose
-    /// journal records the store dropped as a torn tail when it opened is marked suspect first
-    /// (durably, before the member answers anyone): it may lack writes it acknowledged.
+    /// Loads the PG records of every local store (at start): what each member knew. The marks a
+    /// journal tail the store dropped when it opened asks for are persisted first, unless
+    /// `devices.rs` did already (`cut.rs`): suspect PGs, and the device note.
     pub async fn load(&self) -> Result<(), basalt_engine::EngineError> {
         for (dev, store) in &self.stores {
-            let cut = store.info().replay_cut.clone();
+            if cut::mark(store).await? {
+                self.unknown_suspect.lock().insert(*dev);
+            }
             for p in store.pgs().await? {
-                if !p.has_record {
-                    continue;
+                if p.has_record && p.pg != cut::NOTE_PG {
+                    let info = MemberInfo::decode(&p.blob);
+                    self.insert(*dev, p.pg, store.clone(), info);
                 }
-                let mut info = MemberInfo::decode(&p.blob);
-                let hit = cut.as_ref().is_some_and(|c| {
-                    c.pgs
-                        .as_ref()
-                        .is_none_or(|pgs| pgs.contains(&(p.pg.pool, p.pg.pg)))
-                });
-                if hit && !info.suspect {
-                    info.suspect = true;
-                    store.set_pg(p.pg, Some(info.encode()), true).await?;
-                    tracing::warn!(pg = %p.pg, device = %dev, "the store dropped journal records of this PG as a torn tail: suspect until a peering brings it up to date (what it lacks proves nothing)");
-                }
-                self.insert(*dev, p.pg, store.clone(), info);
             }
         }
         Ok(())
     }
 
-    /// PGs of `dev` marked suspect (`info.rs`).
+    /// What a device knows of a PG it holds no record of: nothing, suspect if its note says so.
+    fn unrecorded_info(&self, dev: DeviceId) -> MemberInfo {
+        MemberInfo {
+            suspect: self.unknown_suspect.lock().contains(&dev),
+            ..MemberInfo::default()
+        }
+    }
+
+    /// PGs of `dev` marked suspect (`info.rs`) that the map places on it (one it left, or
+    /// never held, keeps a mark nobody clears, and proves nothing with it either).
     pub fn suspect_count(&self, dev: DeviceId) -> u64 {
+        let map = self.ctx.maps.map();
+        let placed = |id: PgId| {
+            map.pg(id)
+                .is_some_and(|e| e.acting.contains(&dev) || e.up.contains(&dev))
+        };
         let pgs = self.pgs.lock();
         pgs.iter()
-            .filter(|((d, _), pg)| *d == dev && pg.st.lock().info.suspect)
+            .filter(|((d, id), pg)| *d == dev && placed(*id) && pg.st.lock().info.suspect)
             .count() as u64
     }
 
@@ -351,7 +360,8 @@ impl Pgs {
             return Some(pg.clone());
         }
         let store = self.stores.get(&dev)?.clone();
-        Some(self.insert(dev, id, store, MemberInfo::default()))
+        let info = self.unrecorded_info(dev);
+        Some(self.insert(dev, id, store, info))
     }
 
     fn insert(&self, dev: DeviceId, id: PgId, store: Store, info: MemberInfo) -> Arc<Pg> {

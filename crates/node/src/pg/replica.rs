@@ -333,7 +333,7 @@ impl Pgs {
         removed.await.map_err(engine_to_wire)?;
         let mut st = p.st.lock();
         p.check_promise(st.promised, term)?;
-        st.info = MemberInfo::default();
+        st.info = self.unrecorded_info(dev);
         st.accepting = Term::default();
         drop(st);
         tracing::info!(%pg, device = %dev, "removed the PG's data (no longer needed here)");

@@ -316,23 +316,79 @@ impl SimCluster {
         Some((dev, byte))
     }
 
-    /// Media damage a killed node meets when it restarts: a bit flipped in a journaled data
-    /// block of the newest record in one of its disks' crash images, so its store drops the
-    /// record as a torn tail although its writes may have been acknowledged. Only where the
-    /// cluster can repair it: each write of the record is held, at its version or newer, by a
-    /// device of another running node, and no other device had a bit of those objects
-    /// flipped. Returns the device and the byte flipped.
+    /// Media damage a killed node meets when it restarts, in the newest record of one of its
+    /// disks' crash images: half of the time a bit flipped in a journaled data block of a
+    /// record of block writes, else a bit flipped in the record's header past the fields a
+    /// journal scan reads (any record: PG records too; the store then cannot tell which PGs
+    /// the record held). Either way its store drops the record as a torn tail although it may
+    /// have been acknowledged. Only where the cluster can repair it: each object write of the
+    /// record is held, at its version or newer, by a device of another running node, and no
+    /// other device had a bit of those objects flipped. Returns the device and the byte
+    /// flipped.
     pub async fn damage_tail(&mut self, i: usize) -> Option<(DeviceId, u64)> {
         let k = self.rng.range(0, self.slots[i].disks.len() as u64 - 1) as usize;
         let image = self.slots[i].disks[k].clone();
         let dev = self.slots[i].devices[k];
-        let entries = basalt_engine::sim::newest_record(&image)?;
-        let (pool, volume) = (self.pool?, self.volume?);
-        let mut blocks = Vec::new();
-        for (oid, version, offsets) in &entries {
+        let (byte, oids) = if self.rng.chance(0.5) {
+            let header = basalt_engine::sim::newest_record_header(&image)?;
+            let range = header.damageable;
+            let writes: Vec<_> = header
+                .entries
+                .iter()
+                .filter(|e| !e.pg_record)
+                .map(|e| (e.oid, e.version))
+                .collect();
+            if !self.held_elsewhere(i, dev, &writes).await {
+                return None;
+            }
+            let byte = range.start + self.rng.range(0, range.end - range.start - 1);
+            (byte, writes.into_iter().map(|w| w.0).collect::<Vec<_>>())
+        } else {
+            let entries = basalt_engine::sim::newest_record(&image)?;
+            let writes: Vec<_> = entries.iter().map(|e| (e.0, e.1)).collect();
+            if !self.held_elsewhere(i, dev, &writes).await {
+                return None;
+            }
+            let blocks: Vec<u64> = entries.iter().flat_map(|e| e.2.iter().copied()).collect();
+            if blocks.is_empty() {
+                return None;
+            }
+            let off = blocks[self.rng.range(0, blocks.len() as u64 - 1) as usize];
+            let byte = off + self.rng.range(0, crate::model::BLOCK as u64 - 1);
+            (byte, writes.into_iter().map(|w| w.0).collect())
+        };
+        let bit = self.rng.range(0, 7) as u8;
+        // Not where a later record proves the damaged one durable: the store then refuses to
+        // open (a failed device, which the harness does not model) instead of cutting.
+        let trial = image.crash_image(0);
+        trial.flip_bit(byte, bit);
+        Store::spawn_sim(&trial, &OpenOptions::default())
+            .ok()?
+            .crash();
+        image.flip_bit(byte, bit);
+        self.tail_flips += 1;
+        for oid in oids {
+            self.flipped.insert(oid, dev);
+        }
+        Some((dev, byte))
+    }
+
+    /// Each of `writes` (object, version) is of the test's volume, held at that version or
+    /// newer by a device of another running node than `i`, and had no bit flipped on another
+    /// device than `dev`.
+    async fn held_elsewhere(
+        &self,
+        i: usize,
+        dev: DeviceId,
+        writes: &[(basalt_types::ObjectId, basalt_types::Version)],
+    ) -> bool {
+        let (Some(pool), Some(volume)) = (self.pool, self.volume) else {
+            return false;
+        };
+        for (oid, version) in writes {
             let ours = oid.pool == pool && oid.volume == volume;
             if !ours || self.flipped.get(oid).is_some_and(|d| *d != dev) {
-                return None;
+                return false;
             }
             let mut elsewhere = false;
             for (j, slot) in self.slots.iter().enumerate() {
@@ -345,22 +401,10 @@ impl SimCluster {
                 }
             }
             if !elsewhere {
-                return None;
+                return false;
             }
-            blocks.extend(offsets.iter().copied());
         }
-        if blocks.is_empty() {
-            return None;
-        }
-        let off = blocks[self.rng.range(0, blocks.len() as u64 - 1) as usize];
-        let byte = off + self.rng.range(0, crate::model::BLOCK as u64 - 1);
-        let bit = self.rng.range(0, 7) as u8;
-        image.flip_bit(byte, bit);
-        self.tail_flips += 1;
-        for (oid, _, _) in &entries {
-            self.flipped.insert(*oid, dev);
-        }
-        Some((dev, byte))
+        true
     }
 
     /// Marks a device out (`true`) or in, as an operator would.

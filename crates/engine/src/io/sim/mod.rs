@@ -23,7 +23,7 @@
 
 use super::{Backend, IoDone, IoReq, Waker};
 use crate::clock::Clock;
-pub use crate::engine::newest_record;
+pub use crate::engine::{NewestEntry, NewestHeader, newest_record, newest_record_header};
 use crate::layout::{BLOCK, Superblock};
 use parking_lot::Mutex;
 use rand::RngCore;

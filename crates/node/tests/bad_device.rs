@@ -1,0 +1,80 @@
+//! A node with several devices, one of which no longer opens (both superblock copies damaged:
+//! `Corrupt`), still starts: that device is reported faulty (down until an operator clears it)
+//! and the node serves its other devices. Before, one bad device kept the whole node, and with
+//! it every copy on its other devices, from starting.
+
+use basalt_engine::sim::SimDisk;
+use basalt_meta::{DeviceState, PoolSpec};
+use basalt_node::{DeviceConfig, Node, NodeConfig};
+use basalt_types::FailureDomain;
+use std::time::Duration;
+
+mod common;
+
+use common::{Cluster, OBJECT, PGS, pattern, until};
+
+const DISK: u64 = 64 << 20;
+
+/// Starts node n0 on both disks (device `a` first).
+async fn node(c: &Cluster, disks: &[SimDisk; 2]) -> Node {
+    let device = |data: &std::path::Path, i: usize| DeviceConfig {
+        sim: Some(disks[i].clone()),
+        ..DeviceConfig::new(data.join(format!("dev{i}.img")))
+    };
+    c.start_node(
+        "n0",
+        |data| device(data, 0),
+        |cfg: &mut NodeConfig| {
+            cfg.scrub_bytes_per_sec = 0;
+            cfg.devices.push(device(&cfg.data_dir.clone(), 1));
+        },
+    )
+    .await
+}
+
+fn all_active(n: &Node) -> bool {
+    let pgs = n.status().pgs;
+    pgs.iter().filter(|p| p.status.state == "active").count() == PGS as usize
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_that_no_longer_opens_is_reported_faulty_and_the_node_serves_the_others() {
+    let c = Cluster::new().await;
+    let disks = [SimDisk::new(DISK), SimDisk::new(DISK)];
+    let n = node(&c, &disks).await;
+    // Two copies on the two devices of the one host (RAID-1-like); one copy is enough to serve.
+    let mut spec = PoolSpec::new("default");
+    spec.replicas = 2;
+    spec.min_size = Some(1);
+    spec.pg_count = PGS;
+    spec.failure_domain = FailureDomain::Device;
+    c.catalog.create_pool(&spec).await.unwrap();
+    until("every PG active", || all_active(&n)).await;
+    let client = c.client(Duration::from_secs(30)).await;
+    let objects = 6;
+    let vol = c.volume(&client, "v", objects * OBJECT).await;
+    for i in 0..objects {
+        vol.write(i * OBJECT, pattern(i, 1), true).await.unwrap();
+    }
+    let bad = n.status().devices[1].id;
+    n.shutdown().await;
+    // Both superblock copies of the second device damaged: the store refuses to open.
+    disks[1].corrupt(100);
+    disks[1].corrupt(DISK - 4096 + 100);
+
+    let n = node(&c, &disks).await;
+    let devices: Vec<_> = n.status().devices.iter().map(|d| d.id).collect();
+    assert!(!devices.contains(&bad), "{devices:?}");
+    let rec = c.catalog.get_device(bad).await.unwrap().unwrap();
+    assert_eq!(rec.state, DeviceState::Down);
+    let fault = rec.fault.expect("the device is marked faulty");
+    assert!(fault.contains("did not open"), "{fault}");
+    until("every PG active on the good device", || all_active(&n)).await;
+    for i in 0..objects {
+        let got = vol.read(i * OBJECT, OBJECT as u32).await.unwrap();
+        assert!(got == pattern(i, 1), "object {i} reads back wrong");
+    }
+    vol.write(0, pattern(0, 2), true).await.unwrap();
+    assert!(vol.read(0, OBJECT as u32).await.unwrap() == pattern(0, 2));
+    n.shutdown().await;
+}
