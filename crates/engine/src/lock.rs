@@ -40,9 +40,19 @@ pub fn lock_dir(dir: &Path) -> Result<DirLock, EngineError> {
     Ok(DirLock { _file: file, path })
 }
 
+/// How long a lock held by this process, or by nobody a moment later, is waited for.
+const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Takes an exclusive, non-blocking flock on `file`, which was opened from `path`. The lock
 /// lasts as long as the open file (all its clones).
+///
+/// The kernel may let go of a lock a little after the last descriptor of its file closed: a
+/// reference an io_uring worker held is put from a kernel work queue. So a store this process
+/// closed can still hold its device for a moment (a node restarted in process then failed
+/// with `InUse`): a lock held by this process, or whose holder is gone by the time it is
+/// looked up, is waited for up to [`RELEASE_WAIT`]. Another process's lock is refused at once.
 pub(crate) fn flock_exclusive(file: &File, path: &Path) -> Result<(), EngineError> {
+    let deadline = std::time::Instant::now() + RELEASE_WAIT;
     loop {
         // SAFETY: flock on a descriptor we own.
         if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
@@ -55,11 +65,15 @@ pub(crate) fn flock_exclusive(file: &File, path: &Path) -> Result<(), EngineErro
                 let holder = file
                     .metadata()
                     .ok()
-                    .and_then(|m| flock_holder(m.dev(), m.ino()))
-                    .unwrap_or_else(|| "another process".into());
+                    .and_then(|m| flock_holder(m.dev(), m.ino()));
+                let ours = holder.is_none_or(|pid| pid == std::process::id());
+                if ours && std::time::Instant::now() < deadline {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                    continue;
+                }
                 return Err(EngineError::InUse {
                     path: path.to_path_buf(),
-                    holder,
+                    holder: holder.map_or_else(|| "another process".into(), describe_pid),
                 });
             }
             _ => return Err(EngineError::Io(e)),
@@ -97,10 +111,9 @@ fn minor(dev: u64) -> u64 {
 }
 
 /// `pid N (name)` of the process holding a flock on the inode `(dev, ino)`, from /proc/locks.
-fn flock_holder(dev: u64, ino: u64) -> Option<String> {
+fn flock_holder(dev: u64, ino: u64) -> Option<u32> {
     let locks = std::fs::read_to_string("/proc/locks").ok()?;
-    let pid = parse_flock_holder(&locks, major(dev), minor(dev), ino)?;
-    Some(describe_pid(pid))
+    parse_flock_holder(&locks, major(dev), minor(dev), ino)
 }
 
 /// Finds the pid of a granted FLOCK on `major:minor:ino` in the text of /proc/locks, whose lines
@@ -236,5 +249,19 @@ mod tests {
         }
         drop(held);
         lock_dir(dir.path()).expect("free again once the holder is gone");
+    }
+
+    /// A lock this process lets go of a moment later (as the kernel may, after a store closed)
+    /// is waited for, not refused.
+    #[test]
+    fn a_lock_this_process_releases_shortly_is_waited_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = lock_dir(dir.path()).unwrap();
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            drop(held);
+        });
+        lock_dir(dir.path()).expect("waited for the release");
+        release.join().unwrap();
     }
 }
