@@ -20,6 +20,14 @@ use basalt_meta::{Catalog, DeviceRegistration, IdKind};
 use basalt_types::{DeviceId, NodeId};
 use std::collections::BTreeMap;
 
+/// The devices of a node: the open stores, and the registered devices that did not open (with
+/// why: `faults.rs` keeps them reported down while the node runs).
+#[derive(Default)]
+pub(crate) struct Opened {
+    pub stores: BTreeMap<DeviceId, Store>,
+    pub unopened: BTreeMap<DeviceId, String>,
+}
+
 /// Formats (if needed), opens and registers every configured device.
 pub(crate) async fn open_all(
     catalog: &Catalog,
@@ -28,8 +36,9 @@ pub(crate) async fn open_all(
     object_size: u32,
     io: IoMode,
     store_threads: bool,
-) -> Result<BTreeMap<DeviceId, Store>, NodeError> {
-    let mut stores = BTreeMap::new();
+) -> Result<Opened, NodeError> {
+    let mut opened = Opened::default();
+    let stores = &mut opened.stores;
     for cfg in configs {
         let store = match open_one(catalog, node, cfg, object_size, io, store_threads).await {
             Ok(store) => store,
@@ -39,7 +48,8 @@ pub(crate) async fn open_all(
                 };
                 let why = format!("the store did not open when its node started: {source}");
                 catalog.report_device_fault(id, &why).await?;
-                tracing::error!(device = %id, %path, "{why}; the node starts without it (the device stays down until `basalt device clear-fault {}`)", id.0);
+                tracing::error!(device = %id, %path, "{why}; the node starts without it (the device stays down until `basalt device clear-fault {}` and a restart of the node)", id.0);
+                opened.unopened.insert(id, why);
                 continue;
             }
             Err(e) => return Err(e),
@@ -62,7 +72,7 @@ pub(crate) async fn open_all(
         .await?;
         stores.insert(id, store);
     }
-    Ok(stores)
+    Ok(opened)
 }
 
 /// An open failure of a device that keeps only that device from serving: its store is damaged
@@ -70,24 +80,33 @@ pub(crate) async fn open_all(
 /// by another process, not blank, an older format, refused arguments) is the operator's to fix
 /// before the node starts.
 fn fails_alone(e: &EngineError) -> bool {
-    matches!(
-        e,
-        EngineError::Corrupt(_) | EngineError::Io(_) | EngineError::Poisoned(_)
-    )
+    // Media errors only: a refused permission or a missing path is a setup mistake.
+    const MEDIA: [i32; 3] = [5 /* EIO */, 6 /* ENXIO */, 19 /* ENODEV */];
+    match e {
+        EngineError::Corrupt(_) | EngineError::Poisoned(_) => true,
+        EngineError::Io(io) => io.raw_os_error().is_some_and(|n| MEDIA.contains(&n)),
+        _ => false,
+    }
 }
 
-/// The device this node registered at `path` before, if any.
+/// The device this node registered at `path` before, if exactly one (a drive replaced at the
+/// same path leaves two records: which one failed is then not known, and the start fails).
 async fn registered(
     catalog: &Catalog,
     node: NodeId,
     path: &str,
 ) -> Result<Option<DeviceId>, NodeError> {
-    Ok(catalog
+    let ids: Vec<DeviceId> = catalog
         .list_devices()
         .await?
         .into_iter()
-        .find(|d| d.node == node && d.path == path)
-        .map(|d| d.id))
+        .filter(|d| d.node == node && d.path == path)
+        .map(|d| d.id)
+        .collect();
+    Ok(match ids[..] {
+        [id] => Some(id),
+        _ => None,
+    })
 }
 
 /// Registers an open store as a device of `node` (compare-and-swap: an operator's out mark and
@@ -150,7 +169,7 @@ async fn open_one(
         let store = open_sim(catalog, disk, object_size, &opts)
             .await
             .map_err(dev_err)?;
-        crate::pg::cut::mark(&store).await.map_err(dev_err)?;
+        mark(&store).await.map_err(dev_err)?;
         return Ok(store);
     }
     // A store of this device this process ran before (a node restarted in-process) may still
@@ -212,8 +231,20 @@ async fn open_one(
     }
     .map_err(dev_err)?;
     // Before anything else can fail: the store forgot what its open dropped.
-    crate::pg::cut::mark(&store).await.map_err(dev_err)?;
+    mark(&store).await.map_err(dev_err)?;
     Ok(store)
+}
+
+/// `cut::mark`, its failure said plainly: the cut is forgotten once the store has opened.
+async fn mark(store: &Store) -> Result<(), EngineError> {
+    crate::pg::cut::mark(store).await.map(|_| ()).map_err(|e| {
+        if store.info().replay_cut.is_none() {
+            return e;
+        }
+        EngineError::Corrupt(format!(
+            "the store dropped journal records when it opened and marking what they may have              lost failed ({e}); its copies may lack acknowledged writes and nothing will say so              after a restart: reformat the device (--force-format) before clearing its fault"
+        ))
+    })
 }
 
 /// A store on a simulated disk (tests): formatted with a new device id when blank.
@@ -269,7 +300,7 @@ mod tests {
             false,
         )
         .await?;
-        Ok(stores.into_values().next().expect("one store"))
+        Ok(stores.stores.into_values().next().expect("one store"))
     }
 
     fn scribble(path: &Path, at: u64, bytes: &[u8]) {
@@ -395,7 +426,8 @@ mod tests {
         )
         .await
         .expect("the node starts without it");
-        assert!(stores.is_empty());
+        assert!(stores.stores.is_empty());
+        assert!(stores.unopened.contains_key(&id));
         let rec = cat.get_device(id).await.unwrap().unwrap();
         assert_eq!(rec.state, basalt_meta::DeviceState::Down);
         assert!(

@@ -12,7 +12,9 @@
 //! node runs it checks the record every tick and reports the device again if it was marked up
 //! meanwhile, because its store stays poisoned (or the drive suspect) until the node restarts.
 //! A stalled device stays down too when its I/O completes after all: a drive that hung once is
-//! not trusted again without an operator, and its PGs have moved on meanwhile.
+//! not trusted again without an operator, and its PGs have moved on meanwhile. So does a
+//! registered device whose store did not open when the node started (`devices.rs`): cleared,
+//! it is reported again until the node restarts and opens it.
 
 use basalt_engine::Store;
 use basalt_meta::{Catalog, DeviceState};
@@ -55,12 +57,22 @@ struct Watch {
 pub(crate) async fn watch(
     catalog: Catalog,
     stores: BTreeMap<DeviceId, Store>,
+    unopened: BTreeMap<DeviceId, String>,
     hung: watch::Sender<BTreeSet<DeviceId>>,
     cfg: FaultConfig,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut seen: BTreeMap<DeviceId, Watch> = BTreeMap::new();
+    // A device whose store did not open stays faulty until the node restarts (and tries again).
+    for (dev, why) in unopened {
+        seen.entry(dev).or_default().fault = Some(why);
+    }
     loop {
+        for (dev, w) in seen.iter_mut().filter(|(d, _)| !stores.contains_key(d)) {
+            if let Some(why) = w.fault.clone() {
+                w.reported = report(&catalog, *dev, &why, w.reported).await;
+            }
+        }
         let now = Instant::now();
         for (dev, store) in &stores {
             let w = seen.entry(*dev).or_default();

@@ -57,6 +57,8 @@ pub(crate) struct Parts {
     pub catalog: Catalog,
     pub id: NodeId,
     pub stores: BTreeMap<DeviceId, Store>,
+    /// Registered devices whose stores did not open, and why (kept reported down).
+    pub unopened: BTreeMap<DeviceId, String>,
     /// The address other nodes and clients reach it at.
     pub addr: String,
     pub local_addr: SocketAddr,
@@ -83,7 +85,7 @@ impl Node {
         let dir_lock = basalt_engine::lock_dir(&config.data_dir).map_err(NodeError::DataDir)?;
         let catalog = Catalog::new(meta.clone());
         let id = identity::load_or_allocate(&catalog, &config.data_dir).await?;
-        let stores = devices::open_all(
+        let devices::Opened { stores, unopened } = devices::open_all(
             &catalog,
             id,
             &config.devices,
@@ -110,6 +112,7 @@ impl Node {
             catalog,
             id,
             stores,
+            unopened,
             addr,
             local_addr,
             listener: Some(listener),
@@ -128,6 +131,7 @@ impl Node {
             catalog,
             id,
             stores,
+            unopened,
             addr,
             local_addr,
             listener,
@@ -234,6 +238,7 @@ impl Node {
             tokio::spawn(faults::watch(
                 catalog.clone(),
                 stores,
+                unopened,
                 shared.hung.clone(),
                 faults::FaultConfig {
                     checksum_limit: config.checksum_error_limit,
@@ -320,6 +325,7 @@ impl Node {
             catalog,
             id,
             stores: map,
+            unopened: BTreeMap::new(),
             addr,
             local_addr: SocketAddr::from(([0, 0, 0, 0], 0)),
             listener: None,

@@ -1,7 +1,8 @@
 //! A node with several devices, one of which no longer opens (both superblock copies damaged:
 //! `Corrupt`), still starts: that device is reported faulty (down until an operator clears it)
-//! and the node serves its other devices. Before, one bad device kept the whole node, and with
-//! it every copy on its other devices, from starting.
+//! and the node serves its other devices; cleared by an operator, it is reported down again
+//! while the node runs (nobody serves it). Before, one bad device kept the whole node, and
+//! with it every copy on its other devices, from starting.
 
 use basalt_engine::sim::SimDisk;
 use basalt_meta::{DeviceState, PoolSpec};
@@ -11,7 +12,7 @@ use std::time::Duration;
 
 mod common;
 
-use common::{Cluster, OBJECT, PGS, pattern, until};
+use common::{Cluster, OBJECT, PGS, WAIT, pattern, until};
 
 const DISK: u64 = 64 << 20;
 
@@ -76,5 +77,20 @@ async fn a_device_that_no_longer_opens_is_reported_faulty_and_the_node_serves_th
     }
     vol.write(0, pattern(0, 2), true).await.unwrap();
     assert!(vol.read(0, OBJECT as u32).await.unwrap() == pattern(0, 2));
+    // Cleared by an operator while its store is still not open: reported down again (it would
+    // otherwise be up in the map with nobody serving it), until the node restarts.
+    c.catalog.clear_device_fault(bad).await.unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let rec = c.catalog.get_device(bad).await.unwrap().unwrap();
+        if rec.state == DeviceState::Down && rec.fault.is_some() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not reported down again: {rec:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     n.shutdown().await;
 }
