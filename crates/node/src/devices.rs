@@ -7,11 +7,12 @@
 //! Every device is used by this process alone (the engine locks it; another holder is named in
 //! the error).
 //!
-//! A device this node registered before whose store no longer opens (damaged: `Corrupt`, or
-//! failing I/O) does not keep the node from starting: it is reported faulty (down until
-//! `basalt device clear-fault`) and the node serves its other devices; the cluster rebuilds
-//! that device's copies elsewhere after the down-out interval. An unknown device that fails to
-//! open still stops the start (a mistyped path must not go unnoticed).
+//! A device this node registered before (once, at that path) whose store no longer opens
+//! (damaged: `Corrupt`, or a media I/O error) does not keep the node from starting: it is
+//! reported faulty (down until `basalt device clear-fault` and a restart of the node:
+//! `faults.rs` keeps reporting it meanwhile) and the node serves its other devices; the
+//! cluster rebuilds that device's copies elsewhere after the down-out interval. An unknown
+//! device that fails to open still stops the start (a mistyped path must not go unnoticed).
 
 use crate::config::DeviceConfig;
 use crate::error::NodeError;
