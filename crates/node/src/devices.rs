@@ -310,6 +310,20 @@ mod tests {
         f.write_all(bytes).unwrap();
     }
 
+    #[test]
+    fn only_damage_and_media_errors_let_the_node_start_without_a_device() {
+        let io = |n| EngineError::Io(std::io::Error::from_raw_os_error(n));
+        assert!(fails_alone(&EngineError::Corrupt("x".into())));
+        assert!(fails_alone(&EngineError::Poisoned("x".into())));
+        assert!(fails_alone(&io(5))); // EIO
+        assert!(!fails_alone(&io(13))); // EACCES: a setup mistake
+        assert!(!fails_alone(&io(2))); // ENOENT
+        assert!(!fails_alone(&EngineError::InUse {
+            path: "/dev/x".into(),
+            holder: "pid 1".into(),
+        }));
+    }
+
     #[tokio::test]
     async fn a_blank_device_is_formatted_once_and_then_only_opened() {
         let dir = tempfile::tempdir().unwrap();

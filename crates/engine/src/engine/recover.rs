@@ -300,12 +300,7 @@ impl Engine {
     }
 
     fn bounds(&self) -> Bounds {
-        Bounds {
-            blocks: self.sb.blocks_per_object(),
-            slots: self.sb.slot_count,
-            tombs: self.sb.tombs.capacity(),
-            pgs: self.sb.pgs.capacity(),
-        }
+        bounds_of(&self.sb)
     }
 
     /// Loads the slot, tombstone and PG tables as of journal header `jh`, and checks that no
@@ -688,24 +683,35 @@ fn check_not_durable(
     Ok(())
 }
 
-/// Simulation (tests that damage a journal): the newest record a reopen of `disk` would replay,
-/// as (object, version, device offsets of its journaled data blocks) per entry; `None` when the
-/// journal holds no record, or its newest holds anything but journaled block writes.
-pub fn newest_record(disk: &SimDisk) -> Option<Vec<(ObjectId, Version, Vec<u64>)>> {
+/// Simulation: the device offset and header of the newest record a reopen of `disk` would
+/// replay; `None` when the journal holds no record.
+fn newest_found(disk: &SimDisk) -> Option<(u64, RecordHeader)> {
     let dev = Dev::Sim(disk.clone());
     let sb = read_superblocks(&dev, Path::new("<sim>")).ok()?.sb;
     let jh = read_journal_header(&dev, &sb).ok()?;
-    let bounds = Bounds {
+    let (found, _) = scan_journal(&dev, &sb, &jh, bounds_of(&sb)).ok()?;
+    let last = found.into_iter().last()?;
+    Some((sb.ring_offset() + last.pos, last.hdr))
+}
+
+/// The limits a record of a store with superblock `sb` must respect.
+fn bounds_of(sb: &Superblock) -> Bounds {
+    Bounds {
         blocks: sb.blocks_per_object(),
         slots: sb.slot_count,
         tombs: sb.tombs.capacity(),
         pgs: sb.pgs.capacity(),
-    };
-    let (found, _) = scan_journal(&dev, &sb, &jh, bounds).ok()?;
-    let last = found.last()?;
-    let mut next = sb.ring_offset() + last.pos + u64::from(last.hdr.header_blocks) * BLOCK;
+    }
+}
+
+/// Simulation (tests that damage a journal): the newest record a reopen of `disk` would replay,
+/// as (object, version, device offsets of its journaled data blocks) per entry; `None` when the
+/// journal holds no record, or its newest holds anything but journaled block writes.
+pub fn newest_record(disk: &SimDisk) -> Option<Vec<(ObjectId, Version, Vec<u64>)>> {
+    let (start, hdr) = newest_found(disk)?;
+    let mut next = start + u64::from(hdr.header_blocks) * BLOCK;
     let mut out = Vec::new();
-    for e in &last.hdr.entries {
+    for e in &hdr.entries {
         let EntryKind::Write(items) = &e.kind else {
             return None;
         };
@@ -741,20 +747,8 @@ pub struct NewestEntry {
 /// Simulation: the newest record a reopen of `disk` would replay, for damage to its header;
 /// `None` when the journal holds no record.
 pub fn newest_record_header(disk: &SimDisk) -> Option<NewestHeader> {
-    let dev = Dev::Sim(disk.clone());
-    let sb = read_superblocks(&dev, Path::new("<sim>")).ok()?.sb;
-    let jh = read_journal_header(&dev, &sb).ok()?;
-    let bounds = Bounds {
-        blocks: sb.blocks_per_object(),
-        slots: sb.slot_count,
-        tombs: sb.tombs.capacity(),
-        pgs: sb.pgs.capacity(),
-    };
-    let (found, _) = scan_journal(&dev, &sb, &jh, bounds).ok()?;
-    let last = found.last()?;
-    let start = sb.ring_offset() + last.pos;
-    let entries = last
-        .hdr
+    let (start, hdr) = newest_found(disk)?;
+    let entries = hdr
         .entries
         .iter()
         .map(|e| NewestEntry {
@@ -765,7 +759,7 @@ pub fn newest_record_header(disk: &SimDisk) -> Option<NewestHeader> {
         })
         .collect();
     Some(NewestHeader {
-        damageable: start + PEEKED_BYTES..start + u64::from(last.hdr.header_blocks) * BLOCK,
+        damageable: start + PEEKED_BYTES..start + u64::from(hdr.header_blocks) * BLOCK,
         entries,
     })
 }
