@@ -265,23 +265,21 @@ impl Pg {
         theirs: Option<Held>,
     ) -> Result<(), String> {
         // Throttled before the object is marked busy: writes to it wait only while it moves.
-        ctx.recovery.throttle.admit(self.dev).await;
+        let most = u64::from(self.store.info().object_size);
+        let pass = ctx.recovery.throttle.admit(self.dev, most).await;
         {
             let mut st = self.st.lock();
             if st.generation != generation {
+                ctx.recovery.throttle.spent(pass, 0);
                 return Ok(());
             }
             if let Some(p) = st.primary.as_mut() {
                 p.busy.insert(oid);
             }
         }
-        let started = tokio::time::Instant::now();
         let result = self.copy_object(ctx, map, term, dev, oid, theirs).await;
-        if let Ok(bytes) = result {
-            ctx.recovery
-                .throttle
-                .spent(self.dev, bytes, started.elapsed());
-        }
+        let moved = *result.as_ref().unwrap_or(&0);
+        ctx.recovery.throttle.spent(pass, moved);
         let mut st = self.st.lock();
         if st.generation == generation
             && let Some(p) = st.primary.as_mut()

@@ -42,20 +42,21 @@ impl Pg {
                 return Ok(());
             }
             // Throttled before objects are picked: writes to them wait only while they move.
-            ctx.recovery.throttle.admit(self.dev).await;
-            let (term, batch) = {
+            let parallel = ctx.tuning.recovery_parallel.max(1);
+            let most = u64::from(self.store.info().object_size) * parallel as u64;
+            let pass = ctx.recovery.throttle.admit(self.dev, most).await;
+            let picked = {
                 let mut st = self.st.lock();
-                if st.generation != generation {
-                    return Ok(());
-                }
-                let Some(p) = st.primary.as_mut() else {
+                let same = st.generation == generation;
+                let Some(p) = st.primary.as_mut().filter(|_| same) else {
+                    ctx.recovery.throttle.spent(pass, 0);
                     return Ok(());
                 };
                 let picks: Vec<(ObjectId, Missing)> = p
                     .missing
                     .iter()
                     .filter(|(oid, _)| !p.busy.contains(oid))
-                    .take(ctx.tuning.recovery_parallel.max(1))
+                    .take(parallel)
                     .map(|(o, m)| (*o, m.clone()))
                     .collect();
                 for (oid, _) in &picks {
@@ -63,11 +64,12 @@ impl Pg {
                 }
                 (p.term, picks)
             };
+            let (term, batch) = picked;
             if batch.is_empty() {
+                ctx.recovery.throttle.spent(pass, 0);
                 return Ok(());
             }
             let map = ctx.maps.map();
-            let started = Instant::now();
             let results = futures::future::join_all(
                 batch
                     .iter()
@@ -79,6 +81,8 @@ impl Pg {
             {
                 let mut st = self.st.lock();
                 if st.generation != generation {
+                    let moved = results.iter().filter_map(|r| r.as_ref().ok()).sum();
+                    ctx.recovery.throttle.spent(pass, moved);
                     return Ok(());
                 }
                 let p = st.primary.as_mut().expect("same generation");
@@ -104,9 +108,7 @@ impl Pg {
                 }
             }
             self.changed.notify_waiters();
-            ctx.recovery
-                .throttle
-                .spent(self.dev, moved, started.elapsed());
+            ctx.recovery.throttle.spent(pass, moved);
             ctx.recovery.rate.record(objects, moved);
             if let Some(e) = failure {
                 return Err(e);

@@ -3,7 +3,10 @@
 //! [`Throttle`] limits the recovery and backfill a local device drives as a PG primary (reading
 //! its own copy or a source's, writing to members that lack objects), by two limits that apply
 //! together, each per device:
-//! - a **rate**: bytes moved per second (0: unlimited);
+//! - a **rate**: bytes moved per second (0: unlimited). An operation is charged when it is
+//!   admitted (what the device's operations moved lately, or the most it may move for the
+//!   first), and settled against what it moved when it ends: operations of many PGs that
+//!   wait together start one after another, spaced by the rate;
 //! - a **share of time**: the recovery operations may keep the device busy at most this percent
 //!   of the time (a duty cycle: after an operation that took `d`, the device's recovery waits
 //!   `d * (100 - share) / share` more before the next one starts; 100: unlimited). Operations
@@ -56,17 +59,42 @@ impl Limits {
 /// When a device's recovery may start its next operation, by each limit.
 #[derive(Clone, Copy)]
 struct Clock {
+    /// Every byte admitted so far is paid for at this time (reservations included).
     rate_at: Instant,
     share_at: Instant,
+    /// Bytes an operation of this device moved, on average lately (what an admission
+    /// reserves once known).
+    estimate: Option<u64>,
+}
+
+/// The devices' clocks, and which limits they count under.
+#[derive(Default)]
+struct Clocks {
+    /// Bumped when the limits change (and the clocks are cleared): a pass admitted before
+    /// holds no reservation in the new clocks.
+    era: u64,
+    devices: HashMap<DeviceId, Clock>,
 }
 
 /// The per-device recovery throttle of a node.
 pub struct Throttle {
     defaults: Limits,
     limits: Mutex<Limits>,
-    clocks: Mutex<HashMap<DeviceId, Clock>>,
-    /// Woken when the limits change (waiting operations look again).
+    clocks: Mutex<Clocks>,
+    /// Woken when the limits change or a reservation is given back (waiting operations look
+    /// again).
     changed: Notify,
+}
+
+/// An operation [`Throttle::admit`] let start: give it back to [`Throttle::spent`] when it
+/// ends, with what it moved.
+#[must_use = "an admitted operation is given back with what it moved"]
+pub struct Pass {
+    dev: DeviceId,
+    /// Bytes charged to the rate when admitted (settled against what it moved).
+    reserved: u64,
+    started: Instant,
+    era: u64,
 }
 
 impl Throttle {
@@ -74,7 +102,7 @@ impl Throttle {
         Throttle {
             defaults,
             limits: Mutex::new(defaults),
-            clocks: Mutex::new(HashMap::new()),
+            clocks: Mutex::new(Clocks::default()),
             changed: Notify::new(),
         }
     }
@@ -99,23 +127,55 @@ impl Throttle {
         );
         *limits = next;
         drop(limits);
-        self.clocks.lock().clear();
+        let mut clocks = self.clocks.lock();
+        clocks.devices.clear();
+        clocks.era += 1;
+        drop(clocks);
         self.changed.notify_waiters();
     }
 
-    /// Waits until `dev`'s recovery may start another operation.
-    pub async fn admit(&self, dev: DeviceId) {
+    /// Waits until `dev`'s recovery may start another operation, which may move up to
+    /// `expect` bytes. The rate is charged at once, as the device's operations moved lately
+    /// (`expect` for its first one): operations of many PGs that wait together start one
+    /// after another, spaced by the rate, not all at once. [`Throttle::spent`] settles the
+    /// charge against what the operation moved.
+    pub async fn admit(&self, dev: DeviceId, expect: u64) -> Pass {
         loop {
             let changed = self.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            let until = match self.clocks.lock().get(&dev) {
-                Some(c) => c.rate_at.max(c.share_at),
-                None => return,
+            let limits = self.limits();
+            let until = {
+                let mut clocks = self.clocks.lock();
+                let era = clocks.era;
+                let now = Instant::now();
+                let until = clocks
+                    .devices
+                    .get(&dev)
+                    .map(|c| c.rate_at.max(c.share_at))
+                    .filter(|until| *until > now);
+                match until {
+                    Some(until) => until,
+                    None => {
+                        let c = clocks.devices.entry(dev).or_insert(Clock {
+                            rate_at: now,
+                            share_at: now,
+                            estimate: None,
+                        });
+                        let mut reserved = 0;
+                        if limits.bytes_per_sec > 0 {
+                            reserved = c.estimate.unwrap_or(expect).min(expect);
+                            c.rate_at = c.rate_at.max(now) + cost(reserved, limits);
+                        }
+                        return Pass {
+                            dev,
+                            reserved,
+                            started: now,
+                            era,
+                        };
+                    }
+                }
             };
-            if until <= Instant::now() {
-                return;
-            }
             tokio::select! {
                 biased;
                 _ = tokio::time::sleep_until(until) => {}
@@ -124,28 +184,60 @@ impl Throttle {
         }
     }
 
-    /// Records an operation of `dev`'s recovery that moved `bytes` and kept the device busy
-    /// for `busy`: the next one waits as the limits say.
-    pub fn spent(&self, dev: DeviceId, bytes: u64, busy: Duration) {
+    /// Ends an operation `admit` let start, which moved `bytes`: the rate is charged what it
+    /// moved beyond its reservation or given back what it did not move, and the share waits
+    /// after the time it kept the device busy.
+    pub fn spent(&self, pass: Pass, bytes: u64) {
         let limits = self.limits();
         let now = Instant::now();
-        // The rate counts from when the operation started: its own time is part of its cost.
-        let started = now.checked_sub(busy).unwrap_or(now);
+        let busy = now - pass.started;
         let mut clocks = self.clocks.lock();
-        let c = clocks.entry(dev).or_insert(Clock {
-            rate_at: started,
+        // A pass of older limits holds nothing in the clocks: it is charged in full.
+        let reserved = if pass.era == clocks.era {
+            pass.reserved
+        } else {
+            0
+        };
+        let c = clocks.devices.entry(pass.dev).or_insert(Clock {
+            rate_at: pass.started,
             share_at: now,
+            estimate: None,
         });
+        let mut given_back = false;
         if limits.bytes_per_sec > 0 {
-            let cost = Duration::from_secs_f64(bytes as f64 / limits.bytes_per_sec as f64);
-            c.rate_at = c.rate_at.max(started) + cost;
+            // The rate counts from when the operation started: its own time is part of its
+            // cost.
+            if bytes >= reserved {
+                c.rate_at = c.rate_at.max(pass.started) + cost(bytes - reserved, limits);
+            } else {
+                let back = cost(reserved - bytes, limits);
+                c.rate_at = c
+                    .rate_at
+                    .checked_sub(back)
+                    .unwrap_or(pass.started)
+                    .max(pass.started);
+                given_back = true;
+            }
         }
+        c.estimate = Some(match c.estimate {
+            None => bytes,
+            Some(e) => e / 4 * 3 + bytes / 4,
+        });
         if limits.share_percent < 100 {
             let share = u32::from(limits.share_percent);
             let idle = busy * (100 - share) / share;
             c.share_at = c.share_at.max(now) + idle;
         }
+        drop(clocks);
+        if given_back {
+            self.changed.notify_waiters();
+        }
     }
+}
+
+/// How long moving `bytes` takes at the limits' rate (which is not 0).
+fn cost(bytes: u64, limits: Limits) -> Duration {
+    Duration::from_secs_f64(bytes as f64 / limits.bytes_per_sec as f64)
 }
 
 /// Follows `/basalt/settings` and applies every change to `throttle` until `stop`.
@@ -317,12 +409,12 @@ mod tests {
     async fn run(t: &Throttle, ops: u32, bytes: u64, busy: Duration) -> Duration {
         let start = Instant::now();
         for _ in 0..ops {
-            t.admit(DEV).await;
+            let pass = t.admit(DEV, bytes).await;
             tokio::time::sleep(busy).await;
-            t.spent(DEV, bytes, busy);
+            t.spent(pass, bytes);
         }
         // The last operation's wait counts too.
-        t.admit(DEV).await;
+        let _ = t.admit(DEV, bytes).await;
         start.elapsed()
     }
 
@@ -369,23 +461,95 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn devices_are_throttled_apart() {
         let t = throttle(MIB, 100);
-        t.spent(DEV, 10 * MIB, Duration::ZERO);
+        let pass = t.admit(DEV, 0).await;
+        t.spent(pass, 10 * MIB);
         let start = Instant::now();
-        t.admit(DeviceId(2)).await;
+        let _ = t.admit(DeviceId(2), MIB).await;
         assert_eq!(start.elapsed(), Duration::ZERO);
-        t.admit(DEV).await;
+        let _ = t.admit(DEV, MIB).await;
         assert!(near(start.elapsed(), Duration::from_secs(10)));
+    }
+
+    /// Runs `tasks` tasks at once, each `ops` operations that may move `expect` bytes and
+    /// move `moved` (each busy `busy`); returns when each operation was admitted, in order.
+    async fn run_together(
+        t: &Arc<Throttle>,
+        tasks: u32,
+        ops: u32,
+        (expect, moved): (u64, u64),
+        busy: Duration,
+    ) -> Vec<Duration> {
+        let start = Instant::now();
+        let all = (0..tasks).map(|_| {
+            let t = t.clone();
+            tokio::spawn(async move {
+                let mut admitted = Vec::new();
+                for _ in 0..ops {
+                    let pass = t.admit(DEV, expect).await;
+                    admitted.push(start.elapsed());
+                    tokio::time::sleep(busy).await;
+                    t.spent(pass, moved);
+                }
+                admitted
+            })
+        });
+        let mut admitted: Vec<Duration> = futures::future::join_all(all)
+            .await
+            .into_iter()
+            .flat_map(|task| task.unwrap())
+            .collect();
+        admitted.sort();
+        admitted
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn operations_of_many_pgs_at_once_share_the_rate() {
+        // 16 PGs recovering at once, 10 operations of 1 MiB each, at 8 MiB/s: one operation
+        // starts every 125 ms, not 16 together each time the clock allows one.
+        let t = Arc::new(throttle(8 * MIB, 100));
+        let admitted = run_together(&t, 16, 10, (MIB, MIB), Duration::from_millis(5)).await;
+        for pair in admitted.windows(2) {
+            let gap = pair[1] - pair[0];
+            assert!(near(gap, Duration::from_millis(125)), "{admitted:?}");
+        }
+        let last = *admitted.last().unwrap();
+        assert!(near(last, Duration::from_millis(159 * 125)), "{last:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reservation_is_settled_against_what_moved() {
+        // Each operation may move 4 MiB but moves 64 KiB: the first reserves 4 MiB and gives
+        // back what it did not move when it ends; later ones reserve what the device moved
+        // lately. 64 operations of 64 KiB at 1 MiB/s: the last starts after about 4 s.
+        let t = Arc::new(throttle(MIB, 100));
+        let admitted = run_together(&t, 4, 16, (4 * MIB, 64 << 10), Duration::from_millis(1)).await;
+        let last = *admitted.last().unwrap();
+        assert!(
+            last >= Duration::from_millis(3900) && last <= Duration::from_millis(4100),
+            "{admitted:?}"
+        );
+        // Moving more than reserved is charged: one 8 MiB operation holds the next 8 s.
+        let pass = t.admit(DEV, 64 << 10).await;
+        t.spent(pass, 8 * MIB);
+        let start = Instant::now();
+        let _ = t.admit(DEV, 64 << 10).await;
+        assert!(
+            near(start.elapsed(), Duration::from_secs(8)),
+            "{:?}",
+            start.elapsed()
+        );
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_new_setting_applies_at_once_also_to_a_waiting_operation() {
         let t = Arc::new(throttle(MIB, 100));
-        t.spent(DEV, 100 * MIB, Duration::ZERO);
+        let pass = t.admit(DEV, 0).await;
+        t.spent(pass, 100 * MIB);
         let waiter = {
             let t = t.clone();
             tokio::spawn(async move {
                 let start = Instant::now();
-                t.admit(DEV).await;
+                let _ = t.admit(DEV, MIB).await;
                 start.elapsed()
             })
         };
