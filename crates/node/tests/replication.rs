@@ -354,3 +354,68 @@ async fn stray_histories(c: &Cluster, dev: DeviceId) -> usize {
     }
     n
 }
+
+/// Two nodes, two copies, `min_size` 2: a device marked out while placement has no other
+/// device for its copies stays in the acting set (it still serves, up and whole): the PGs stay
+/// active and say why they do not move, reads and writes go on, nothing is removed from it;
+/// marked in again, the PGs are clean. (Shrinking the acting set to the one device left would
+/// put every PG below `min_size`: I/O would stop because of an operator's `out`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_out_with_no_room_for_its_copies_keeps_serving() {
+    let c = Cluster::new().await;
+    let a = c.node("a").await;
+    let b = c.node("b").await;
+    c.pool(2, 2).await;
+    c.map_where("every PG on two devices", |m| {
+        m.pools
+            .values()
+            .all(|p| p.pgs.iter().all(|pg| pg.acting.len() == 2))
+    })
+    .await;
+    until("every PG clean", || all_active(&[&a, &b], true)).await;
+    let client = c.client(Duration::from_secs(10)).await;
+    let objects = 16;
+    let vol = c.volume(&client, "v", objects * OBJECT).await;
+    write_all(&vol, objects, 1).await;
+    let db = device_of(&b);
+    c.catalog
+        .set_device_out(db, Some(OutReason::Operator))
+        .await
+        .unwrap();
+    c.map_where("nothing placed on b", |m| {
+        m.pools
+            .values()
+            .flat_map(|p| p.pgs.iter())
+            .all(|pg| !pg.up.contains(&db) && pg.up.len() == 1)
+    })
+    .await;
+    // Every primary decided: each PG active on both devices, saying why it does not move.
+    until("every PG active and kept on both devices", || {
+        let pgs: Vec<_> = [&a, &b].iter().flat_map(|n| n.status().pgs).collect();
+        pgs.len() == PGS as usize
+            && pgs.iter().all(|p| {
+                p.status.state == "active"
+                    && p.status
+                        .why
+                        .as_deref()
+                        .is_some_and(|w| w.contains("the acting set stays"))
+            })
+    })
+    .await;
+    let map = c.map_where("b still acting", |_| true).await;
+    for pg in map.pools.values().flat_map(|p| p.pgs.iter()) {
+        assert!(pg.acting.contains(&db), "b left an acting set: {pg:?}");
+    }
+    for i in (0..objects).step_by(2) {
+        vol.write(i * OBJECT, pattern(i, 2), false).await.unwrap();
+    }
+    let generation = |i: u64| if i.is_multiple_of(2) { 2 } else { 1 };
+    check_all(&vol, objects, generation).await;
+    assert_eq!(objects_on(&b.status()), objects, "b keeps every copy");
+
+    c.catalog.set_device_out(db, None).await.unwrap();
+    until("every PG clean again", || all_active(&[&a, &b], true)).await;
+    check_all(&vol, objects, generation).await;
+    a.shutdown().await;
+    b.shutdown().await;
+}

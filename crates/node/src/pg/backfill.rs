@@ -88,6 +88,16 @@ impl Pg {
             tracing::info!(pg = %self.id, ?away, "backfill waits for down up-set members");
             return Ok(());
         }
+        if let Some(why) = undersized_move(&map, &entry, self.id) {
+            tracing::info!(pg = %self.id, "the acting set stays: {why}");
+            let mut st = self.st.lock();
+            if st.generation == generation
+                && let Some(p) = st.primary.as_mut()
+            {
+                p.kept = Some(format!("the acting set stays: {why}"));
+            }
+            return Ok(());
+        }
         let record = PgReadyRecord::new(self.id, map.epoch, entry.up.clone());
         ctx.catalog
             .put_pg_ready(&record)
@@ -333,14 +343,17 @@ impl Pg {
         }
         let (meta, data) = match self.store.read_object(oid).await {
             Ok(image) => ImageMeta::of(image),
-            // This copy is bad: the serving members' (one of which then replaces it).
+            // This copy is bad: the serving members', else those of the complete devices
+            // peering found (a member of an older interval back up), one of which then
+            // replaces it. Without a good copy the backfill cannot go past the object.
             Err(EngineError::Checksum { .. }) => {
                 let version = mine.map_or(Version::NONE, |m| m.version);
                 let devs: Vec<DeviceId> = {
                     let st = self.st.lock();
-                    let members = st.primary.iter().flat_map(|p| p.members.iter());
-                    // This copy last: copies bad in different blocks merge (`merge.rs`).
-                    members.map(|m| m.dev).chain([self.dev]).collect()
+                    let (members, sources) = st.primary.as_ref().map_or((vec![], vec![]), |p| {
+                        (p.members.iter().map(|m| m.dev).collect(), p.sources.clone())
+                    });
+                    search_order(&members, &sources, self.dev, dev)
                 };
                 self.good_image(ctx, map, term, &devs, &[self.dev], oid, version)
                     .await
@@ -388,6 +401,49 @@ impl Pg {
     }
 }
 
+/// Where backfill looks for a good copy of an object its own copy holds bad: the serving
+/// members, then the other complete devices peering found, then its own copy last (copies bad
+/// in different blocks merge: `merge.rs`); never the target, which is being filled.
+fn search_order(
+    members: &[DeviceId],
+    sources: &[DeviceId],
+    me: DeviceId,
+    target: DeviceId,
+) -> Vec<DeviceId> {
+    let mut devs: Vec<DeviceId> = Vec::new();
+    for &d in members.iter().chain(sources) {
+        if d != me && d != target && !devs.contains(&d) {
+            devs.push(d);
+        }
+    }
+    devs.push(me);
+    devs
+}
+
+/// Why the up set must not become the acting set although it is complete: it would leave the
+/// PG served by fewer devices than serve it now and fewer than the pool's copies (placement
+/// found no device for the other copies: a device marked out with no replacement, a node
+/// drained from a cluster too small). The serving copies stay where they are (Ceph keeps them
+/// in its acting set likewise) until placement finds room; the PG stays remapped.
+fn undersized_move(
+    map: &ClusterMap,
+    entry: &basalt_placement::PgMap,
+    pg: basalt_types::PgId,
+) -> Option<String> {
+    let replicas = map
+        .pools
+        .get(&pg.pool)
+        .map_or(0, |p| usize::from(p.replicas));
+    let serving = map.serving(entry).count();
+    let up = entry.up.len();
+    (up < serving && up < replicas).then(|| {
+        format!(
+            "the up set {:?} has {up} of the pool's {replicas} copies, {serving} serve now",
+            entry.up
+        )
+    })
+}
+
 /// The last object both pages cover: `None` when both pages are the last of their listings
 /// (everything after the cursor is in them).
 fn page_bound(
@@ -412,6 +468,17 @@ mod tests {
 
     fn o(i: u64) -> ObjectId {
         ObjectId::new(PoolId(1), VolumeId(1), i)
+    }
+
+    #[test]
+    fn a_bad_copy_is_looked_for_on_members_then_on_other_complete_devices() {
+        let d = DeviceId;
+        // Serving member 3; devices 3, 5 (a member of an older interval back up) and the
+        // target 7 complete by peering; this device is 1.
+        let order = search_order(&[d(3)], &[d(1), d(3), d(5), d(7)], d(1), d(7));
+        assert_eq!(order, vec![d(3), d(5), d(1)]);
+        // Alone, with no other complete device: only its own copy.
+        assert_eq!(search_order(&[], &[d(1)], d(1), d(7)), vec![d(1)]);
     }
 
     #[test]

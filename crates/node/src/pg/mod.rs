@@ -230,6 +230,13 @@ pub(crate) struct Primary {
     /// Serving members other than the primary.
     pub members: Vec<Member>,
     pub targets: Vec<Target>,
+    /// The devices peering found complete (serving members, and up members of older intervals
+    /// of the history that still hold the PG): where a good copy may be found of an object
+    /// the serving members hold bad (backfill's source of last resort).
+    pub sources: Vec<DeviceId>,
+    /// Why the PG's complete up set is not reported ready (it would drop serving copies:
+    /// `backfill.rs::undersized_move`); status shows it.
+    pub kept: Option<String>,
     /// The last sequence number handed out in `interval`.
     pub seq: u64,
     /// Sequence numbers of writes not yet acknowledged by every member.
@@ -508,6 +515,8 @@ impl Pg {
                 min_size: min_size.max(1),
                 up: entry.up.clone(),
                 live_up: live_up(map, entry),
+                sources: Vec::new(),
+                kept: None,
                 acting: entry.acting.clone(),
                 clean: false,
                 recovered_objects: 0,
@@ -707,7 +716,7 @@ impl Pgs {
             let Some(p) = &st.primary else { continue };
             let (state, why) = match &p.status {
                 Status::Peering => ("peering", None),
-                Status::Active => ("active", None),
+                Status::Active => ("active", p.kept.clone()),
                 Status::Peered(w) => ("peered", Some(w.clone())),
                 Status::Incomplete(w) => ("incomplete", Some(w.clone())),
             };
@@ -767,6 +776,8 @@ impl Pg {
             min_size: 1,
             up: vec![self.dev],
             live_up: vec![self.dev],
+            sources: Vec::new(),
+            kept: None,
             acting: vec![self.dev],
             clean: true,
             recovered_objects: 0,

@@ -166,6 +166,7 @@ impl Pg {
             .expect("the primary state of this generation");
         p.members = members;
         p.targets = targets;
+        p.sources = sources;
         p.missing = missing;
         p.min_size = min_size;
         match undersized {
