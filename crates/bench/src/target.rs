@@ -375,10 +375,13 @@ impl Target {
         wait_for_port(addr, &mut guard, &log)?;
         self.info.server_pids.push(pid);
         self.info.description = match cluster {
-            None => format!(
-                "single-node cluster started by the bench: {} (client on the same host, loopback)",
-                command_line.join(" ")
-            ),
+            None => {
+                wait_cluster_file(&data, &mut guard, &log, written_node_addr)?;
+                format!(
+                    "single-node cluster started by the bench: {} (client on the same host, loopback)",
+                    command_line.join(" ")
+                )
+            }
             Some(c) => {
                 let pids = wait_cluster_pids(&data, &mut guard, &log)?;
                 self.info.server_pids.extend(pids);
@@ -576,10 +579,22 @@ fn wait_cluster_pids(
     guard: &mut ChildGuard,
     log: &Path,
 ) -> Result<Vec<u32>, BenchError> {
+    wait_cluster_file(data, guard, log, cluster_pids)
+}
+
+/// What `read` finds in the `<data>/cluster.json` that `up` (as `guard`) writes once it serves
+/// (just after its NBD port opens; the node's address, which the network probe uses, is only
+/// there): waits up to 60 s, failing early if `up` exits.
+fn wait_cluster_file<T>(
+    data: &Path,
+    guard: &mut ChildGuard,
+    log: &Path,
+    read: impl Fn(&Path, u32) -> Option<T>,
+) -> Result<T, BenchError> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        if let Some(pids) = cluster_pids(data, guard.child.id()) {
-            return Ok(pids);
+        if let Some(found) = read(data, guard.child.id()) {
+            return Ok(found);
         }
         if let Ok(Some(status)) = guard.child.try_wait() {
             return Err(BenchError::TargetStart(format!(
@@ -599,6 +614,15 @@ fn wait_cluster_pids(
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// The node's address in `<data>/cluster.json`, if it is there and written by `up_pid`.
+fn written_node_addr(data: &Path, up_pid: u32) -> Option<String> {
+    let text = std::fs::read_to_string(data.join("cluster.json")).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    (v["pid"].as_u64() == Some(u64::from(up_pid)))
+        .then(|| v["node_addr"].as_str().map(String::from))
+        .flatten()
 }
 
 /// Every node's pid and etcd's from `<data>/cluster.json`, if it is there and written by `up_pid`.
@@ -701,6 +725,15 @@ mod tests {
         std::fs::write(dir.path().join("cluster.json"), file).expect("write");
         assert_eq!(cluster_pids(dir.path(), 10), Some(vec![11, 12, 13, 14]));
         assert_eq!(cluster_pids(dir.path(), 99), None, "written by another up");
+        assert_eq!(
+            written_node_addr(dir.path(), 10).as_deref(),
+            Some("127.0.0.1:1")
+        );
+        assert_eq!(
+            written_node_addr(dir.path(), 99),
+            None,
+            "written by another up"
+        );
         let no_nodes = r#"{"v":1,"pid":10,"nodes":[]}"#;
         std::fs::write(dir.path().join("cluster.json"), no_nodes).expect("write");
         assert_eq!(cluster_pids(dir.path(), 10), None);
