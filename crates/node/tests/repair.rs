@@ -489,6 +489,89 @@ async fn backfill_copies_a_good_members_copy_when_the_primarys_is_bad() {
     }
 }
 
+/// A fourth node joins while every copy of every object is bad: each backfill to it stops at
+/// an object with no good copy, which its PG's status lists as unfound (before, only a log line
+/// said so and `mark-unfound-lost` had nothing to give up: those PGs never moved). The operator
+/// gives them up, and the backfills go on: every PG gets clean, each object given up reads as
+/// zeros, every other object still fails its read (never other data).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backfill_lists_objects_with_no_good_copy_as_unfound_for_the_operator() {
+    // Every block bad everywhere: no device may be reported down for its checksum errors
+    // (`repeated_checksum_errors_mark_a_device_down` tests that), or no PG would serve at all.
+    let tune = |c: &mut NodeConfig| c.checksum_error_limit = 0;
+    let mut t = three(tune).await;
+    let client = t.c.client(Duration::from_secs(10)).await;
+    let objects = 8;
+    let vol = t.c.volume(&client, "v", objects * OBJECT).await;
+    write_all(&vol, objects, 1).await;
+    for i in 0..objects {
+        for disk in &t.disks {
+            corrupt(disk, i, 1);
+        }
+    }
+    let disk = SimDisk::new(DISK);
+    t.nodes.push(t.c.node("n3", &disk, tune).await);
+    t.disks.push(disk);
+    let new = device_of(&t.nodes[3]);
+    t.c.map_where("PGs placed on node 3", |m| {
+        m.pools
+            .values()
+            .flat_map(|p| &p.pgs)
+            .any(|pg| pg.up.contains(&new))
+    })
+    .await;
+    let mut declared: Vec<ObjectId> = Vec::new();
+    let mut listed = 0;
+    let deadline = tokio::time::Instant::now() + 2 * common::WAIT;
+    loop {
+        let pgs: Vec<_> = t.nodes.iter().flat_map(|n| n.status().pgs).collect();
+        let unfound: Vec<_> = pgs.iter().filter(|p| p.unfound_objects > 0).collect();
+        if unfound.is_empty() && all_active(&t.nodes, true) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "PGs not clean: {:?}",
+            pgs.iter().filter(|p| !p.clean).collect::<Vec<_>>()
+        );
+        for p in unfound {
+            listed += 1;
+            let node = t.c.map().await.device_node(p.device).unwrap();
+            let body = serde_json::to_vec(&AdminRequest::MarkUnfoundLost { pg: p.pg }).unwrap();
+            let answer = client
+                .call_node(node, Request::Admin { body: body.into() })
+                .await;
+            if let Ok(Response::Admin { body }) = answer {
+                let r: LostReport = serde_json::from_slice(&body).unwrap();
+                declared.extend(r.declared.iter().map(|(o, _)| *o));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        listed > 0 && !declared.is_empty(),
+        "no backfill met an object with no good copy: the test tests nothing"
+    );
+    for i in 0..objects {
+        let got = vol.read(i * OBJECT, OBJECT as u32).await;
+        if declared.contains(&oid(&vol, i)) {
+            let zeros = got.unwrap();
+            assert!(
+                zeros.iter().all(|b| *b == 0),
+                "object {i}: given up, not zeros"
+            );
+        } else {
+            assert!(
+                matches!(&got, Err(ClientError::Checksum(_))),
+                "object {i}: {got:?}"
+            );
+        }
+    }
+    for n in t.nodes {
+        n.shutdown().await;
+    }
+}
+
 /// Copies only a member holds, found by scrub walking every member's listing: a member's copy
 /// that missed its object's delete (the primary holds the newer tombstone) gets the tombstone;
 /// an object a member holds that the primary never had is reported unrepairable and left

@@ -355,9 +355,18 @@ impl Pg {
                     });
                     search_order(&members, &sources, self.dev, dev)
                 };
-                self.good_image(ctx, map, term, &devs, &[self.dev], oid, version)
+                match self
+                    .good_image(ctx, map, term, &devs, &[self.dev], oid, version)
                     .await
-                    .map_err(|e| format!("{oid}: {e}"))?
+                {
+                    Ok(found) => found,
+                    Err(e) => {
+                        if e.every_copy_bad {
+                            self.unfound_in_backfill(oid, &e.why);
+                        }
+                        return Err(format!("{oid}: {e}"));
+                    }
+                }
             }
             Err(e) => return Err(e.to_string()),
         };
@@ -370,6 +379,19 @@ impl Pg {
             p.recovered_bytes += bytes;
         }
         Ok(bytes)
+    }
+
+    /// Every copy of `oid` the backfill could copy fails its checksum: the object is unfound
+    /// (status lists it; its reads and writes fail at once; the operator may give it up with
+    /// `basalt pg mark-unfound-lost`, after which the backfill goes past it). The backfill
+    /// stops at it and tries again after a wait, as for any failure.
+    fn unfound_in_backfill(&self, oid: ObjectId, why: &str) {
+        let mut st = self.st.lock();
+        if let Some(p) = st.primary.as_mut()
+            && p.unfound.insert(oid, why.to_string()).is_none()
+        {
+            tracing::error!(pg = %self.id, %oid, "unfound: {why}; the backfill stops at it until a good copy is found or it is declared lost");
+        }
     }
 
     /// Persists the target's backfill state (and lets it accept the term's writes).

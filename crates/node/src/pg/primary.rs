@@ -94,7 +94,10 @@ impl Pg {
             }
             return go(p, generation).map(Gate::Go);
         }
-        if let Some(why) = p.unfound.get(oid) {
+        // Unfound by recovery (a member lacks it): fails. Unfound by backfill (every copy bad,
+        // none lacking): served as any object (a read fails on the bad copies, a write of the
+        // whole object makes it whole again).
+        if let Some(why) = p.unfound.get(oid).filter(|_| p.missing.contains_key(oid)) {
             return Err(WireError::new(
                 ErrorCode::Checksum,
                 format!(
@@ -237,6 +240,10 @@ impl Pg {
         self.check_partial_blocks(ctx, oid, &kind).await?;
         let (version, local, reps, term, to_members) = loop {
             let submitted = self.gate(&oid, pass, |p, _| {
+                // Written now, an object a backfill found no good copy of is no longer offered
+                // to be given up (`lost.rs` would delete what this write acknowledges); the
+                // backfill finds it again if the write does not make it whole.
+                p.unfound.remove(&oid);
                 let n = p.seq + 1;
                 let Some(version) = p.term.version(n) else {
                     return Err(busy(format!(
