@@ -382,9 +382,10 @@ impl Pg {
     }
 
     /// Every copy of `oid` the backfill could copy fails its checksum: the object is unfound
-    /// (status lists it; its reads and writes fail at once; the operator may give it up with
-    /// `basalt pg mark-unfound-lost`, after which the backfill goes past it). The backfill
-    /// stops at it and tries again after a wait, as for any failure.
+    /// (status lists it; the operator may give it up with `basalt pg mark-unfound-lost`, after
+    /// which the backfill goes past it). Its reads fail on the bad copies; a client's write of
+    /// it is taken and takes it off the list (`primary.rs::write_as`). The backfill stops at it
+    /// and tries again after a wait, as for any failure.
     fn unfound_in_backfill(&self, oid: ObjectId, why: &str) {
         let mut st = self.st.lock();
         if let Some(p) = st.primary.as_mut()
