@@ -493,7 +493,8 @@ async fn backfill_copies_a_good_members_copy_when_the_primarys_is_bad() {
 /// an object with no good copy, which its PG's status lists as unfound (before, only a log line
 /// said so and `mark-unfound-lost` had nothing to give up: those PGs never moved). The operator
 /// gives them up, and the backfills go on: every PG gets clean, each object given up reads as
-/// zeros, every other object still fails its read (never other data).
+/// zeros, every other object still fails its read (never other data). An object a client
+/// rewrites meanwhile is taken off the list and reads back what was written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn backfill_lists_objects_with_no_good_copy_as_unfound_for_the_operator() {
     // Every block bad everywhere: no device may be reported down for its checksum errors
@@ -520,6 +521,22 @@ async fn backfill_lists_objects_with_no_good_copy_as_unfound_for_the_operator() 
             .any(|pg| pg.up.contains(&new))
     })
     .await;
+    // A client rewrites the first object listed: the write is taken (it makes the object
+    // whole), takes it off the list, and giving up the PG's objects later spares it.
+    let mut rewritten = None;
+    until("an object listed unfound", || {
+        rewritten = t
+            .nodes
+            .iter()
+            .flat_map(|n| n.status().pgs)
+            .find_map(|p| p.unfound.first().copied());
+        rewritten.is_some()
+    })
+    .await;
+    let rewritten = rewritten.unwrap().index;
+    vol.write(rewritten * OBJECT, pattern(rewritten, 2), false)
+        .await
+        .unwrap();
     let mut declared: Vec<ObjectId> = Vec::new();
     let mut listed = 0;
     let deadline = tokio::time::Instant::now() + 2 * common::WAIT;
@@ -552,9 +569,15 @@ async fn backfill_lists_objects_with_no_good_copy_as_unfound_for_the_operator() 
         listed > 0 && !declared.is_empty(),
         "no backfill met an object with no good copy: the test tests nothing"
     );
+    assert!(!declared.contains(&oid(&vol, rewritten)), "{declared:?}");
     for i in 0..objects {
         let got = vol.read(i * OBJECT, OBJECT as u32).await;
-        if declared.contains(&oid(&vol, i)) {
+        if i == rewritten {
+            assert!(
+                got.unwrap() == pattern(i, 2),
+                "object {i}: rewritten, read back wrong"
+            );
+        } else if declared.contains(&oid(&vol, i)) {
             let zeros = got.unwrap();
             assert!(
                 zeros.iter().all(|b| *b == 0),

@@ -295,6 +295,11 @@ impl Pg {
             && let Some(p) = st.primary.as_mut()
         {
             p.busy.remove(&oid);
+            if let Err(e) = &result
+                && e.unfound
+            {
+                self.unfound_in_backfill(p, oid, &e.why);
+            }
             if result.is_ok()
                 && let Some(t) = p.targets.iter_mut().find(|t| t.member.dev == dev)
             {
@@ -306,7 +311,7 @@ impl Pg {
             }
             p.release(&oid);
         }
-        result.map(|_| ())
+        result.map(|_| ()).map_err(|e| e.why)
     }
 
     async fn copy_object(
@@ -317,7 +322,7 @@ impl Pg {
         dev: DeviceId,
         oid: ObjectId,
         theirs: Option<Held>,
-    ) -> Result<u64, String> {
+    ) -> Result<u64, CopyFail> {
         let mine = self
             .store
             .object_info(oid)
@@ -350,10 +355,12 @@ impl Pg {
                 let version = mine.map_or(Version::NONE, |m| m.version);
                 let devs: Vec<DeviceId> = {
                     let st = self.st.lock();
-                    let (members, sources) = st.primary.as_ref().map_or((vec![], vec![]), |p| {
-                        (p.members.iter().map(|m| m.dev).collect(), p.sources.clone())
-                    });
-                    search_order(&members, &sources, self.dev, dev)
+                    let Some(p) = st.primary.as_ref() else {
+                        return Err(format!("{} is no longer the primary", self.dev).into());
+                    };
+                    let members: Vec<DeviceId> = p.members.iter().map(|m| m.dev).collect();
+                    let targets: Vec<DeviceId> = p.targets.iter().map(|t| t.member.dev).collect();
+                    search_order(&members, &p.sources, self.dev, &targets)
                 };
                 match self
                     .good_image(ctx, map, term, &devs, &[self.dev], oid, version)
@@ -361,14 +368,14 @@ impl Pg {
                 {
                     Ok(found) => found,
                     Err(e) => {
-                        if e.every_copy_bad {
-                            self.unfound_in_backfill(oid, &e.why);
-                        }
-                        return Err(format!("{oid}: {e}"));
+                        return Err(CopyFail {
+                            unfound: e.none_anywhere,
+                            why: format!("{oid}: {e}"),
+                        });
                     }
                 }
             }
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(e.to_string().into()),
         };
         let bytes = data.len() as u64;
         self.put(ctx, map, dev, term, oid, meta, data).await?;
@@ -386,11 +393,8 @@ impl Pg {
     /// which the backfill goes past it). Its reads fail on the bad copies; a client's write of
     /// it is taken and takes it off the list (`primary.rs::write_as`). The backfill stops at it
     /// and tries again after a wait, as for any failure.
-    fn unfound_in_backfill(&self, oid: ObjectId, why: &str) {
-        let mut st = self.st.lock();
-        if let Some(p) = st.primary.as_mut()
-            && p.unfound.insert(oid, why.to_string()).is_none()
-        {
+    fn unfound_in_backfill(&self, p: &mut super::Primary, oid: ObjectId, why: &str) {
+        if p.unfound.insert(oid, why.to_string()).is_none() {
             tracing::error!(pg = %self.id, %oid, "unfound: {why}; the backfill stops at it until a good copy is found or it is declared lost");
         }
     }
@@ -424,18 +428,34 @@ impl Pg {
     }
 }
 
+/// Why copying one object to a backfill target failed.
+struct CopyFail {
+    /// No device asked holds a good copy (each holds a bad one, another version or none).
+    unfound: bool,
+    why: String,
+}
+
+impl From<String> for CopyFail {
+    fn from(why: String) -> CopyFail {
+        CopyFail {
+            unfound: false,
+            why,
+        }
+    }
+}
+
 /// Where backfill looks for a good copy of an object its own copy holds bad: the serving
 /// members, then the other complete devices peering found, then its own copy last (copies bad
-/// in different blocks merge: `merge.rs`); never the target, which is being filled.
+/// in different blocks merge: `merge.rs`); never a backfill target, which is being filled.
 fn search_order(
     members: &[DeviceId],
     sources: &[DeviceId],
     me: DeviceId,
-    target: DeviceId,
+    targets: &[DeviceId],
 ) -> Vec<DeviceId> {
     let mut devs: Vec<DeviceId> = Vec::new();
     for &d in members.iter().chain(sources) {
-        if d != me && d != target && !devs.contains(&d) {
+        if d != me && !targets.contains(&d) && !devs.contains(&d) {
             devs.push(d);
         }
     }
@@ -497,11 +517,16 @@ mod tests {
     fn a_bad_copy_is_looked_for_on_members_then_on_other_complete_devices() {
         let d = DeviceId;
         // Serving member 3; devices 3, 5 (a member of an older interval back up) and the
-        // target 7 complete by peering; this device is 1.
-        let order = search_order(&[d(3)], &[d(1), d(3), d(5), d(7)], d(1), d(7));
+        // targets 7 and 8 (empty, so complete) complete by peering; this device is 1.
+        let order = search_order(
+            &[d(3)],
+            &[d(1), d(3), d(5), d(7), d(8)],
+            d(1),
+            &[d(7), d(8)],
+        );
         assert_eq!(order, vec![d(3), d(5), d(1)]);
         // Alone, with no other complete device: only its own copy.
-        assert_eq!(search_order(&[], &[d(1)], d(1), d(7)), vec![d(1)]);
+        assert_eq!(search_order(&[], &[d(1)], d(1), &[d(7)]), vec![d(1)]);
     }
 
     #[test]

@@ -610,17 +610,29 @@ impl Pg {
 
     /// A round of recovery or backfill failed: peers again after a wait that grows with the
     /// failures in a row (the PG keeps serving meanwhile; objects still missing wait), unless a
-    /// newer generation took over.
+    /// newer generation took over. A round that stopped at unfound objects goes on at once when
+    /// none is left (the operator gave them up, or a write took them off the list).
     async fn failed_round(self: Arc<Self>, ctx: Arc<Ctx>, generation: u64, why: &str) {
         let failed = self.failed_rounds.fetch_add(1, Ordering::Relaxed);
         let wait = retry_after(ctx.tuning.retry, failed);
         tracing::warn!(pg = %self.id, failed = failed + 1, "{why}; peering again in {wait:?}");
+        let unfound = |pg: &Self| {
+            let st = pg.st.lock();
+            st.primary.as_ref().map_or(0, |p| p.unfound.len())
+        };
+        let stopped_at_unfound = unfound(&self) > 0;
         let deadline = tokio::time::Instant::now() + wait;
         while tokio::time::Instant::now() < deadline {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
             if !self.current(generation) {
                 return;
             }
-            let _ = tokio::time::timeout_at(deadline, self.changed.notified()).await;
+            if stopped_at_unfound && unfound(&self) == 0 {
+                break;
+            }
+            let _ = tokio::time::timeout_at(deadline, changed).await;
         }
         if self.current(generation) {
             self.repeer(ctx, why);

@@ -115,6 +115,9 @@ pub(super) struct NoGoodCopy {
     /// Every device asked answered with a copy that fails its checksum (none was merely
     /// unreachable, nor held another version).
     pub every_copy_bad: bool,
+    /// Every device asked answered, none with a good copy and some with a bad one (the others
+    /// hold another version or none): nowhere asked is there a good copy.
+    pub none_anywhere: bool,
     pub why: String,
 }
 
@@ -130,6 +133,9 @@ pub(super) struct Search {
     pub bad: Vec<DeviceId>,
     /// Why the other members could not give a good copy.
     pub why: Vec<String>,
+    /// Devices that gave no answer about their copy (unreachable, an error): they may hold a
+    /// good one.
+    pub unanswered: usize,
 }
 
 impl Pg {
@@ -271,6 +277,7 @@ impl Pg {
             found: None,
             bad: Vec::new(),
             why: Vec::new(),
+            unanswered: 0,
         };
         for &dev in devs {
             if known_bad.contains(&dev) {
@@ -295,7 +302,10 @@ impl Pg {
                         out.why.push(format!("{dev}: {e}"));
                         out.bad.push(dev);
                     }
-                    Err(e) => out.why.push(format!("{dev}: {e}")),
+                    Err(e) => {
+                        out.why.push(format!("{dev}: {e}"));
+                        out.unanswered += 1;
+                    }
                 }
                 continue;
             }
@@ -315,12 +325,18 @@ impl Pg {
                     "{dev} holds {:?} at {} instead",
                     meta.kind, meta.version
                 )),
-                Ok((other, _)) => out.why.push(format!("{dev} answered {other:?}")),
+                Ok((other, _)) => {
+                    out.why.push(format!("{dev} answered {other:?}"));
+                    out.unanswered += 1;
+                }
                 Err(PeerError::Refused(e)) if e.code == ErrorCode::Checksum => {
                     out.why.push(format!("{dev}: {}", e.message));
                     out.bad.push(dev);
                 }
-                Err(e) => out.why.push(format!("{dev}: {e}")),
+                Err(e) => {
+                    out.why.push(format!("{dev}: {e}"));
+                    out.unanswered += 1;
+                }
             }
         }
         if out.bad.len() >= 2 {
@@ -356,6 +372,7 @@ impl Pg {
     ) -> Result<(ImageMeta, Bytes), NoGoodCopy> {
         let mut search = self.search(ctx, map, devs, known_bad, oid, version).await;
         let every_copy_bad = !devs.is_empty() && search.bad.len() == devs.len();
+        let none_anywhere = !search.bad.is_empty() && search.unanswered == 0;
         search.bad.extend_from_slice(known_bad);
         search.bad.sort_unstable();
         search.bad.dedup();
@@ -365,6 +382,7 @@ impl Pg {
             }
             return Err(NoGoodCopy {
                 every_copy_bad,
+                none_anywhere,
                 why: format!("no good copy at {version}: {}", search.why.join("; ")),
             });
         };

@@ -67,9 +67,9 @@ struct Clock {
     estimate: Option<u64>,
 }
 
-/// The devices' clocks, and which limits they count under.
-#[derive(Default)]
+/// The devices' clocks, and the limits they count under.
 struct Clocks {
+    limits: Limits,
     /// Bumped when the limits change (and the clocks are cleared): a pass admitted before
     /// holds no reservation in the new clocks.
     era: u64,
@@ -79,7 +79,6 @@ struct Clocks {
 /// The per-device recovery throttle of a node.
 pub struct Throttle {
     defaults: Limits,
-    limits: Mutex<Limits>,
     clocks: Mutex<Clocks>,
     /// Woken when the limits change or a reservation is given back (waiting operations look
     /// again).
@@ -101,23 +100,26 @@ impl Throttle {
     pub fn new(defaults: Limits) -> Throttle {
         Throttle {
             defaults,
-            limits: Mutex::new(defaults),
-            clocks: Mutex::new(Clocks::default()),
+            clocks: Mutex::new(Clocks {
+                limits: defaults,
+                era: 0,
+                devices: HashMap::new(),
+            }),
             changed: Notify::new(),
         }
     }
 
     /// The limits in force.
     pub fn limits(&self) -> Limits {
-        *self.limits.lock()
+        self.clocks.lock().limits
     }
 
     /// Applies the cluster's settings (over the node's defaults). Every device starts afresh
     /// under the new limits: operations waiting under the old ones go on at once.
     pub fn apply(&self, settings: &ClusterSettings) {
         let next = Limits::with(self.defaults, settings);
-        let mut limits = self.limits.lock();
-        if *limits == next {
+        let mut clocks = self.clocks.lock();
+        if clocks.limits == next {
             return;
         }
         tracing::info!(
@@ -125,9 +127,7 @@ impl Throttle {
             share_percent = next.share_percent,
             "recovery throttle changed"
         );
-        *limits = next;
-        drop(limits);
-        let mut clocks = self.clocks.lock();
+        clocks.limits = next;
         clocks.devices.clear();
         clocks.era += 1;
         drop(clocks);
@@ -144,10 +144,9 @@ impl Throttle {
             let changed = self.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            let limits = self.limits();
             let until = {
                 let mut clocks = self.clocks.lock();
-                let era = clocks.era;
+                let (era, limits) = (clocks.era, clocks.limits);
                 let now = Instant::now();
                 let until = clocks
                     .devices
@@ -188,10 +187,10 @@ impl Throttle {
     /// moved beyond its reservation or given back what it did not move, and the share waits
     /// after the time it kept the device busy.
     pub fn spent(&self, pass: Pass, bytes: u64) {
-        let limits = self.limits();
         let now = Instant::now();
         let busy = now - pass.started;
         let mut clocks = self.clocks.lock();
+        let limits = clocks.limits;
         // A pass of older limits holds nothing in the clocks: it is charged in full.
         let reserved = if pass.era == clocks.era {
             pass.reserved
@@ -210,19 +209,21 @@ impl Throttle {
             if bytes >= reserved {
                 c.rate_at = c.rate_at.max(pass.started) + cost(bytes - reserved, limits);
             } else {
+                // Only time still ahead is given back: the past cannot be spent again (a
+                // burst), whatever later operations reserved meanwhile.
                 let back = cost(reserved - bytes, limits);
-                c.rate_at = c
-                    .rate_at
-                    .checked_sub(back)
-                    .unwrap_or(pass.started)
-                    .max(pass.started);
+                c.rate_at = c.rate_at.checked_sub(back).unwrap_or(now).max(now);
                 given_back = true;
             }
         }
-        c.estimate = Some(match c.estimate {
-            None => bytes,
-            Some(e) => e / 4 * 3 + bytes / 4,
-        });
+        // Operations that moved nothing (an object the target had already, a purge) do not
+        // lower what the next one reserves: that would let many start together again.
+        if bytes > 0 {
+            c.estimate = Some(match c.estimate {
+                None => bytes,
+                Some(e) => e / 4 * 3 + bytes / 4,
+            });
+        }
         if limits.share_percent < 100 {
             let share = u32::from(limits.share_percent);
             let idle = busy * (100 - share) / share;
@@ -538,6 +539,28 @@ mod tests {
             "{:?}",
             start.elapsed()
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn operations_that_move_nothing_do_not_lower_the_reservation() {
+        let t = throttle(MIB, 100);
+        // One operation moved 1 MiB; ten then moved nothing (objects the target had).
+        let pass = t.admit(DEV, MIB).await;
+        t.spent(pass, MIB);
+        for _ in 0..10 {
+            let pass = t.admit(DEV, MIB).await;
+            t.spent(pass, 0);
+        }
+        // Two start together: the second waits for what the first reserved, 1 MiB at 1 MiB/s.
+        let start = Instant::now();
+        let first = t.admit(DEV, MIB).await;
+        let _second = t.admit(DEV, MIB).await;
+        assert!(
+            near(start.elapsed(), Duration::from_secs(1)),
+            "{:?}",
+            start.elapsed()
+        );
+        t.spent(first, MIB);
     }
 
     #[tokio::test(start_paused = true)]
