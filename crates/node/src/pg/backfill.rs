@@ -388,7 +388,8 @@ impl Pg {
         Ok(bytes)
     }
 
-    /// Every copy of `oid` the backfill could copy fails its checksum: the object is unfound
+    /// No device the backfill asked holds a good copy of `oid` (this one's and some others'
+    /// fail their checksums, the rest hold another version or none): the object is unfound
     /// (status lists it; the operator may give it up with `basalt pg mark-unfound-lost`, after
     /// which the backfill goes past it). Its reads fail on the bad copies; a client's write of
     /// it is taken and takes it off the list (`primary.rs::write_as`). The backfill stops at it
