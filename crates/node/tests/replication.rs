@@ -23,6 +23,15 @@ impl Cluster {
         };
         self.start_node(name, device, |_| {}).await
     }
+
+    /// Waits for a map placing every PG on `copies` devices.
+    async fn every_pg_on(&self, copies: usize) {
+        self.map_where(&format!("every PG on {copies} devices"), |m| {
+            let mut pgs = m.pools.values().flat_map(|p| &p.pgs);
+            pgs.all(|pg| pg.acting.len() == copies)
+        })
+        .await;
+    }
 }
 
 /// Whether `nodes` together run every PG of the pool as active primaries (and, with `clean`,
@@ -132,12 +141,7 @@ async fn a_new_node_is_backfilled_and_serves_what_moved_to_it() {
     let a = c.node("a").await;
     let b = c.node("b").await;
     c.pool(2, 1).await;
-    c.map_where("every PG on both devices", |m| {
-        m.pools
-            .values()
-            .all(|p| p.pgs.iter().all(|pg| pg.acting.len() == 2))
-    })
-    .await;
+    c.every_pg_on(2).await;
     until("every PG active", || all_active(&[&a, &b], false)).await;
     let client = c.client(WAIT).await;
     let objects = 32;
@@ -187,12 +191,7 @@ async fn objects_created_during_backfill_reach_the_new_member() {
     let a = c.node("a").await;
     let b = c.node("b").await;
     c.pool(2, 1).await;
-    c.map_where("every PG on both devices", |m| {
-        m.pools
-            .values()
-            .all(|p| p.pgs.iter().all(|pg| pg.acting.len() == 2))
-    })
-    .await;
+    c.every_pg_on(2).await;
     until("every PG active", || all_active(&[&a, &b], false)).await;
     let client = c.client(WAIT).await;
     let objects = 64;
@@ -295,12 +294,7 @@ async fn stray_copies_are_forgotten_when_their_device_returns() {
     let b = c.node("b").await;
     let d = c.node("d").await;
     c.pool(2, 1).await;
-    c.map_where("every PG on two devices", |m| {
-        m.pools
-            .values()
-            .all(|p| p.pgs.iter().all(|pg| pg.acting.len() == 2))
-    })
-    .await;
+    c.every_pg_on(2).await;
     until("every PG clean", || all_active(&[&a, &b, &d], true)).await;
     let client = c.client(WAIT).await;
     let objects = 32;
@@ -366,12 +360,7 @@ async fn a_device_out_with_no_room_for_its_copies_keeps_serving() {
     let a = c.node("a").await;
     let b = c.node("b").await;
     c.pool(2, 2).await;
-    c.map_where("every PG on two devices", |m| {
-        m.pools
-            .values()
-            .all(|p| p.pgs.iter().all(|pg| pg.acting.len() == 2))
-    })
-    .await;
+    c.every_pg_on(2).await;
     until("every PG clean", || all_active(&[&a, &b], true)).await;
     let client = c.client(Duration::from_secs(10)).await;
     let objects = 16;
