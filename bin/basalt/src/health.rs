@@ -180,7 +180,8 @@ impl Health {
                     "{} object(s) unfound: every copy fails its checksum; their reads and writes \
                      fail (`basalt pg list --problems` names their PGs and objects; `basalt pg \
                      mark-unfound-lost POOL PG` gives them up once no device that could hold a \
-                     good copy will return)",
+                     good copy will return; a PG below its pool's min_size gives up nothing \
+                     until `basalt pool set POOL --min-size` lets it serve)",
                     f.unfound_objects
                 ),
             );

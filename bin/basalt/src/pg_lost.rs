@@ -3,7 +3,7 @@
 
 use crate::scrub::call;
 use anyhow::{Context, bail};
-use basalt_client::Cluster;
+use basalt_client::{ClientError, Cluster};
 use basalt_node::{AdminRequest, LostReport};
 use basalt_types::{NodeId, ObjectId, PgId, Version, VolumeId};
 use std::collections::BTreeMap;
@@ -45,6 +45,11 @@ pub async fn mark_unfound_lost(cluster: &Cluster, pool: &str, pg: u32) -> anyhow
                 declared.extend(r.declared);
                 last_error = r.failed.join("; ");
             }
+            // Refused for good (the PG is peered below min_size: the answer says what to do).
+            Err(e) if is_refusal(&e) => {
+                print_declared(cluster, &rec, &declared).await?;
+                bail!("{e:#}");
+            }
             Err(e) => last_error = format!("{e:#}"),
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -58,6 +63,14 @@ pub async fn mark_unfound_lost(cluster: &Cluster, pool: &str, pg: u32) -> anyhow
     print_declared(cluster, &rec, &declared).await?;
     println!("{id}: {} object(s) declared lost", declared.len());
     Ok(())
+}
+
+/// Whether the primary refused the request as asked (asking again cannot help).
+fn is_refusal(e: &anyhow::Error) -> bool {
+    matches!(
+        e.downcast_ref::<ClientError>(),
+        Some(ClientError::InvalidArgument(_))
+    )
 }
 
 /// Says which volume ranges read as zeros now.

@@ -165,15 +165,9 @@ impl AdminHandler {
                 tracing::info!(bytes_per_sec, "background scrub rate set");
                 serde_json::to_vec(&self.status(node))
             }
-            AdminRequest::MarkUnfoundLost { pg } => match node.pgs.mark_unfound_lost(pg).await {
-                Some(report) => serde_json::to_vec(&report),
-                None => {
-                    return Err(WireError::new(
-                        ErrorCode::NotFound,
-                        format!("no device of this node is the active primary of {pg}"),
-                    ));
-                }
-            },
+            AdminRequest::MarkUnfoundLost { pg } => {
+                serde_json::to_vec(&node.pgs.mark_unfound_lost(pg).await?)
+            }
             AdminRequest::DevicePgs { device } => match node.pgs.held(device).await {
                 Some(Ok(held)) => serde_json::to_vec(&held),
                 Some(Err(e)) => return Err(WireError::new(ErrorCode::Internal, e.to_string())),

@@ -7,11 +7,11 @@
 use basalt_client::{ClientError, Cluster as Client, Volume};
 use basalt_engine::sim::SimDisk;
 use basalt_engine::{ObjectContent, ObjectImage, WriteOptions};
-use basalt_meta::DeviceState;
+use basalt_meta::{DeviceState, OutReason};
 use basalt_node::{AdminRequest, DeviceConfig, LostReport, Node, NodeConfig, ScrubReport};
 use basalt_placement::ClusterMap;
 use basalt_proto::{Request, Response};
-use basalt_types::{ObjectId, Version};
+use basalt_types::{DeviceId, ObjectId, PgId, Version};
 use bytes::Bytes;
 use std::time::Duration;
 
@@ -537,38 +537,7 @@ async fn backfill_lists_objects_with_no_good_copy_as_unfound_for_the_operator() 
     vol.write(rewritten * OBJECT, pattern(rewritten, 2), false)
         .await
         .unwrap();
-    let mut declared: Vec<ObjectId> = Vec::new();
-    let mut listed = 0;
-    let deadline = tokio::time::Instant::now() + 2 * common::WAIT;
-    loop {
-        let pgs: Vec<_> = t.nodes.iter().flat_map(|n| n.status().pgs).collect();
-        let unfound: Vec<_> = pgs.iter().filter(|p| p.unfound_objects > 0).collect();
-        if unfound.is_empty() && all_active(&t.nodes, true) {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "PGs not clean: {:?}",
-            pgs.iter().filter(|p| !p.clean).collect::<Vec<_>>()
-        );
-        for p in unfound {
-            listed += 1;
-            let node = t.c.map().await.device_node(p.device).unwrap();
-            let body = serde_json::to_vec(&AdminRequest::MarkUnfoundLost { pg: p.pg }).unwrap();
-            let answer = client
-                .call_node(node, Request::Admin { body: body.into() })
-                .await;
-            if let Ok(Response::Admin { body }) = answer {
-                let r: LostReport = serde_json::from_slice(&body).unwrap();
-                declared.extend(r.declared.iter().map(|(o, _)| *o));
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(
-        listed > 0 && !declared.is_empty(),
-        "no backfill met an object with no good copy: the test tests nothing"
-    );
+    let declared = give_up_until_clean(&t.c, &client, &t.nodes).await;
     assert!(!declared.contains(&oid(&vol, rewritten)), "{declared:?}");
     for i in 0..objects {
         let got = vol.read(i * OBJECT, OBJECT as u32).await;
@@ -592,6 +561,130 @@ async fn backfill_lists_objects_with_no_good_copy_as_unfound_for_the_operator() 
     }
     for n in t.nodes {
         n.shutdown().await;
+    }
+}
+
+/// Gives up (as the operator does with `basalt pg mark-unfound-lost`) the objects every PG's
+/// primary lists unfound, until every PG of `nodes` is clean; returns what was declared lost
+/// (at least one object: else the test tests nothing).
+async fn give_up_until_clean(c: &Cluster, client: &Client, nodes: &[Node]) -> Vec<ObjectId> {
+    let mut declared: Vec<ObjectId> = Vec::new();
+    let deadline = tokio::time::Instant::now() + 2 * common::WAIT;
+    loop {
+        let pgs: Vec<_> = nodes.iter().flat_map(|n| n.status().pgs).collect();
+        let unfound: Vec<_> = pgs.iter().filter(|p| p.unfound_objects > 0).collect();
+        if unfound.is_empty() && all_active(nodes, true) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "PGs not clean: {:?}",
+            pgs.iter().filter(|p| !p.clean).collect::<Vec<_>>()
+        );
+        for p in unfound {
+            if let Ok(r) = mark_unfound_lost(c, client, p.pg, p.device).await {
+                declared.extend(r.declared.iter().map(|(o, _)| *o));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        !declared.is_empty(),
+        "no backfill met an object with no good copy: the test tests nothing"
+    );
+    declared
+}
+
+/// Asks the node of `device` (a PG's primary) to give up the PG's unfound objects.
+async fn mark_unfound_lost(
+    c: &Cluster,
+    client: &Client,
+    pg: PgId,
+    device: DeviceId,
+) -> Result<LostReport, ClientError> {
+    let node = c.map().await.device_node(device).unwrap();
+    let body = serde_json::to_vec(&AdminRequest::MarkUnfoundLost { pg }).unwrap();
+    match client
+        .call_node(node, Request::Admin { body: body.into() })
+        .await?
+    {
+        Response::Admin { body } => Ok(serde_json::from_slice(&body).unwrap()),
+        other => panic!("unexpected answer {other:?}"),
+    }
+}
+
+/// The way out of the worst case of a PG below `min_size`: two copies (`min_size` 2), one
+/// device gone for good (stopped, marked out), every copy on the other bad. The PG is peered on
+/// the one device left, its backfill to a new node stops at the first object with no good copy
+/// and lists it; giving it up is refused at once (a peered PG writes nothing, tombstones
+/// included), saying how: the operator lowers `min_size` to the copies left, the PG serves,
+/// gives up what it lists, its backfill completes, and with `min_size` back at 2 every PG is
+/// clean on the two devices; what was given up reads as zeros.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peered_pg_stopped_at_an_object_with_no_good_copy_is_freed_by_lowering_min_size() {
+    let tune = |c: &mut NodeConfig| c.checksum_error_limit = 0;
+    let c = Cluster::new().await;
+    let disks: Vec<SimDisk> = (0..3).map(|_| SimDisk::new(DISK)).collect();
+    let mut nodes = vec![
+        c.node("a", &disks[0], tune).await,
+        c.node("b", &disks[1], tune).await,
+    ];
+    c.pool(2, 2).await;
+    until("every PG clean", || all_active(&nodes, true)).await;
+    let client = c.client(Duration::from_secs(10)).await;
+    let objects = 8;
+    let vol = c.volume(&client, "v", objects * OBJECT).await;
+    write_all(&vol, objects, 1).await;
+    let b = nodes.pop().unwrap();
+    let gone = device_of(&b);
+    b.shutdown().await;
+    c.catalog
+        .set_device_out(gone, Some(OutReason::Operator))
+        .await
+        .unwrap();
+    for i in 0..objects {
+        corrupt(&disks[0], i, 1);
+    }
+    nodes.push(c.node("n", &disks[2], tune).await);
+    let mut stuck = None;
+    until("a peered PG listing an unfound object", || {
+        stuck = nodes[0]
+            .status()
+            .pgs
+            .into_iter()
+            .find(|p| p.status.state == "peered" && p.unfound_objects > 0);
+        stuck.is_some()
+    })
+    .await;
+    let stuck = stuck.unwrap();
+    let refused = mark_unfound_lost(&c, &client, stuck.pg, stuck.device).await;
+    match &refused {
+        Err(ClientError::InvalidArgument(why)) if why.contains("--min-size 1") => {}
+        other => panic!("giving up on a peered PG: {other:?}"),
+    }
+    c.catalog.set_pool_min_size("default", 1).await.unwrap();
+    let declared = give_up_until_clean(&c, &client, &nodes).await;
+    c.catalog.set_pool_min_size("default", 2).await.unwrap();
+    until("every PG clean on two devices", || all_active(&nodes, true)).await;
+    let map = c.map().await;
+    for pg in map.pools.values().flat_map(|p| &p.pgs) {
+        assert_eq!(pg.acting.len(), 2, "{pg:?}");
+        assert!(!pg.acting.contains(&gone), "{pg:?}");
+    }
+    for i in 0..objects {
+        let got = vol.read(i * OBJECT, OBJECT as u32).await;
+        if declared.contains(&oid(&vol, i)) {
+            let zeros = got.unwrap();
+            assert!(zeros.iter().all(|b| *b == 0), "object {i}: not zeros");
+        } else {
+            assert!(
+                matches!(&got, Err(ClientError::Checksum(_))),
+                "object {i}: {got:?}"
+            );
+        }
+    }
+    for node in nodes {
+        node.shutdown().await;
     }
 }
 

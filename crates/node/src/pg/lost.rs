@@ -11,7 +11,8 @@
 //! between and be deleted after it was acknowledged.
 
 use super::primary::{Pass, WriteKind};
-use super::{Ctx, Pg, Pgs};
+use super::{Ctx, Pg, Pgs, Status};
+use basalt_proto::{ErrorCode, WireError};
 use basalt_types::{DeviceId, ObjectId, PgId, Version};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -29,13 +30,39 @@ pub struct LostReport {
 
 impl Pgs {
     /// Declares lost every unfound object of `pg` a device of this node is the active primary
-    /// of; `None` when none is.
-    pub(crate) async fn mark_unfound_lost(&self, pg: PgId) -> Option<LostReport> {
-        let primary = self
-            .all()
-            .into_iter()
-            .find(|p| p.id == pg && p.is_active_primary())?;
-        Some(primary.mark_unfound_lost(&self.ctx).await)
+    /// of. Refused (`InvalidArgument`, with what to do) when the primary here is peered below
+    /// `min_size` and lists unfound objects: such a PG writes nothing, tombstones included (its interval is not in the
+    /// history, so nothing written in it could be told from a write never acknowledged), and a
+    /// backfill stopped at an unfound object would keep it peered for ever; `NotFound` when no
+    /// device of this node is its primary.
+    pub(crate) async fn mark_unfound_lost(&self, pg: PgId) -> Result<LostReport, WireError> {
+        let here: Vec<_> = self.all().into_iter().filter(|p| p.id == pg).collect();
+        if let Some(primary) = here.iter().find(|p| p.is_active_primary()) {
+            return Ok(primary.mark_unfound_lost(&self.ctx).await);
+        }
+        if let Some((primary, why)) = here.iter().find_map(|p| Some((p, p.peered()?))) {
+            let (unfound, serving) = primary.unfound_and_serving();
+            if unfound == 0 {
+                return Ok(LostReport {
+                    pg,
+                    device: primary.dev,
+                    ..LostReport::default()
+                });
+            }
+            return Err(WireError::new(
+                ErrorCode::InvalidArgument,
+                format!(
+                    "{pg} is peered, not active ({why}): it serves no I/O and gives up nothing \
+                     ({unfound} object(s) unfound). To give them up, let it serve with the \
+                     copies it has: `basalt pool set POOL --min-size {serving}`, run this \
+                     again, then set min_size back"
+                ),
+            ));
+        }
+        Err(WireError::new(
+            ErrorCode::NotFound,
+            format!("no device of this node is the active primary of {pg}"),
+        ))
     }
 }
 
@@ -75,6 +102,24 @@ impl Pg {
             }
         }
         report
+    }
+
+    /// Why this device's primary of the PG is peered below `min_size`; `None` unless it is.
+    fn peered(&self) -> Option<String> {
+        let st = self.st.lock();
+        let p = st.primary.as_ref().filter(|p| p.term == st.promised)?;
+        match &p.status {
+            Status::Peered(why) => Some(why.clone()),
+            _ => None,
+        }
+    }
+
+    /// The primary's unfound objects, and its serving members (itself included).
+    fn unfound_and_serving(&self) -> (usize, usize) {
+        let st = self.st.lock();
+        st.primary
+            .as_ref()
+            .map_or((0, 0), |p| (p.unfound.len(), p.members.len() + 1))
     }
 
     /// Takes `oid` from the unfound objects of `generation` and keeps clients and recovery
