@@ -16,6 +16,7 @@
 //! report it) and logs it; its primaries stop serving like on any map that takes their PGs.
 
 use crate::peers::Peers;
+use crate::readlease::ReadLeases;
 use crate::service::NodeShared;
 use basalt_link::{Connector, Link};
 use basalt_meta::{Catalog, LeaseId, MetaError};
@@ -48,6 +49,18 @@ impl Default for HeartbeatConfig {
             interval: Duration::from_millis(500),
             grace: Duration::from_secs(2),
         }
+    }
+}
+
+impl HeartbeatConfig {
+    /// How long a read lease runs (`readlease.rs`): the grace, so that a peer silent long
+    /// enough to be reported holds no lease of this node any more; zero (no heartbeats): no
+    /// leases.
+    pub(crate) fn lease_length(&self) -> Duration {
+        if self.interval.is_zero() {
+            return Duration::ZERO;
+        }
+        self.grace
     }
 }
 
@@ -110,10 +123,14 @@ pub(crate) async fn run(
         marked_down: false,
     };
     loop {
-        tokio::select! {
+        let stopping = tokio::select! {
             biased;
-            _ = tick.tick() => {}
-            _ = stop.wait_for(|s| *s) => return,
+            _ = tick.tick() => false,
+            _ = stop.wait_for(|s| *s) => true,
+        };
+        if stopping {
+            w.release_leases().await;
+            return;
         }
         w.sync_pingers();
         let suspects = w.suspects();
@@ -150,10 +167,34 @@ impl Watcher {
                 self.connector.clone(),
                 self.cfg.clone(),
                 self.heard.clone(),
+                self.shared.clone(),
             ));
             let addr = info.addr.clone();
             self.pingers.insert(*id, Pinger { addr, task });
         }
+    }
+
+    /// Tells every peer this node is stopping (it answers no more reads): they drop the read
+    /// leases they granted it, so its PGs' new terms need not wait for them to run out. Best
+    /// effort, a short while (a peer not told lets its grant run out).
+    async fn release_leases(&self) {
+        if !self.shared.pgs.ctx.leases.enabled() {
+            return;
+        }
+        let me = self.shared.id;
+        let data = ReadLeases::ping(me, self.shared.maps.epoch(), true);
+        let name = format!("{me}-heartbeat");
+        let limit = self.cfg.interval.min(Duration::from_millis(500));
+        let sends = self.pingers.values().map(|p| {
+            let mut link = None;
+            let (connector, data, name) = (self.connector.clone(), data.clone(), name.clone());
+            let addr = p.addr.clone();
+            async move {
+                let sent = ping(&connector, &addr, &name, limit, &mut link, data);
+                let _ = tokio::time::timeout(limit, sent).await;
+            }
+        });
+        futures::future::join_all(sends).await;
     }
 
     /// The peers silent for longer than the grace.
@@ -254,9 +295,11 @@ impl Watcher {
     }
 }
 
-/// Pings `addr` every `interval` (each attempt, connecting included, bounded by the grace);
-/// records every answer in `heard`. A failed attempt drops the connection, so the next one
-/// connects afresh (a connection whose packets were dropped may stay stuck long after).
+/// Pings `addr` every `interval` (each attempt, connecting included, bounded by the grace),
+/// and at once when this node installs a newer map (the peer then renews its read lease at
+/// the new epoch, which peering may wait for: `readlease.rs`); records every answer in `heard`
+/// and the lease it grants. A failed attempt drops the connection, so the next one connects
+/// afresh (a connection whose packets were dropped may stay stuck long after).
 async fn ping_loop(
     peer: NodeId,
     name: String,
@@ -264,14 +307,20 @@ async fn ping_loop(
     connector: Arc<dyn Connector>,
     cfg: HeartbeatConfig,
     heard: Heard,
+    shared: Arc<NodeShared>,
 ) {
     let mut link: Option<Arc<dyn Link>> = None;
+    let mut epochs = shared.maps.subscribe();
+    let leases = shared.pgs.ctx.leases.clone();
     loop {
         let started = Instant::now();
-        let attempt = ping(&connector, &addr, &name, cfg.grace, &mut link);
+        epochs.borrow_and_update();
+        let data = ReadLeases::ping(shared.id, shared.maps.epoch(), false);
+        let attempt = ping(&connector, &addr, &name, cfg.grace, &mut link, data);
         match tokio::time::timeout(cfg.grace, attempt).await {
-            Ok(Ok(())) => {
+            Ok(Ok(pong)) => {
                 heard.lock().insert(peer, Instant::now());
+                leases.answered(peer, started, &pong);
             }
             Ok(Err(e)) => {
                 tracing::debug!(%peer, "heartbeat failed: {e}");
@@ -282,7 +331,10 @@ async fn ping_loop(
                 link = None;
             }
         }
-        tokio::time::sleep_until(started + cfg.interval).await;
+        tokio::select! {
+            _ = tokio::time::sleep_until(started + cfg.interval) => {}
+            Ok(()) = epochs.changed() => {}
+        }
     }
 }
 
@@ -292,7 +344,8 @@ async fn ping(
     name: &str,
     timeout: Duration,
     link: &mut Option<Arc<dyn Link>>,
-) -> Result<(), String> {
+    data: Bytes,
+) -> Result<Bytes, String> {
     let current = match link.as_ref().filter(|l| l.is_open()) {
         Some(l) => l.clone(),
         None => {
@@ -301,8 +354,8 @@ async fn ping(
             l
         }
     };
-    match current.call(Request::Ping { data: Bytes::new() }).await {
-        Ok(Response::Pong { .. }) => Ok(()),
+    match current.call(Request::Ping { data }).await {
+        Ok(Response::Pong { data }) => Ok(data),
         Ok(other) => Err(format!("unexpected answer {other:?}")),
         Err(e) => Err(e.to_string()),
     }

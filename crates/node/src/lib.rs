@@ -49,6 +49,7 @@ mod node;
 mod peers;
 mod pg;
 mod read;
+mod readlease;
 mod reports;
 mod server;
 mod service;

@@ -18,6 +18,8 @@ pub(crate) struct MapState {
     current: RwLock<Arc<ClusterMap>>,
     epoch_tx: watch::Sender<Epoch>,
     stores: BTreeMap<DeviceId, Store>,
+    /// Newer maps are not installed while set (a test's map watch that lags).
+    held_back: std::sync::atomic::AtomicBool,
 }
 
 impl MapState {
@@ -27,7 +29,15 @@ impl MapState {
             current: RwLock::new(Arc::new(ClusterMap::default())),
             epoch_tx,
             stores,
+            held_back: Default::default(),
         }
+    }
+
+    /// Holds newer maps back (`true`: none is installed, as if this node's map watch lagged)
+    /// or lets them in again; for tests.
+    pub(crate) fn hold_back(&self, held: bool) {
+        self.held_back
+            .store(held, std::sync::atomic::Ordering::SeqCst);
     }
 
     pub(crate) fn map(&self) -> Arc<ClusterMap> {
@@ -49,6 +59,9 @@ impl MapState {
 
     /// Installs a newer map; older or equal epochs are ignored.
     pub(crate) fn offer(&self, map: ClusterMap) -> bool {
+        if self.held_back.load(std::sync::atomic::Ordering::SeqCst) {
+            return false;
+        }
         let mut cur = self.current.write();
         if map.epoch <= cur.epoch {
             return false;

@@ -9,6 +9,7 @@ use crate::lease::Fence;
 use crate::mapstate::MapState;
 use crate::peers::Peers;
 use crate::pg::{Ctx, Pgs, Recovery};
+use crate::readlease::ReadLeases;
 use crate::server::Limits;
 use crate::service::{NodeService, NodeShared};
 use crate::volumes::Volumes;
@@ -149,6 +150,7 @@ impl Node {
             peers: peers.clone(),
             tuning: config.tuning.clone(),
             recovery: Recovery::new(&config.tuning),
+            leases: Arc::new(ReadLeases::new(config.heartbeat.lease_length())),
         });
         let pgs = Pgs::new(ctx, stores.clone());
         pgs.scrub
@@ -332,6 +334,13 @@ impl Node {
             dir_lock: None,
         })
         .await
+    }
+
+    /// Holds newer maps back from this node (`true`), as a map watch that lags would, or lets
+    /// them in again (the next one the watch brings is installed). For tests.
+    #[cfg(feature = "sim")]
+    pub fn hold_back_maps(&self, held: bool) {
+        self.shared.maps.hold_back(held);
     }
 
     /// Simulation: kill -9. Refuses every request from now on, drops the node's tasks, ends

@@ -59,6 +59,7 @@ pub(crate) fn shared(
         )),
         tuning: Tuning::default(),
         recovery: Recovery::new(&Tuning::default()),
+        leases: Arc::new(crate::readlease::ReadLeases::new(Duration::ZERO)),
     });
     Arc::new(NodeShared {
         id,

@@ -6,7 +6,8 @@
 use basalt_client::Volume;
 use basalt_meta::OutReason;
 use basalt_node::{DeviceConfig, Node, NodeStatus};
-use basalt_types::DeviceId;
+use basalt_proto::{Request, Response};
+use basalt_types::{DeviceId, ObjectId};
 use std::time::Duration;
 
 mod common;
@@ -407,4 +408,87 @@ async fn a_device_out_with_no_room_for_its_copies_keeps_serving() {
     check_all(&vol, objects, generation).await;
     a.shutdown().await;
     b.shutdown().await;
+}
+
+/// A primary deposed while its map lags answers no read once the new primary may acknowledge
+/// writes (read leases, `readlease.rs`). Three nodes, three copies; the primary of an object
+/// (on a node that does not lead) stops installing maps, then the two others report it and the
+/// leader marks it down: the new primary's peering waits until the read leases the others
+/// granted it at the old epoch have run out, then takes a client's write of the object. A read
+/// sent to the deposed primary with the old epoch (a second client whose map lags as much) is
+/// refused instead of answered with the overwritten data. Before it was marked down, the same
+/// read was answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deposed_primary_whose_map_lags_answers_no_read_after_a_newer_write() {
+    let c = Cluster::new().await;
+    let nodes = [c.node("a").await, c.node("b").await, c.node("c").await];
+    c.pool(3, 2).await;
+    c.every_pg_on(3).await;
+    let all: Vec<&Node> = nodes.iter().collect();
+    until("every PG clean", || all_active(&all, true)).await;
+    let client = c.client(Duration::from_secs(20)).await;
+    let objects = 8;
+    let vol = c.volume(&client, "v", objects * OBJECT).await;
+    write_all(&vol, objects, 1).await;
+    let leader = c.catalog.leader().await.unwrap().expect("a leader").name;
+    let leader = nodes
+        .iter()
+        .map(|n| n.id())
+        .find(|id| leader.starts_with(&format!("{id}@")))
+        .expect("a node leads");
+    let map = c.map_where("the map", |_| true).await;
+    let (i, primary) = (0..objects)
+        .find_map(|i| {
+            let oid = ObjectId::new(vol.pool(), vol.id(), i);
+            let node = map.device_node(map.primary(&oid)?)?;
+            (node != leader).then_some((i, node))
+        })
+        .expect("an object whose primary does not lead");
+    let oid = ObjectId::new(vol.pool(), vol.id(), i);
+    let deposed = nodes.iter().find(|n| n.id() == primary).unwrap();
+    let old = map.epoch;
+    let read_there = || {
+        client.call_node(
+            primary,
+            Request::Read {
+                epoch: old,
+                oid,
+                offset: 0,
+                len: 4096,
+            },
+        )
+    };
+    match read_there().await {
+        Ok(Response::Read { data }) => assert!(data == pattern(i, 1).slice(..4096)),
+        other => panic!("read from the primary before: {other:?}"),
+    }
+    deposed.hold_back_maps(true);
+    for reporter in nodes.iter().filter(|n| n.id() != primary) {
+        let lease = c.catalog.node_lease(reporter.id()).await.unwrap().unwrap();
+        c.catalog
+            .put_failure_report(reporter.id(), primary, 0, lease)
+            .await
+            .unwrap();
+    }
+    let down_dev = device_of(deposed);
+    c.map_where("the primary's device down", |m| !m.is_up(down_dev))
+        .await;
+    vol.write(i * OBJECT, pattern(i, 2), false).await.unwrap();
+    match read_there().await {
+        Err(e) => assert!(e.to_string().contains("read lease"), "{e}"),
+        Ok(Response::Read { data }) => panic!(
+            "the deposed primary answered after a newer write, with generation {}",
+            if data == pattern(i, 1).slice(..4096) {
+                "1 (stale)"
+            } else {
+                "2"
+            }
+        ),
+        Ok(other) => panic!("unexpected answer {other:?}"),
+    }
+    deposed.hold_back_maps(false);
+    check_all(&vol, objects, |k| if k == i { 2 } else { 1 }).await;
+    for n in nodes {
+        n.shutdown().await;
+    }
 }

@@ -3,7 +3,7 @@
 
 use super::info::MemberInfo;
 use basalt_engine::{LogEntry, ObjectContent, ObjectImage, ObjectInfo};
-use basalt_types::{DeviceId, ObjectId, PgId, Term, Version};
+use basalt_types::{DeviceId, Epoch, NodeId, ObjectId, PgId, Term, Version};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
@@ -13,11 +13,17 @@ use serde::{Deserialize, Serialize};
 pub(crate) enum PeerMsg {
     /// A primary peers in `term`: promise to refuse sub-operations and messages of older terms,
     /// make everything applied so far durable, and say what you hold (answer `Holding`, or
-    /// `Promised` when a newer term was promised already).
+    /// `Promised` when a newer term was promised already). The member promises once its map
+    /// is at the primary's `epoch` and no read lease it granted at an older epoch runs, except
+    /// to the primary's node `from` (`readlease.rs`).
     Query {
         device: DeviceId,
         pg: PgId,
         term: Term,
+        #[serde(default)]
+        epoch: Epoch,
+        #[serde(default)]
+        from: Option<NodeId>,
     },
     /// The PG's log after `since` (at most `limit` entries, oldest first).
     Log {
@@ -311,7 +317,13 @@ mod tests {
             allocated: vec![1, u64::MAX],
         };
         let messages = [
-            PeerMsg::Query { device, pg, term },
+            PeerMsg::Query {
+                device,
+                pg,
+                term,
+                epoch: Epoch(7),
+                from: Some(NodeId(2)),
+            },
             PeerMsg::Log {
                 device,
                 pg,

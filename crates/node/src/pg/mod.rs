@@ -56,6 +56,8 @@ pub(crate) struct Ctx {
     pub tuning: Tuning,
     /// The recovery throttle and what recovery moved.
     pub recovery: Recovery,
+    /// Read leases given and held (`readlease.rs`).
+    pub leases: Arc<crate::readlease::ReadLeases>,
 }
 
 /// The node's recovery throttle (following the cluster settings) and counters.
@@ -298,6 +300,12 @@ pub(crate) struct PgState {
     /// The term this member was activated in: its sub-operations are applied (only while no
     /// newer term was promised).
     pub accepting: Term,
+    /// The newest term this device peered in as the PG's primary (not persisted). A new
+    /// generation of the same interval takes a round past it and past `promised`: two
+    /// generations never share a term, even while the older one's query to this very device
+    /// is still on its way (else the older one, superseded but still running, could roll
+    /// back on the members, in the term they accept, writes the newer one acknowledged).
+    pub led: Term,
     pub info: MemberInfo,
     /// A primary queried this member since it was loaded (a suspect member stays suspect
     /// until such a primary activates it: `replica.rs`).
@@ -382,6 +390,7 @@ impl Pgs {
                     generation: 0,
                     promised: Term::new(info.promised_floor(), 0),
                     accepting: Term::default(),
+                    led: Term::default(),
                     info,
                     queried: false,
                     primary: None,
@@ -491,13 +500,15 @@ impl Pg {
                 .as_ref()
                 .filter(|p| p.term.interval == entry.since)
                 .map_or(0, |p| p.seq);
-            // A new round of the same interval outranks every earlier one this device promised;
-            // peering raises it further if a member promised a newer one.
-            let round = if st.promised.interval == entry.since {
-                st.promised.round + 1
-            } else {
-                0
-            };
+            // A new round of the same interval outranks every earlier one this device promised
+            // or led; peering raises it further if a member promised a newer one.
+            let round = [st.promised, st.led]
+                .iter()
+                .filter(|t| t.interval == entry.since)
+                .map(|t| t.round + 1)
+                .max()
+                .unwrap_or(0);
+            st.led = st.led.max(Term::new(entry.since, round));
             if let Some(p) = st.primary.as_mut() {
                 p.release_all();
             }

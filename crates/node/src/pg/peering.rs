@@ -245,16 +245,18 @@ impl Pg {
     fn raise_round(&self, generation: u64, round: u64) -> Result<(), String> {
         let mut st = self.st.lock();
         let current = st.generation == generation;
-        match st.primary.as_mut() {
+        let raised = match st.primary.as_mut() {
             Some(p) if current => {
                 if round > Term::MAX_ROUND {
                     return Err(format!("interval {} ran out of rounds", p.term.interval));
                 }
                 p.term.round = p.term.round.max(round);
-                Ok(())
+                p.term
             }
-            _ => Err("superseded".into()),
-        }
+            _ => return Err("superseded".into()),
+        };
+        st.led = st.led.max(raised);
+        Ok(())
     }
 
     /// Asks every candidate what it holds (at once, each bounded by the peer timeout).
@@ -270,6 +272,8 @@ impl Pg {
                 device,
                 pg: self.id,
                 term,
+                epoch: map.epoch,
+                from: map.device_node(self.dev),
             };
             let answer = ctx.peers.ask(map, device, &msg, Bytes::new()).await;
             (device, answer)

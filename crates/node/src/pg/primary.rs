@@ -205,6 +205,7 @@ impl Pg {
                     if !self.still_serving(generation) {
                         return Err(busy(format!("{} changed terms during a read", self.id)));
                     }
+                    self.leased(ctx)?;
                     return Ok(data);
                 }
                 Gate::Wait(rx) => {
@@ -212,6 +213,32 @@ impl Pg {
                 }
             }
         }
+    }
+
+    /// Whether this node holds a read lease of every other node with a serving member of the
+    /// term (`readlease.rs`): without one, a newer term may have been promised there and have
+    /// acknowledged writes this copy lacks (this node's map lagging), so the read is not
+    /// answered (`Busy`: the client retries, on the new primary once its map names it).
+    fn leased(&self, ctx: &Ctx) -> Result<(), WireError> {
+        if !ctx.leases.enabled() {
+            return Ok(());
+        }
+        let map = ctx.maps.map();
+        let me = map.device_node(self.dev);
+        let st = self.st.lock();
+        let Some(p) = st.primary.as_ref() else {
+            return Ok(());
+        };
+        for m in &p.members {
+            let node = map.device_node(m.dev);
+            if node != me && !node.is_some_and(|n| ctx.leases.holds(n)) {
+                return Err(busy(format!(
+                    "{}: no read lease of the node of member {} (it may follow a newer term)",
+                    self.id, m.dev
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Applies one write on every member; returns its version once it is durable everywhere.

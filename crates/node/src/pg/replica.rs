@@ -14,7 +14,7 @@ use super::messages::{Held, Holding, ImageMeta, ObjectDigest, PeerAnswer, PeerMs
 use crate::error::engine_to_wire;
 use basalt_engine::{EngineError, Pending, WriteOptions};
 use basalt_proto::{ErrorCode, RepKind, RepOp, Response, ResponseFuture, WireError};
-use basalt_types::{DeviceId, PgId, Term, Version};
+use basalt_types::{DeviceId, Epoch, NodeId, PgId, Term, Version};
 use bytes::Bytes;
 
 fn refused(code: ErrorCode, msg: impl Into<String>) -> WireError {
@@ -84,7 +84,14 @@ impl Pgs {
         let e = engine_to_wire;
         let done = |a: PeerAnswer| Ok((a, Bytes::new()));
         match msg {
-            PeerMsg::Query { pg, term, .. } => {
+            PeerMsg::Query {
+                pg,
+                term,
+                epoch,
+                from,
+                ..
+            } => {
+                self.leases_before_promise(epoch, from).await?;
                 if let Some(newer) = self.promise(dev, pg, term) {
                     return done(PeerAnswer::Promised(newer));
                 }
@@ -178,6 +185,40 @@ impl Pgs {
                 done(PeerAnswer::Done)
             }
         }
+    }
+
+    /// Before promising a term to a primary at map `epoch` on node `from`: waits until this
+    /// node's map is at that epoch and no read lease this node granted at an older epoch still
+    /// runs to another node (`readlease.rs`): a deposed primary whose map lags must not answer
+    /// reads once the new term may acknowledge writes. The wait is bounded well below the
+    /// primary's peer timeout (an answer it no longer waits for helps nobody): past it the
+    /// query is refused (`Busy`) and the primary asks again in its next round.
+    async fn leases_before_promise(
+        &self,
+        epoch: Epoch,
+        from: Option<NodeId>,
+    ) -> Result<(), WireError> {
+        let leases = &self.ctx.leases;
+        if !leases.enabled() {
+            return Ok(());
+        }
+        let limit = leases.length().min(self.ctx.peers.timeout / 2);
+        let wait = async {
+            let mut epochs = self.ctx.maps.subscribe();
+            let _ = epochs.wait_for(|e| *e >= epoch).await;
+            leases.wait_grants_before(epoch, from).await;
+        };
+        if tokio::time::timeout(limit, wait).await.is_err() {
+            return Err(refused(
+                ErrorCode::Busy,
+                format!(
+                    "not promising yet: at map epoch {} (the primary's: {epoch}), or a read \
+                     lease granted at an older epoch still runs",
+                    self.ctx.maps.epoch()
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// A primary peers in `term`: refuse older terms from now on. Returns the newer term this

@@ -54,6 +54,9 @@ pub struct SimCluster {
     pub flipped: std::collections::BTreeMap<basalt_types::ObjectId, DeviceId>,
     /// Bits flipped in the newest journal record of a killed node's disk.
     pub tail_flips: u64,
+    /// Devices whose journal tail was damaged, with the PGs that made suspect there (`None`:
+    /// every PG): no other device gets a bit flipped in an object of those.
+    pub damaged_tails: Vec<(DeviceId, Option<Vec<basalt_types::PgId>>)>,
     pub pool: Option<basalt_types::PoolId>,
     /// The clients' volume.
     pub volume: Option<basalt_types::VolumeId>,
@@ -110,6 +113,7 @@ impl SimCluster {
             restarts: 0,
             flips: 0,
             flipped: Default::default(),
+            damaged_tails: Vec::new(),
             tail_flips: 0,
             pool: None,
             volume: None,
@@ -287,6 +291,7 @@ impl SimCluster {
             .into_iter()
             .filter_map(|(off, value)| block_of(value).map(|b| (off, b)))
             .filter(|(_, b)| self.flipped.get(&oid_of(*b)).is_none_or(|d| *d == dev))
+            .filter(|(_, b)| !self.suspect_elsewhere(dev, &oid_of(*b)))
             .collect();
         if blocks.is_empty() {
             return None;
@@ -329,7 +334,7 @@ impl SimCluster {
         let k = self.rng.range(0, self.slots[i].disks.len() as u64 - 1) as usize;
         let image = self.slots[i].disks[k].clone();
         let dev = self.slots[i].devices[k];
-        let (byte, oids) = if self.rng.chance(0.5) {
+        let (byte, oids, whole) = if self.rng.chance(0.5) {
             let header = basalt_engine::sim::newest_record_header(&image)?;
             let range = header.damageable;
             let writes: Vec<_> = header
@@ -338,15 +343,24 @@ impl SimCluster {
                 .filter(|e| !e.pg_record)
                 .map(|e| (e.oid, e.version))
                 .collect();
-            if !self.held_elsewhere(i, dev, &writes).await {
+            // The store cannot tell which PGs the record held: every PG of the device turns
+            // suspect, so no object of any has a bad copy elsewhere.
+            if !self.held_elsewhere(i, dev, &writes).await || !self.no_flips_but_on(dev, None) {
                 return None;
             }
             let byte = range.start + self.rng.range(0, range.end - range.start - 1);
-            (byte, writes.into_iter().map(|w| w.0).collect::<Vec<_>>())
+            (
+                byte,
+                writes.into_iter().map(|w| w.0).collect::<Vec<_>>(),
+                true,
+            )
         } else {
             let entries = basalt_engine::sim::newest_record(&image)?;
             let writes: Vec<_> = entries.iter().map(|e| (e.0, e.1)).collect();
-            if !self.held_elsewhere(i, dev, &writes).await {
+            let oids: Vec<_> = writes.iter().map(|w| w.0).collect();
+            if !self.held_elsewhere(i, dev, &writes).await
+                || !self.no_flips_but_on(dev, Some(&oids))
+            {
                 return None;
             }
             let blocks: Vec<u64> = entries.iter().flat_map(|e| e.2.iter().copied()).collect();
@@ -355,7 +369,7 @@ impl SimCluster {
             }
             let off = blocks[self.rng.range(0, blocks.len() as u64 - 1) as usize];
             let byte = off + self.rng.range(0, crate::model::BLOCK as u64 - 1);
-            (byte, writes.into_iter().map(|w| w.0).collect())
+            (byte, writes.into_iter().map(|w| w.0).collect(), false)
         };
         let bit = self.rng.range(0, 7) as u8;
         // Not where a later record proves the damaged one durable: the store then refuses to
@@ -367,10 +381,44 @@ impl SimCluster {
             .crash();
         image.flip_bit(byte, bit);
         self.tail_flips += 1;
+        let map = self.client.map();
+        let pgs = (!whole).then(|| oids.iter().filter_map(|o| Some(map.locate(o)?.0)).collect());
+        self.damaged_tails.push((dev, pgs));
         for oid in oids {
             self.flipped.insert(oid, dev);
         }
         Some((dev, byte))
+    }
+
+    /// Whether no device but `dev` had a bit flipped in an object of the PGs of `oids` (`None`:
+    /// of any PG). A journal tail the store cuts makes whole PGs suspect on the device (what
+    /// it lacks proves nothing), so a bad copy elsewhere of any object of them, newer there
+    /// by a write that never reached `dev`, would have no good copy left: a double failure
+    /// (seed 200424: a flip on one member, a partial write only it got, a header flip on the
+    /// other's tail).
+    fn no_flips_but_on(&self, dev: DeviceId, oids: Option<&[basalt_types::ObjectId]>) -> bool {
+        let map = self.client.map();
+        let pg = |oid: &basalt_types::ObjectId| map.locate(oid).map(|(id, _)| id);
+        let pgs: Option<Vec<_>> = oids.map(|o| o.iter().filter_map(pg).collect());
+        self.flipped.iter().all(|(oid, d)| {
+            *d == dev
+                || pgs
+                    .as_ref()
+                    .is_some_and(|p| !pg(oid).is_some_and(|g| p.contains(&g)))
+        })
+    }
+
+    /// Whether a device other than `dev` had its journal tail damaged in `oid`'s PG (or in
+    /// every PG): its copies there are suspect, so a flip here would be a double failure.
+    fn suspect_elsewhere(&self, dev: DeviceId, oid: &basalt_types::ObjectId) -> bool {
+        let map = self.client.map();
+        let pg = map.locate(oid).map(|(id, _)| id);
+        self.damaged_tails.iter().any(|(d, pgs)| {
+            *d != dev
+                && pgs
+                    .as_ref()
+                    .is_none_or(|p| pg.is_none_or(|g| p.contains(&g)))
+        })
     }
 
     /// Each of `writes` (object, version) is of the test's volume, held at that version or
