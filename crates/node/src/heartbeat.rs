@@ -16,7 +16,6 @@
 //! report it) and logs it; its primaries stop serving like on any map that takes their PGs.
 
 use crate::peers::Peers;
-use crate::readlease::ReadLeases;
 use crate::service::NodeShared;
 use basalt_link::{Connector, Link};
 use basalt_meta::{Catalog, LeaseId, MetaError};
@@ -177,18 +176,23 @@ impl Watcher {
     /// Tells every peer this node is stopping (it answers no more reads): they drop the read
     /// leases they granted it, so its PGs' new terms need not wait for them to run out. Best
     /// effort, a short while (a peer not told lets its grant run out).
-    async fn release_leases(&self) {
-        if !self.shared.pgs.ctx.leases.enabled() {
+    async fn release_leases(&mut self) {
+        let leases = self.shared.pgs.ctx.leases.clone();
+        if !leases.enabled() {
             return;
         }
         let me = self.shared.id;
-        let data = ReadLeases::ping(me, self.shared.maps.epoch(), true);
+        let data = leases.ping(me, self.shared.maps.epoch(), true);
         let name = format!("{me}-heartbeat");
         let limit = self.cfg.interval.min(Duration::from_millis(500));
-        let sends = self.pingers.values().map(|p| {
+        // The pingers stop first: a lease ping answered after the release would grant again.
+        let addrs: Vec<String> = std::mem::take(&mut self.pingers)
+            .into_values()
+            .map(|p| p.addr.clone())
+            .collect();
+        let sends = addrs.into_iter().map(|addr| {
             let mut link = None;
             let (connector, data, name) = (self.connector.clone(), data.clone(), name.clone());
-            let addr = p.addr.clone();
             async move {
                 let sent = ping(&connector, &addr, &name, limit, &mut link, data);
                 let _ = tokio::time::timeout(limit, sent).await;
@@ -315,12 +319,12 @@ async fn ping_loop(
     loop {
         let started = Instant::now();
         epochs.borrow_and_update();
-        let data = ReadLeases::ping(shared.id, shared.maps.epoch(), false);
-        let attempt = ping(&connector, &addr, &name, cfg.grace, &mut link, data);
+        let data = leases.ping(shared.id, shared.maps.epoch(), false);
+        let attempt = ping(&connector, &addr, &name, cfg.grace, &mut link, data.clone());
         match tokio::time::timeout(cfg.grace, attempt).await {
             Ok(Ok(pong)) => {
                 heard.lock().insert(peer, Instant::now());
-                leases.answered(peer, started, &pong);
+                leases.answered(peer, started, &data, &pong);
             }
             Ok(Err(e)) => {
                 tracing::debug!(%peer, "heartbeat failed: {e}");

@@ -35,6 +35,7 @@ impl MapState {
 
     /// Holds newer maps back (`true`: none is installed, as if this node's map watch lagged)
     /// or lets them in again; for tests.
+    #[cfg(feature = "sim")]
     pub(crate) fn hold_back(&self, held: bool) {
         self.held_back
             .store(held, std::sync::atomic::Ordering::SeqCst);

@@ -7,17 +7,23 @@
 //! clients) could answer a client whose map is as old as its own until its map watch brings
 //! the new map. The leases close that window, on the heartbeats (`heartbeat.rs`):
 //!
-//! - **Grant.** A node answers a lease ping of a peer whose map epoch is at least its own with a
-//!   grant: it records (its clock) that the peer may count on it until `now + length`, with the
-//!   peer's epoch. A peer behind its map gets no grant.
-//! - **Hold.** The pinging node holds the lease until `sent + length * 7/8` (its clock, from
-//!   when it *sent* the ping, so never past the grant; the eighth is for clock rates).
-//! - **Read.** A primary answers a read only while it holds a lease of every other node that
-//!   holds a serving member of the PG's term (`pg/primary.rs::Pg::read`): else `Busy`.
+//! - **Grant.** A node answers a lease ping of a peer whose map epoch is at least its own (read
+//!   under the grants' lock, so a map installed meanwhile is seen by the answer or by the
+//!   promise below) with a grant: it records (its clock) that that process of the peer may
+//!   count on it until `now + length`, with the peer's epoch, and says its `length`. A peer
+//!   behind its map gets no grant.
+//! - **Hold.** The pinging node holds the lease until `sent + min(length, granter's) * 7/8`
+//!   (its clock, from when it *sent* the ping, so never past the grant whatever either node's
+//!   settings; the eighth is for clock rates).
+//! - **Read.** A primary answers a read only while the read's generation is current, it holds
+//!   a lease of every other node that holds a serving member of the PG's term, and then the
+//!   map still names it the primary of that interval (`pg/primary.rs::Pg::answerable`): else
+//!   `Busy`.
 //! - **Promise.** A member answers a peering query of a new term carrying the querying
-//!   primary's epoch `e` only once its own map is at `e` and no grant it made is still running
-//!   to a node whose epoch at the grant was older than `e` (it waits for that node's next ping
-//!   or for the grant to run out: `pg/replica.rs`).
+//!   primary's epoch `e` only once its own map is at `e`, its process has run for a lease
+//!   length (grants its previous process made are forgotten), and no grant it made is still
+//!   running to a node whose epoch at the grant was older than `e` (it waits for that node's
+//!   next ping or for the grant to run out: `pg/replica.rs`).
 //!
 //! Why it holds: a newer term goes active only with the promise of a member of the old term's
 //! interval (or of an interval after it, which itself needed one: rule 5), or of the old
@@ -28,23 +34,35 @@
 //! (its peers drop their grants), so its PGs fail over without waiting for them.
 //!
 //! Without heartbeats (`grace` 0) there are no leases: reads are answered and promises given at
-//! once, as before.
+//! once, as before. A node without leases (heartbeats off, or a version before them: it echoes
+//! the ping) says so, and its lease is not required: rule 9 holds only between nodes that have
+//! them.
 
 use basalt_types::{Epoch, NodeId};
 use bytes::{BufMut, Bytes, BytesMut};
 use parking_lot::Mutex;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
 /// Marks a heartbeat ping that asks for (or releases) a read lease; any other ping payload is
 /// echoed as it is (network probes).
-const MAGIC: &[u8; 8] = b"BSLTRL01";
-/// Ping: magic, pinger node id (u64 LE), pinger map epoch (u64 LE), kind (u8).
-const PING_LEN: usize = 8 + 8 + 8 + 1;
+const MAGIC: &[u8; 8] = b"BSLTRL02";
+/// Ping: magic, pinger node id (u64 LE), pinger map epoch (u64 LE), pinger incarnation (u64
+/// LE), kind (u8).
+const PING_LEN: usize = 8 + 8 + 8 + 8 + 1;
+/// Answer: magic, status (u8), grant length in milliseconds (u32 LE).
+const ANSWER_LEN: usize = 8 + 1 + 4;
 const ASK: u8 = 0;
 const RELEASE: u8 = 1;
+/// Answer statuses.
+const REFUSED: u8 = 0;
+const GRANTED: u8 = 1;
+/// The answering node has no leases (heartbeats off): it never waits before a promise, so
+/// its lease protects nothing and is not required.
+const NONE_HERE: u8 = 2;
 
 /// A grant this node made.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,6 +70,8 @@ struct Grant {
     until: Instant,
     /// The peer's map epoch when it asked.
     epoch: Epoch,
+    /// Which process of the peer asked (a release of an earlier one leaves it alone).
+    incarnation: u64,
 }
 
 /// This node's read leases, given and held.
@@ -59,10 +79,22 @@ struct Grant {
 pub struct ReadLeases {
     /// How long a grant runs (the heartbeat grace); zero: leases are off.
     length: Duration,
+    /// This process (a node restarted under the same id is another incarnation).
+    incarnation: u64,
+    /// When this process started: grants an earlier process of this node made are forgotten,
+    /// so no promise is given before they have surely run out.
+    started: Instant,
     granted: Mutex<BTreeMap<NodeId, Grant>>,
-    held: Mutex<BTreeMap<NodeId, Instant>>,
+    held: Mutex<Held>,
     /// Notified when a grant changes (a peer pinged again, or released).
     regranted: Notify,
+}
+
+#[derive(Debug, Default)]
+struct Held {
+    until: BTreeMap<NodeId, Instant>,
+    /// Peers without leases (heartbeats off there, or a version without them): nothing to hold.
+    none: BTreeSet<NodeId>,
 }
 
 impl ReadLeases {
@@ -70,6 +102,8 @@ impl ReadLeases {
     pub fn new(length: Duration) -> ReadLeases {
         ReadLeases {
             length,
+            incarnation: incarnation(),
+            started: Instant::now(),
             granted: Mutex::default(),
             held: Mutex::default(),
             regranted: Notify::new(),
@@ -86,68 +120,114 @@ impl ReadLeases {
     }
 
     /// The payload of a heartbeat ping from node `me` at map `epoch`: asks for a lease, or
-    /// releases every lease `me` holds (`release`: it is stopping and answers no more reads).
-    pub fn ping(me: NodeId, epoch: Epoch, release: bool) -> Bytes {
+    /// releases every lease this process of `me` holds (`release`: it is stopping and answers
+    /// no more reads).
+    pub fn ping(&self, me: NodeId, epoch: Epoch, release: bool) -> Bytes {
         let mut b = BytesMut::with_capacity(PING_LEN);
         b.put_slice(MAGIC);
         b.put_u64_le(u64::from(me.0));
         b.put_u64_le(epoch.0);
+        b.put_u64_le(self.incarnation);
         b.put_u8(if release { RELEASE } else { ASK });
         b.freeze()
     }
 
-    /// Answers a ping payload at this node's map epoch `mine`: a lease ping gets a grant (one
-    /// byte after the magic: 1) when the pinger's map is not behind, else a refusal (0); a
-    /// release drops the pinger's grant. Anything else is echoed.
-    pub fn answer(&self, data: Bytes, mine: Epoch) -> Bytes {
-        let Some((peer, epoch, kind)) = parse_ping(&data) else {
+    /// Answers a ping payload; `mine` gives this node's map epoch, read under the grants' lock
+    /// (a map installed meanwhile is seen either by this answer or by the promise's wait). A
+    /// lease ping gets a grant for this node's lease length when the pinger's map is not
+    /// behind, else a refusal; a release of the same incarnation drops the pinger's grant.
+    /// Anything else is echoed.
+    pub fn answer(&self, data: Bytes, mine: impl FnOnce() -> Epoch) -> Bytes {
+        let Some(ping) = parse_ping(&data) else {
             return data;
         };
-        let granted = match kind {
-            RELEASE => {
-                self.granted.lock().remove(&peer);
-                false
+        let status = if !self.enabled() {
+            NONE_HERE
+        } else {
+            let mut granted = self.granted.lock();
+            match ping.kind {
+                RELEASE => {
+                    if granted
+                        .get(&ping.node)
+                        .is_some_and(|g| g.incarnation == ping.incarnation)
+                    {
+                        granted.remove(&ping.node);
+                    }
+                    REFUSED
+                }
+                _ if ping.epoch >= mine() => {
+                    let grant = Grant {
+                        until: Instant::now() + self.length,
+                        epoch: ping.epoch,
+                        incarnation: ping.incarnation,
+                    };
+                    granted.insert(ping.node, grant);
+                    GRANTED
+                }
+                _ => REFUSED,
             }
-            _ if epoch >= mine && self.enabled() => {
-                let until = Instant::now() + self.length;
-                self.granted.lock().insert(peer, Grant { until, epoch });
-                true
-            }
-            _ => false,
         };
         self.regranted.notify_waiters();
-        let mut b = BytesMut::with_capacity(MAGIC.len() + 1);
+        let ms = u32::try_from(self.length.as_millis()).unwrap_or(u32::MAX);
+        let mut b = BytesMut::with_capacity(ANSWER_LEN);
         b.put_slice(MAGIC);
-        b.put_u8(u8::from(granted));
+        b.put_u8(status);
+        b.put_u32_le(ms);
         b.freeze()
     }
 
-    /// Records the answer of `peer` to a lease ping sent at `sent`.
-    pub fn answered(&self, peer: NodeId, sent: Instant, pong: &[u8]) {
-        // Refused: whatever was held still runs out as granted, no later.
-        let granted = pong.len() == MAGIC.len() + 1 && pong.starts_with(MAGIC) && pong[8] == 1;
-        if granted {
-            let until = sent + self.length / 8 * 7;
-            let mut held = self.held.lock();
-            let e = held.entry(peer).or_insert(until);
-            *e = (*e).max(until);
+    /// Records the answer of `peer` to lease ping `ping`, sent at `sent`: a grant is held
+    /// until 7/8 of the shorter of the two nodes' lease lengths after `sent` (never past the
+    /// grant, whatever either node's settings). A refusal holds nothing more: what was held
+    /// runs out as granted. A peer without leases (or that echoed the ping: a version without
+    /// them) is not required.
+    pub fn answered(&self, peer: NodeId, sent: Instant, ping: &[u8], pong: &[u8]) {
+        let mut held = self.held.lock();
+        if pong == ping {
+            held.none.insert(peer);
+            return;
+        }
+        if pong.len() != ANSWER_LEN || !pong.starts_with(MAGIC) {
+            return;
+        }
+        match pong[8] {
+            NONE_HERE => {
+                held.none.insert(peer);
+            }
+            GRANTED => {
+                held.none.remove(&peer);
+                let ms = u32::from_le_bytes(pong[9..13].try_into().expect("4 bytes"));
+                let length = self.length.min(Duration::from_millis(u64::from(ms)));
+                let until = sent + length / 8 * 7;
+                let e = held.until.entry(peer).or_insert(until);
+                *e = (*e).max(until);
+            }
+            _ => {
+                held.none.remove(&peer);
+            }
         }
     }
 
-    /// Whether this node holds a lease of `peer` now (always, when leases are off).
+    /// Whether this node holds a lease of `peer` now (always, when leases are off here or
+    /// there).
     pub fn holds(&self, peer: NodeId) -> bool {
-        !self.enabled()
-            || self
-                .held
-                .lock()
+        if !self.enabled() {
+            return true;
+        }
+        let held = self.held.lock();
+        held.none.contains(&peer)
+            || held
+                .until
                 .get(&peer)
                 .is_some_and(|until| *until > Instant::now())
     }
 
     /// Waits until no grant is running to a node (other than `except`) whose epoch at the
     /// grant was older than `epoch`: each such node pings again with a newer epoch or its grant
-    /// runs out (at most the lease length).
+    /// runs out (at most the lease length). Also until the grants an earlier process of this
+    /// node may have made (forgotten at the restart) have run out.
     pub async fn wait_grants_before(&self, epoch: Epoch, except: Option<NodeId>) {
+        tokio::time::sleep_until(self.started + self.length).await;
         loop {
             let regranted = self.regranted.notified();
             tokio::pin!(regranted);
@@ -169,91 +249,151 @@ impl ReadLeases {
     }
 }
 
-fn parse_ping(data: &[u8]) -> Option<(NodeId, Epoch, u8)> {
+/// A lease ping, parsed.
+struct Ping {
+    node: NodeId,
+    epoch: Epoch,
+    incarnation: u64,
+    kind: u8,
+}
+
+fn parse_ping(data: &[u8]) -> Option<Ping> {
     if data.len() != PING_LEN || !data.starts_with(MAGIC) {
         return None;
     }
     let word = |at: usize| u64::from_le_bytes(data[at..at + 8].try_into().expect("8 bytes"));
-    let kind = data[24];
-    let node = NodeId(u32::try_from(word(8)).ok()?);
-    (kind == ASK || kind == RELEASE).then(|| (node, Epoch(word(16)), kind))
+    let kind = data[32];
+    (kind == ASK || kind == RELEASE).then_some(())?;
+    Some(Ping {
+        node: NodeId(u32::try_from(word(8)).ok()?),
+        epoch: Epoch(word(16)),
+        incarnation: word(24),
+        kind,
+    })
+}
+
+/// A number no other process of this node (nor another node in this process: the simulator)
+/// has: the process id, the start time and a counter.
+fn incarnation() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let count = NEXT.fetch_add(1, Ordering::Relaxed);
+    nanos ^ (u64::from(std::process::id()) << 40) ^ count.rotate_right(8)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     const L: Duration = Duration::from_secs(2);
 
-    fn grant(leases: &ReadLeases, peer: u32, epoch: u64, mine: u64) -> bool {
-        let pong = leases.answer(
-            ReadLeases::ping(NodeId(peer), Epoch(epoch), false),
-            Epoch(mine),
-        );
-        pong[8] == 1
+    /// `granter` answers a lease ping of node `peer` (incarnation of `asker`) at `epoch`, its
+    /// own map at `mine`; `asker` records the answer. Returns whether it was a grant.
+    fn ask(granter: &ReadLeases, asker: &ReadLeases, peer: u32, epoch: u64, mine: u64) -> bool {
+        let ping = asker.ping(NodeId(peer), Epoch(epoch), false);
+        let pong = granter.answer(ping.clone(), || Epoch(mine));
+        asker.answered(NodeId(99), Instant::now(), &ping, &pong);
+        pong[8] == GRANTED
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_peer_behind_this_nodes_map_gets_no_grant() {
-        let m = ReadLeases::new(L);
-        assert!(!grant(&m, 1, 4, 5));
-        assert!(grant(&m, 1, 5, 5));
-        assert!(grant(&m, 1, 6, 5));
+        let (m, a) = (ReadLeases::new(L), ReadLeases::new(L));
+        assert!(!ask(&m, &a, 1, 4, 5));
+        assert!(!a.holds(NodeId(99)));
+        assert!(ask(&m, &a, 1, 5, 5));
+        assert!(ask(&m, &a, 1, 6, 5));
+        assert!(a.holds(NodeId(99)));
         // Other payloads (network probes) are echoed.
         let probe = Bytes::from_static(b"probe payload");
-        assert_eq!(m.answer(probe.clone(), Epoch(5)), probe);
+        assert_eq!(m.answer(probe.clone(), || Epoch(5)), probe);
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_lease_is_held_from_the_ping_for_seven_eighths_of_its_length() {
+    async fn a_lease_is_held_from_the_ping_for_seven_eighths_of_the_shorter_length() {
         let (m, a) = (ReadLeases::new(L), ReadLeases::new(L));
         let sent = Instant::now();
+        let ping = a.ping(NodeId(1), Epoch(3), false);
         tokio::time::advance(Duration::from_millis(100)).await;
-        let pong = m.answer(ReadLeases::ping(NodeId(1), Epoch(3), false), Epoch(3));
-        a.answered(NodeId(2), sent, &pong);
+        let pong = m.answer(ping.clone(), || Epoch(3));
+        a.answered(NodeId(2), sent, &ping, &pong);
         assert!(a.holds(NodeId(2)));
         assert!(!a.holds(NodeId(3)), "no lease of a node never asked");
         tokio::time::advance(L / 8 * 7 - Duration::from_millis(101)).await;
         assert!(a.holds(NodeId(2)));
         tokio::time::advance(Duration::from_millis(2)).await;
         assert!(!a.holds(NodeId(2)), "held past sent + 7/8 of the length");
-        // A refusal holds nothing.
-        let refused = m.answer(ReadLeases::ping(NodeId(1), Epoch(2), false), Epoch(3));
-        a.answered(NodeId(2), Instant::now(), &refused);
-        assert!(!a.holds(NodeId(2)));
+        // A granter with a shorter lease: held for 7/8 of that one.
+        let short = ReadLeases::new(L / 4);
+        let (sent, ping) = (Instant::now(), a.ping(NodeId(1), Epoch(3), false));
+        let pong = short.answer(ping.clone(), || Epoch(3));
+        a.answered(NodeId(4), sent, &ping, &pong);
+        tokio::time::advance(L / 4 / 8 * 7 + Duration::from_millis(1)).await;
+        assert!(!a.holds(NodeId(4)), "held past the granter's shorter lease");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn peers_without_leases_are_not_required() {
+        let (off, a) = (ReadLeases::new(Duration::ZERO), ReadLeases::new(L));
+        let ping = a.ping(NodeId(1), Epoch(3), false);
+        let pong = off.answer(ping.clone(), || Epoch(3));
+        a.answered(NodeId(2), Instant::now(), &ping, &pong);
+        assert!(a.holds(NodeId(2)), "heartbeats off there");
+        // An older version echoes the payload.
+        a.answered(NodeId(3), Instant::now(), &ping, &ping);
+        assert!(a.holds(NodeId(3)), "a version without leases");
+        assert!(off.holds(NodeId(7)), "leases off here");
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_promise_waits_for_grants_at_older_epochs_to_run_out_or_be_renewed() {
-        let m = std::sync::Arc::new(ReadLeases::new(L));
-        assert!(grant(&m, 1, 5, 5));
-        assert!(grant(&m, 2, 5, 5));
+        let (m, a) = (Arc::new(ReadLeases::new(L)), Arc::new(ReadLeases::new(L)));
+        // Past the wait for an earlier process's grants.
+        tokio::time::advance(L).await;
+        assert!(ask(&m, &a, 1, 5, 5));
+        assert!(ask(&m, &a, 2, 5, 5));
         let start = Instant::now();
         // Node 2 pings again at epoch 6 after 300 ms; node 1 never does: its grant runs out.
-        let m2 = m.clone();
+        let (m2, a2) = (m.clone(), a.clone());
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(300)).await;
-            assert!(grant(&m2, 2, 6, 6));
+            assert!(ask(&m2, &a2, 2, 6, 6));
         });
         m.wait_grants_before(Epoch(6), None).await;
         assert_eq!(start.elapsed(), L, "waited for node 1's grant");
         // Grants at the epoch or newer, or to the querying node, do not hold a promise.
         let start = Instant::now();
-        assert!(grant(&m, 1, 6, 6));
-        assert!(grant(&m, 3, 5, 5));
+        assert!(ask(&m, &a, 1, 6, 6));
+        assert!(ask(&m, &a, 3, 5, 5));
         m.wait_grants_before(Epoch(6), Some(NodeId(3))).await;
         assert_eq!(start.elapsed(), Duration::ZERO);
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_release_ends_the_grant_at_once() {
-        let m = std::sync::Arc::new(ReadLeases::new(L));
-        assert!(grant(&m, 1, 5, 5));
+    async fn a_restarted_node_promises_only_once_its_earlier_grants_ran_out() {
+        let m = ReadLeases::new(L);
+        let start = Instant::now();
+        m.wait_grants_before(Epoch(1), None).await;
+        assert_eq!(start.elapsed(), L);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_release_ends_the_grant_of_its_own_incarnation_at_once() {
+        let (m, a) = (Arc::new(ReadLeases::new(L)), ReadLeases::new(L));
+        tokio::time::advance(L).await;
+        assert!(ask(&m, &a, 1, 5, 5));
+        // A release from another process of node 1 (a restart) leaves the grant alone.
+        let earlier = ReadLeases::new(L);
+        m.answer(earlier.ping(NodeId(1), Epoch(5), true), || Epoch(6));
         let start = Instant::now();
         let m2 = m.clone();
+        let release = a.ping(NodeId(1), Epoch(5), true);
         tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(200)).await;
-            m2.answer(ReadLeases::ping(NodeId(1), Epoch(5), true), Epoch(6));
+            m2.answer(release, || Epoch(6));
         });
         m.wait_grants_before(Epoch(6), None).await;
         assert_eq!(start.elapsed(), Duration::from_millis(200));
@@ -262,8 +402,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn off_without_heartbeats() {
         let m = ReadLeases::new(Duration::ZERO);
+        let a = ReadLeases::new(L);
         assert!(m.holds(NodeId(9)));
-        assert!(!grant(&m, 1, 5, 5));
+        assert!(!ask(&m, &a, 1, 5, 5));
+        let start = Instant::now();
         m.wait_grants_before(Epoch(99), None).await;
+        assert_eq!(start.elapsed(), Duration::ZERO);
     }
 }

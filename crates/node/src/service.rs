@@ -133,7 +133,7 @@ impl NodeShared {
                 from_index,
             } => delete::delete_volume(self, epoch, pool, volume, from_index).await,
             Request::Ping { data } => Ok(Response::Pong {
-                data: self.pgs.ctx.leases.answer(data, self.maps.epoch()),
+                data: self.pgs.ctx.leases.answer(data, || self.maps.epoch()),
             }),
             Request::Admin { body } => self.admin.handle(self, body).await,
             Request::Meta { body } => self.admin.meta(body).await,

@@ -144,17 +144,6 @@ impl Pg {
             .is_some_and(|p| p.status == Status::Active && p.term == st.promised)
     }
 
-    /// Whether `generation` is still current and active (a read that started in it may be
-    /// answered).
-    fn still_serving(&self, generation: u64) -> bool {
-        let st = self.st.lock();
-        st.generation == generation
-            && st
-                .primary
-                .as_ref()
-                .is_some_and(|p| p.status == Status::Active && p.term == st.promised)
-    }
-
     /// Reads `len` bytes of `oid` at `offset` (the object is current here: peering and
     /// recovery made it so; held writes of it are waited for by the store). A read that
     /// waited on a write whose term ended meanwhile is not answered (the write's fate is
@@ -202,10 +191,7 @@ impl Pg {
                             return Err(self.local_error(e, others));
                         }
                     };
-                    if !self.still_serving(generation) {
-                        return Err(busy(format!("{} changed terms during a read", self.id)));
-                    }
-                    self.leased(ctx)?;
+                    self.answerable(ctx, generation)?;
                     return Ok(data);
                 }
                 Gate::Wait(rx) => {
@@ -215,26 +201,57 @@ impl Pg {
         }
     }
 
-    /// Whether this node holds a read lease of every other node with a serving member of the
-    /// term (`readlease.rs`): without one, a newer term may have been promised there and have
-    /// acknowledged writes this copy lacks (this node's map lagging), so the read is not
-    /// answered (`Busy`: the client retries, on the new primary once its map names it).
-    fn leased(&self, ctx: &Ctx) -> Result<(), WireError> {
-        if !ctx.leases.enabled() {
-            return Ok(());
-        }
-        let map = ctx.maps.map();
-        let me = map.device_node(self.dev);
-        let st = self.st.lock();
-        let Some(p) = st.primary.as_ref() else {
-            return Ok(());
+    /// Whether a read that started in `generation` may be answered: that generation is still
+    /// current and active in the term this device promised; this node holds a read lease of
+    /// every other node with a serving member of the term (`readlease.rs`: without one, a
+    /// newer term may have been promised there and have acknowledged writes this copy lacks,
+    /// this node's map lagging); and the map, read after the leases were checked, still makes
+    /// this device the primary of the term's interval (a lease granted at an epoch means this
+    /// node had that map when it asked, so a map that took the PG away is seen here even
+    /// before the PG's own state follows it). Else `Busy`: the client retries, on the new
+    /// primary once its map names it.
+    fn answerable(&self, ctx: &Ctx, generation: u64) -> Result<(), WireError> {
+        let changed = || busy(format!("{} changed terms during a read", self.id));
+        let leases = ctx.leases.enabled();
+        let interval = {
+            let st = self.st.lock();
+            let p = st
+                .primary
+                .as_ref()
+                .filter(|p| {
+                    st.generation == generation
+                        && p.status == Status::Active
+                        && p.term == st.promised
+                })
+                .ok_or_else(changed)?;
+            if leases {
+                let map = ctx.maps.map();
+                let me = map.device_node(self.dev);
+                for m in &p.members {
+                    let node = map.device_node(m.dev);
+                    if node != me && !node.is_some_and(|n| ctx.leases.holds(n)) {
+                        return Err(busy(format!(
+                            "{}: no read lease of the node of member {} (it may follow a \
+                             newer term)",
+                            self.id, m.dev
+                        )));
+                    }
+                }
+            }
+            p.term.interval
         };
-        for m in &p.members {
-            let node = map.device_node(m.dev);
-            if node != me && !node.is_some_and(|n| ctx.leases.holds(n)) {
+        if leases {
+            let map = ctx.maps.map();
+            let entry = map
+                .pools
+                .get(&self.id.pool)
+                .and_then(|p| p.pgs.get(self.id.pg as usize));
+            let still =
+                entry.is_some_and(|e| e.since == interval && map.pg_primary(e) == Some(self.dev));
+            if !still {
                 return Err(busy(format!(
-                    "{}: no read lease of the node of member {} (it may follow a newer term)",
-                    self.id, m.dev
+                    "{}: map {} no longer makes {} its primary in interval {interval}",
+                    self.id, map.epoch, self.dev
                 )));
             }
         }
