@@ -42,6 +42,8 @@ pub struct Report {
     pub held: u64,
     pub breaks: u64,
     pub virtual_secs: u64,
+    /// Final reads that failed for good after a double fault (`workload::final_check`).
+    pub double_faults: u64,
     pub violations: Vec<String>,
 }
 
@@ -86,7 +88,14 @@ async fn run(cfg: Config, pool_first: bool) -> Report {
     let faults = workload::faults(&mut cluster, &seen, start);
     futures::future::join(clients, faults).await;
     cluster.heal().await;
-    workload::final_check(&volume, &seen, cfg.blocks, start).await;
+    let damaged: std::collections::BTreeSet<u64> = cluster
+        .flipped
+        .keys()
+        .filter(|o| Some(o.volume) == cluster.volume)
+        .map(|o| o.index)
+        .collect();
+    let per_object = u64::from(cfg.object_size) / model::BLOCK as u64;
+    workload::final_check(&volume, &seen, cfg.blocks, &damaged, per_object, start).await;
     let virtual_secs = start.elapsed().as_secs();
     let net = cluster.net.stats();
     cluster.stop();
@@ -107,6 +116,7 @@ async fn run(cfg: Config, pool_first: bool) -> Report {
         held: net.held,
         breaks: net.breaks,
         virtual_secs,
+        double_faults: s.double_faults,
         violations: s.violations.clone(),
     }
 }
@@ -218,6 +228,7 @@ fn swarm() {
         total.held += r.held;
         total.breaks += r.breaks;
         total.virtual_secs += r.virtual_secs;
+        total.double_faults += r.double_faults;
     }
     eprintln!(
         "cluster swarm: {seeds} seeds from {base} in {:?}: {total:?}",
