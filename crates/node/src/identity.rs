@@ -6,7 +6,11 @@ use basalt_types::NodeId;
 use std::io::Write;
 use std::path::Path;
 
-pub(crate) async fn load_or_allocate(catalog: &Catalog, dir: &Path) -> Result<NodeId, NodeError> {
+/// The node's id, and whether it was allocated now (a node that never ran before).
+pub(crate) async fn load_or_allocate(
+    catalog: &Catalog,
+    dir: &Path,
+) -> Result<(NodeId, bool), NodeError> {
     let path = dir.join("node.id");
     let io_err = |source| NodeError::Io {
         path: path.display().to_string(),
@@ -14,9 +18,10 @@ pub(crate) async fn load_or_allocate(catalog: &Catalog, dir: &Path) -> Result<No
     };
     match std::fs::read_to_string(&path) {
         Ok(s) => {
-            s.trim().parse().map(NodeId).map_err(|_| {
+            let id = s.trim().parse().map(NodeId).map_err(|_| {
                 NodeError::Config(format!("{} does not hold a node id", path.display()))
-            })
+            })?;
+            Ok((id, false))
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             std::fs::create_dir_all(dir).map_err(io_err)?;
@@ -31,7 +36,7 @@ pub(crate) async fn load_or_allocate(catalog: &Catalog, dir: &Path) -> Result<No
             std::fs::File::open(dir)
                 .and_then(|d| d.sync_all())
                 .map_err(io_err)?;
-            Ok(id)
+            Ok((id, true))
         }
         Err(e) => Err(io_err(e)),
     }

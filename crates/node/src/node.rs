@@ -66,6 +66,9 @@ pub(crate) struct Parts {
     /// The data-path listener (`None`: reached only in process or through a simulated network).
     pub listener: Option<tokio::net::TcpListener>,
     pub dir_lock: Option<DirLock>,
+    /// The node never ran before (its id was allocated now): no earlier process of it granted
+    /// read leases.
+    pub fresh: bool,
 }
 
 impl Node {
@@ -85,7 +88,7 @@ impl Node {
     ) -> Result<Node, NodeError> {
         let dir_lock = basalt_engine::lock_dir(&config.data_dir).map_err(NodeError::DataDir)?;
         let catalog = Catalog::new(meta.clone());
-        let id = identity::load_or_allocate(&catalog, &config.data_dir).await?;
+        let (id, fresh) = identity::load_or_allocate(&catalog, &config.data_dir).await?;
         let devices::Opened { stores, unopened } = devices::open_all(
             &catalog,
             id,
@@ -118,6 +121,7 @@ impl Node {
             local_addr,
             listener: Some(listener),
             dir_lock: Some(dir_lock),
+            fresh,
         })
         .await
     }
@@ -137,6 +141,7 @@ impl Node {
             local_addr,
             listener,
             dir_lock,
+            fresh,
         } = parts;
         let maps = Arc::new(MapState::new(stores.clone()));
         let peers = Arc::new(Peers::new(
@@ -150,7 +155,7 @@ impl Node {
             peers: peers.clone(),
             tuning: config.tuning.clone(),
             recovery: Recovery::new(&config.tuning),
-            leases: Arc::new(ReadLeases::new(config.heartbeat.lease_length())),
+            leases: Arc::new(ReadLeases::new(config.heartbeat.lease_length(), fresh)),
         });
         let pgs = Pgs::new(ctx, stores.clone());
         pgs.scrub
@@ -310,6 +315,7 @@ impl Node {
         addr: String,
     ) -> Result<Node, NodeError> {
         let catalog = Catalog::new(meta.clone());
+        let fresh = id.is_none();
         let id = match id {
             Some(id) => id,
             None => NodeId(catalog.next_id(basalt_meta::IdKind::Node).await? as u32),
@@ -332,6 +338,7 @@ impl Node {
             local_addr: SocketAddr::from(([0, 0, 0, 0], 0)),
             listener: None,
             dir_lock: None,
+            fresh,
         })
         .await
     }

@@ -21,7 +21,8 @@
 //!   `Busy`.
 //! - **Promise.** A member answers a peering query of a new term carrying the querying
 //!   primary's epoch `e` only once its own map is at `e`, its process has run for a lease
-//!   length (grants its previous process made are forgotten), and no grant it made is still
+//!   length if the node ran before (grants its previous process made are forgotten; a node
+//!   whose id was allocated at this start made none), and no grant it made is still
 //!   running to a node whose epoch at the grant was older than `e` (it waits for that node's
 //!   next ping or for the grant to run out: `pg/replica.rs`).
 //!
@@ -81,9 +82,9 @@ pub struct ReadLeases {
     length: Duration,
     /// This process (a node restarted under the same id is another incarnation).
     incarnation: u64,
-    /// When this process started: grants an earlier process of this node made are forgotten,
-    /// so no promise is given before they have surely run out.
-    started: Instant,
+    /// When the grants an earlier process of this node may have made have surely run out (they
+    /// are forgotten at a restart): no promise before. `None`: the node never ran before.
+    earlier_run_out: Option<Instant>,
     granted: Mutex<BTreeMap<NodeId, Grant>>,
     held: Mutex<Held>,
     /// Notified when a grant changes (a peer pinged again, or released).
@@ -98,12 +99,13 @@ struct Held {
 }
 
 impl ReadLeases {
-    /// Leases of `length` (the heartbeat grace); zero turns them off.
-    pub fn new(length: Duration) -> ReadLeases {
+    /// Leases of `length` (the heartbeat grace); zero turns them off. `fresh`: the node never
+    /// ran before (no earlier process of it granted anything).
+    pub fn new(length: Duration, fresh: bool) -> ReadLeases {
         ReadLeases {
             length,
             incarnation: incarnation(),
-            started: Instant::now(),
+            earlier_run_out: (!fresh).then(|| Instant::now() + length),
             granted: Mutex::default(),
             held: Mutex::default(),
             regranted: Notify::new(),
@@ -227,7 +229,9 @@ impl ReadLeases {
     /// runs out (at most the lease length). Also until the grants an earlier process of this
     /// node may have made (forgotten at the restart) have run out.
     pub async fn wait_grants_before(&self, epoch: Epoch, except: Option<NodeId>) {
-        tokio::time::sleep_until(self.started + self.length).await;
+        if let Some(at) = self.earlier_run_out {
+            tokio::time::sleep_until(at).await;
+        }
         loop {
             let regranted = self.regranted.notified();
             tokio::pin!(regranted);
@@ -301,7 +305,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_peer_behind_this_nodes_map_gets_no_grant() {
-        let (m, a) = (ReadLeases::new(L), ReadLeases::new(L));
+        let (m, a) = (ReadLeases::new(L, false), ReadLeases::new(L, false));
         assert!(!ask(&m, &a, 1, 4, 5));
         assert!(!a.holds(NodeId(99)));
         assert!(ask(&m, &a, 1, 5, 5));
@@ -314,7 +318,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_lease_is_held_from_the_ping_for_seven_eighths_of_the_shorter_length() {
-        let (m, a) = (ReadLeases::new(L), ReadLeases::new(L));
+        let (m, a) = (ReadLeases::new(L, false), ReadLeases::new(L, false));
         let sent = Instant::now();
         let ping = a.ping(NodeId(1), Epoch(3), false);
         tokio::time::advance(Duration::from_millis(100)).await;
@@ -327,7 +331,7 @@ mod tests {
         tokio::time::advance(Duration::from_millis(2)).await;
         assert!(!a.holds(NodeId(2)), "held past sent + 7/8 of the length");
         // A granter with a shorter lease: held for 7/8 of that one.
-        let short = ReadLeases::new(L / 4);
+        let short = ReadLeases::new(L / 4, false);
         let (sent, ping) = (Instant::now(), a.ping(NodeId(1), Epoch(3), false));
         let pong = short.answer(ping.clone(), || Epoch(3));
         a.answered(NodeId(4), sent, &ping, &pong);
@@ -337,7 +341,10 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn peers_without_leases_are_not_required() {
-        let (off, a) = (ReadLeases::new(Duration::ZERO), ReadLeases::new(L));
+        let (off, a) = (
+            ReadLeases::new(Duration::ZERO, false),
+            ReadLeases::new(L, false),
+        );
         let ping = a.ping(NodeId(1), Epoch(3), false);
         let pong = off.answer(ping.clone(), || Epoch(3));
         a.answered(NodeId(2), Instant::now(), &ping, &pong);
@@ -350,7 +357,10 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_promise_waits_for_grants_at_older_epochs_to_run_out_or_be_renewed() {
-        let (m, a) = (Arc::new(ReadLeases::new(L)), Arc::new(ReadLeases::new(L)));
+        let (m, a) = (
+            Arc::new(ReadLeases::new(L, false)),
+            Arc::new(ReadLeases::new(L, false)),
+        );
         // Past the wait for an earlier process's grants.
         tokio::time::advance(L).await;
         assert!(ask(&m, &a, 1, 5, 5));
@@ -374,19 +384,28 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_restarted_node_promises_only_once_its_earlier_grants_ran_out() {
-        let m = ReadLeases::new(L);
+        let (restarted, fresh) = (ReadLeases::new(L, false), ReadLeases::new(L, true));
         let start = Instant::now();
-        m.wait_grants_before(Epoch(1), None).await;
+        fresh.wait_grants_before(Epoch(1), None).await;
+        assert_eq!(
+            start.elapsed(),
+            Duration::ZERO,
+            "a node that never ran waits for nothing"
+        );
+        restarted.wait_grants_before(Epoch(1), None).await;
         assert_eq!(start.elapsed(), L);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_release_ends_the_grant_of_its_own_incarnation_at_once() {
-        let (m, a) = (Arc::new(ReadLeases::new(L)), ReadLeases::new(L));
+        let (m, a) = (
+            Arc::new(ReadLeases::new(L, false)),
+            ReadLeases::new(L, false),
+        );
         tokio::time::advance(L).await;
         assert!(ask(&m, &a, 1, 5, 5));
         // A release from another process of node 1 (a restart) leaves the grant alone.
-        let earlier = ReadLeases::new(L);
+        let earlier = ReadLeases::new(L, false);
         m.answer(earlier.ping(NodeId(1), Epoch(5), true), || Epoch(6));
         let start = Instant::now();
         let m2 = m.clone();
@@ -401,8 +420,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn off_without_heartbeats() {
-        let m = ReadLeases::new(Duration::ZERO);
-        let a = ReadLeases::new(L);
+        let m = ReadLeases::new(Duration::ZERO, false);
+        let a = ReadLeases::new(L, false);
         assert!(m.holds(NodeId(9)));
         assert!(!ask(&m, &a, 1, 5, 5));
         let start = Instant::now();

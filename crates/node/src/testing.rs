@@ -59,7 +59,7 @@ pub(crate) fn shared(
         )),
         tuning: Tuning::default(),
         recovery: Recovery::new(&Tuning::default()),
-        leases: Arc::new(crate::readlease::ReadLeases::new(Duration::ZERO)),
+        leases: Arc::new(crate::readlease::ReadLeases::new(Duration::ZERO, true)),
     });
     Arc::new(NodeShared {
         id,
