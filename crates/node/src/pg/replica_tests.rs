@@ -3,11 +3,13 @@
 //! generation of the same device must not roll back what a newer term decided).
 
 use crate::pg::messages::{ImageKind, ImageMeta, PeerAnswer, PeerMsg};
+use crate::service::NodeShared;
 use crate::testing::{Flaky, shared, sim_store};
 use basalt_meta::Catalog;
 use basalt_proto::ErrorCode;
 use basalt_types::{DeviceId, Epoch, NodeId, ObjectId, PgId, PoolId, Term, VolumeId};
 use bytes::Bytes;
+use std::sync::Arc;
 use std::time::Duration;
 
 fn tombstone(term: Term) -> ImageMeta {
@@ -18,21 +20,26 @@ fn tombstone(term: Term) -> ImageMeta {
     }
 }
 
-#[tokio::test]
-async fn changes_of_an_older_term_than_promised_are_refused_on_every_copy() {
-    let dir = tempfile::tempdir().unwrap();
-    let catalog = Catalog::new(Flaky::open(&dir.path().join("meta.redb")).await);
+/// Node 1 with one simulated device, dev.1, and the PG pg.1.0 its tests use.
+async fn one_device_node(dir: &std::path::Path) -> (Arc<NodeShared>, DeviceId, PgId) {
+    let catalog = Catalog::new(Flaky::open(&dir.join("meta.redb")).await);
     let node = shared(
         NodeId(1),
         Duration::from_secs(3600),
         vec![sim_store(1)],
         catalog,
     );
-    let dev = DeviceId(1);
     let pg = PgId {
         pool: PoolId(1),
         pg: 0,
     };
+    (node, DeviceId(1), pg)
+}
+
+#[tokio::test]
+async fn changes_of_an_older_term_than_promised_are_refused_on_every_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, dev, pg) = one_device_node(dir.path()).await;
     let oid = ObjectId::new(PoolId(1), VolumeId(1), 0);
     let (old, new) = (Term::new(Epoch(5), 0), Term::new(Epoch(7), 0));
     let query = PeerMsg::Query {
@@ -84,18 +91,7 @@ async fn changes_of_an_older_term_than_promised_are_refused_on_every_copy() {
 #[tokio::test]
 async fn each_generation_of_a_primary_peers_in_a_term_of_its_own() {
     let dir = tempfile::tempdir().unwrap();
-    let catalog = Catalog::new(Flaky::open(&dir.path().join("meta.redb")).await);
-    let node = shared(
-        NodeId(1),
-        Duration::from_secs(3600),
-        vec![sim_store(1)],
-        catalog,
-    );
-    let dev = DeviceId(1);
-    let pg = PgId {
-        pool: PoolId(1),
-        pg: 0,
-    };
+    let (node, dev, pg) = one_device_node(dir.path()).await;
     // A query of an older interval creates the PG here (a member, promised t5.0).
     let query = PeerMsg::Query {
         device: dev,
