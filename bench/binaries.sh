@@ -23,7 +23,8 @@ VOLUME_SIZE=${BINARIES_VOLUME_SIZE:-1GiB}
 FIO_SIZE=${VOLUME_SIZE%B}
 FIO_SIZE=$(numfmt --from=iec "${FIO_SIZE%i}") # fio wants bytes
 WORK=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$WORK"' EXIT
+# errexit applies inside the trap too: a `kill` with no job left must not skip the removal.
+trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$WORK"' EXIT
 
 start() { # name binary port
   mkdir -p "$WORK/$1"

@@ -6,18 +6,20 @@
 #   bench/failover.sh [BASALT_BINARY] [LEASE_TTL]     (default: target/release/basalt, 4s)
 #
 # Two runs, each on a fresh `basalt up --nodes 3` (3 copies, min_size 2, the node lease
-# LEASE_TTL): fio 4K random writes QD16 through NBD; 5 s in, one node is killed: first a node
-# that is not the leader, then the leader (whose successor must win the election first). Prints
-# the longest stretch of 100 ms intervals without one completed I/O and fio's slowest write (the
-# stall), fio's errors (must be 0: writes wait and are retried, never fail) and the IOPS before
-# and after. Numbers, not assertions.
+# LEASE_TTL): fio 4K random reads and writes (50/50) QD16 through NBD; 5 s in, one node is
+# killed: first a node that is not the leader, then the leader (whose successor must win the
+# election first). Prints, for reads and for writes, the longest stretch of 100 ms intervals
+# without one completed I/O and fio's slowest I/O (the stall; reads also wait for the read
+# leases of failure-model.md rule 9), fio's errors (must be 0: I/O waits and is retried, never
+# fails) and the IOPS before and after. Numbers, not assertions.
 #
 # Needs fio with its nbd engine, etcd, python3.
 set -euo pipefail
 BASALT=$(realpath "${1:-target/release/basalt}")
 TTL=${2:-4s}
 WORK=$(mktemp -d -p "${TMPDIR:-/var/tmp}")
-trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$WORK"' EXIT
+# errexit applies inside the trap too: a `kill` with no job left must not skip the removal.
+trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$WORK"' EXIT
 
 run() { # label victim(leader|other)
   local dir="$WORK/$1"
@@ -37,7 +39,7 @@ leader = s.get('leader') or ''
 nodes = [n for n in s['nodes'] if n.get('pid')]
 pick = [n for n in nodes if (leader.startswith('node.%d@' % n['id'])) == ('$2' == 'leader')]
 print(pick[0]['pid'])")
-  (cd "$dir" && fio --name=w --ioengine=nbd --uri="nbd://$nbd/vol0" --rw=randwrite --bs=4k \
+  (cd "$dir" && fio --name=w --ioengine=nbd --uri="nbd://$nbd/vol0" --rw=randrw --rwmixread=50 --bs=4k \
     --iodepth=16 --time_based --runtime=25 --log_avg_msec=100 --write_iops_log=w \
     --output-format=json --output=fio.json) &
   local fio_pid=$!
@@ -51,27 +53,29 @@ import glob, json, sys
 d, label = sys.argv[1], sys.argv[2]
 text = open(d + "/fio.json").read()
 j = json.loads(text[text.index("{"):])["jobs"][0]
-rows = []
+rows = {0: [], 1: []}  # fio's direction column: 0 read, 1 write
 for f in glob.glob(d + "/w_iops.*.log"):
     for line in open(f):
-        t, v = line.split(",")[:2]
-        rows.append((int(t), int(v)))
-rows.sort()
-# Intervals with completions; fio may log an empty interval as 0 or not at all.
-busy = [t for t, v in rows if v > 0]
-longest = max((b - a for a, b in zip(busy, busy[1:])), default=0) - 100
-before = [v for t, v in rows if 1000 <= t < 5000]
-after = [v for t, v in rows if t >= rows[-1][0] - 5000]
+        t, v, ddir = (int(x) for x in line.split(",")[:3])
+        rows[ddir].append((t, v))
 avg = lambda xs: sum(xs) / max(1, len(xs))  # fio logs IOPS (a rate) per interval
-w = j["write"]
-print(f"{label}: longest stretch without a completed write {max(0, longest)} ms; "
-      f"slowest write {w['clat_ns']['max'] / 1e9:.2f} s; errors {j['error']}; "
-      f"IOPS before {avg(before):.0f}, after {avg(after):.0f}")
+parts = []
+for ddir, name in ((0, "read"), (1, "write")):
+    r = sorted(rows[ddir])
+    # Intervals with completions; fio may log an empty interval as 0 or not at all.
+    busy = [t for t, v in r if v > 0]
+    longest = max((b - a for a, b in zip(busy, busy[1:])), default=0) - 100
+    before = [v for t, v in r if 1000 <= t < 5000]
+    after = [v for t, v in r if r and t >= r[-1][0] - 5000]
+    slowest = j[name]["clat_ns"]["max"] / 1e9
+    parts.append(f"{name}s: longest stretch without one completed {max(0, longest)} ms, "
+                 f"slowest {slowest:.2f} s, IOPS before {avg(before):.0f} after {avg(after):.0f}")
+print(f"{label}: " + "; ".join(parts) + f"; errors {j['error']}")
 EOF
   kill -INT "$up"
   wait "$up" 2>/dev/null || true
 }
 
-echo "node lease $TTL; fio 4K random writes QD16 through NBD; one node killed 5 s in"
+echo "node lease $TTL; fio 4K random reads and writes 50/50 QD16 through NBD; one node killed 5 s in"
 run kill-other other
 run kill-leader leader

@@ -17,7 +17,8 @@ BASALT=${1:-target/release/basalt}
 VOLUME=${2:-1GiB}
 BASALT=$(realpath "$BASALT")
 WORK=$(mktemp -d -p "${TMPDIR:-/var/tmp}")
-trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$WORK"' EXIT
+# errexit applies inside the trap too: a `kill` with no job left must not skip the removal.
+trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$WORK"' EXIT
 
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
 

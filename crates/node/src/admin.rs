@@ -6,6 +6,7 @@
 
 use crate::pg::PgSummary;
 use crate::pg::throttle::NodeRecovery;
+use crate::readlease::ReadLeaseStatus;
 use crate::service::NodeShared;
 use basalt_meta::MetaStore;
 use basalt_proto::{ErrorCode, Response, WireError};
@@ -86,6 +87,9 @@ pub struct NodeStatus {
     /// What the node's recovery moved, its rate over the last seconds, its throttle.
     #[serde(default)]
     pub recovery: NodeRecovery,
+    /// Read leases granted and held (`readlease.rs`, failure-model.md rule 9).
+    #[serde(default)]
+    pub read_leases: ReadLeaseStatus,
 }
 
 /// One device in [`NodeStatus`].
@@ -266,6 +270,7 @@ impl AdminHandler {
             devices,
             pgs: node.pgs.summaries(),
             recovery: node.pgs.recovery(),
+            read_leases: node.pgs.ctx.leases.status(),
         }
     }
 }

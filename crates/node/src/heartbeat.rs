@@ -1,5 +1,6 @@
 //! Peer heartbeats and failure reports: each node pings every other live node of the map
-//! every `interval` on a connection of its own (not the data links, so that a long queue of
+//! every `interval` (a node new in the map, and every node after a new map, at once) on a
+//! connection of its own (not the data links, so that a long queue of
 //! writes never delays a ping); a peer that has not answered for `grace` is suspected, and
 //! the node writes a failure report of it (`meta/src/report.rs`: one key per (reporter,
 //! accused) under this node's lease). When the peer answers again (or leaves the map) the
@@ -121,11 +122,18 @@ pub(crate) async fn run(
         reported: BTreeMap::new(),
         marked_down: false,
     };
+    // A node new in the map gets its pinger at once, not at the next tick: its first ping
+    // grants it a read lease (without which its PGs' reads wait) and starts its watch.
+    let mut epochs = w.shared.maps.subscribe();
     loop {
         let stopping = tokio::select! {
             biased;
-            _ = tick.tick() => false,
             _ = stop.wait_for(|s| *s) => true,
+            _ = tick.tick() => false,
+            Ok(()) = epochs.changed() => {
+                w.sync_pingers();
+                continue;
+            }
         };
         if stopping {
             w.release_leases().await;

@@ -75,5 +75,6 @@ pub use pg::lost::LostReport;
 pub use pg::scrub::{PgScrub, ScrubReport};
 pub use pg::throttle::{Limits as RecoveryLimits, NodeRecovery, RateView};
 pub use pg::{PgStatusView, PgSummary, Tuning};
+pub use readlease::{LeaseGrant, ReadLeaseStatus};
 pub use reports::ReportRules;
 pub use server::{MAX_IN_FLIGHT, MAX_IN_FLIGHT_BYTES};

@@ -42,6 +42,7 @@
 use basalt_types::{Epoch, NodeId};
 use bytes::{BufMut, Bytes, BytesMut};
 use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -249,6 +250,59 @@ impl ReadLeases {
                 _ = tokio::time::sleep_until(until) => {}
                 _ = regranted => {}
             }
+        }
+    }
+}
+
+/// A node's read leases as `basalt status --json` shows them: the grants it made that are
+/// still running, and the peers whose lease it holds now.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadLeaseStatus {
+    /// Lease length (ms; 0: leases off, heartbeats off).
+    pub length_ms: u64,
+    /// Running grants: the peer, its map epoch when it asked, the ms left.
+    pub granted: Vec<LeaseGrant>,
+    /// Peers whose lease this node holds now.
+    pub held: Vec<NodeId>,
+    /// Peers that grant no leases (heartbeats off there): not required for a read.
+    pub without: Vec<NodeId>,
+}
+
+/// One running grant in [`ReadLeaseStatus`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseGrant {
+    pub node: NodeId,
+    pub epoch: Epoch,
+    pub left_ms: u64,
+}
+
+impl ReadLeases {
+    /// The grants running now and the leases held now.
+    pub fn status(&self) -> ReadLeaseStatus {
+        let now = Instant::now();
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let granted = self
+            .granted
+            .lock()
+            .iter()
+            .filter(|(_, g)| g.until > now)
+            .map(|(n, g)| LeaseGrant {
+                node: *n,
+                epoch: g.epoch,
+                left_ms: ms(g.until - now),
+            })
+            .collect();
+        let held = self.held.lock();
+        ReadLeaseStatus {
+            length_ms: ms(self.length),
+            granted,
+            held: held
+                .until
+                .iter()
+                .filter(|(n, until)| **until > now && !held.none.contains(n))
+                .map(|(n, _)| *n)
+                .collect(),
+            without: held.none.iter().copied().collect(),
         }
     }
 }

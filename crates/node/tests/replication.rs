@@ -5,7 +5,7 @@
 
 use basalt_client::Volume;
 use basalt_meta::OutReason;
-use basalt_node::{DeviceConfig, Node, NodeStatus};
+use basalt_node::{DeviceConfig, HeartbeatConfig, Node, NodeConfig, NodeStatus};
 use basalt_proto::{Request, Response};
 use basalt_types::{DeviceId, ObjectId};
 use std::time::Duration;
@@ -17,12 +17,17 @@ use common::{Cluster, OBJECT, PGS, WAIT, device_of, pattern, until};
 impl Cluster {
     /// Starts (or restarts, with its data) node `name` with one 256 MiB device file.
     async fn node(&self, name: &str) -> Node {
+        self.tuned_node(name, |_| {}).await
+    }
+
+    /// [`Cluster::node`] with `tune` adjusting its configuration.
+    async fn tuned_node(&self, name: &str, tune: impl FnOnce(&mut NodeConfig)) -> Node {
         let device = |data: &std::path::Path| DeviceConfig {
             size: Some(256 << 20),
             journal_size: Some(16 << 20),
             ..DeviceConfig::new(data.join("dev.img"))
         };
-        self.start_node(name, device, |_| {}).await
+        self.start_node(name, device, tune).await
     }
 
     /// Waits for a map placing every PG on `copies` devices.
@@ -491,4 +496,65 @@ async fn a_deposed_primary_whose_map_lags_answers_no_read_after_a_newer_write() 
     for n in nodes {
         n.shutdown().await;
     }
+}
+
+/// The epochs of the running read-lease grants `node` made, by the node holding each.
+fn grants(node: &Node) -> Vec<(basalt_types::NodeId, basalt_types::Epoch)> {
+    let status = node.status().read_leases;
+    status.granted.iter().map(|g| (g.node, g.epoch)).collect()
+}
+
+/// Read leases follow the map and a clean stop (failure-model.md rule 9), not only the
+/// heartbeat interval (10 minutes here): a node new in the map is pinged, and so granted a
+/// lease, at once; a new map makes every node ping again at once, so the grants carry the new
+/// epoch (a new term's promise waits for grants made at older epochs); a node stopping cleanly
+/// releases the leases it was granted, so none is left running on the others (its PGs' new
+/// terms need not wait for them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_leases_follow_the_map_and_a_clean_stop_releases_them() {
+    let c = Cluster::new().await;
+    let slow = |cfg: &mut NodeConfig| {
+        cfg.heartbeat = HeartbeatConfig {
+            interval: Duration::from_secs(600),
+            grace: Duration::from_secs(600),
+        }
+    };
+    let nodes = [
+        c.tuned_node("a", slow).await,
+        c.tuned_node("b", slow).await,
+        c.tuned_node("c", slow).await,
+    ];
+    let ids: Vec<_> = nodes.iter().map(|n| n.id()).collect();
+    until("every node granted a lease to each other node", || {
+        nodes.iter().all(|n| {
+            let to: Vec<_> = grants(n).iter().map(|g| g.0).collect();
+            ids.iter().all(|id| *id == n.id() || to.contains(id))
+        })
+    })
+    .await;
+    for n in &nodes {
+        let held = n.status().read_leases.held;
+        assert_eq!(held.len(), 2, "{} holds leases of {held:?}", n.id());
+    }
+    c.pool(3, 2).await;
+    let epoch = c.map_where("the pool", |m| !m.pools.is_empty()).await.epoch;
+    until("every grant made at the new map or later", || {
+        nodes.iter().all(|n| {
+            n.epoch() >= epoch && grants(n).iter().all(|(_, e)| *e >= epoch) && grants(n).len() == 2
+        })
+    })
+    .await;
+    let [a, b, d] = nodes;
+    let gone = a.id();
+    a.shutdown().await;
+    for n in [&b, &d] {
+        let left = grants(n);
+        assert!(
+            left.iter().all(|(id, _)| *id != gone),
+            "{} still grants the stopped node {gone} a lease: {left:?}",
+            n.id()
+        );
+    }
+    b.shutdown().await;
+    d.shutdown().await;
 }
