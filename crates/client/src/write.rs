@@ -58,7 +58,12 @@ impl Volume {
     }
 
     /// Discards `[offset, offset + len)`: afterwards the range reads as zeros and its space is free.
+    /// In [`Durability::Sync`] durable when acknowledged, like every write there: sent as a
+    /// write-zeroes with FUA (which a node runs exactly as a trim, durably).
     pub async fn trim(&self, offset: u64, len: u64) -> Result<(), ClientError> {
+        if self.durability == Durability::Sync {
+            return self.write_zeroes(offset, len, true).await;
+        }
         self.check_range(offset, len)?;
         let pieces = split(offset, len, self.object_size).map(|p| {
             let oid = ObjectId::new(self.pool, self.id, p.index);
@@ -261,6 +266,7 @@ mod tests {
             .unwrap();
         let flush = vol.write_zeroes(0, 4096, true).await;
         flush.unwrap();
+        vol.trim(0, 8192).await.unwrap();
         fx.cluster.inner.maps.offer(map(2, &[2]));
         vol.flush().await.unwrap();
         assert_eq!((n1.flushes(), n2.flushes()), (0, 1));

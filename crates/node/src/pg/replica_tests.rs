@@ -1,6 +1,7 @@
 //! The promise check on changes peering and recovery make to a copy: a `Put` of an older term
 //! than the member promised is refused, and so is the primary's own install (a superseded
-//! generation of the same device must not roll back what a newer term decided).
+//! generation of the same device must not roll back what a newer term decided); a replicated
+//! write applies only in the term the member was activated in and promised.
 
 use crate::pg::messages::{ImageKind, ImageMeta, PeerAnswer, PeerMsg};
 use crate::service::NodeShared;
@@ -116,4 +117,74 @@ async fn each_generation_of_a_primary_peers_in_a_term_of_its_own() {
     assert_eq!(first, Term::new(Epoch(7), 0));
     assert!(second > first, "{first} then {second}");
     p.stop_primary();
+}
+
+/// Rule 2 of the failure model on a member: a replicated write applies only in the term the
+/// member was activated in and the newest it promised. Refused (`StaleEpoch`, nothing written)
+/// before the activation, and once a newer primary's query was promised, before that term
+/// activates it too; so a deposed primary can complete no write once a newer term peered.
+#[tokio::test]
+async fn a_replicated_write_applies_only_in_the_term_the_member_was_activated_in_and_promised() {
+    use crate::pg::info::MemberInfo;
+    use basalt_proto::{RepKind, RepOp};
+    let dir = tempfile::tempdir().unwrap();
+    let (node, dev, pg) = one_device_node(dir.path()).await;
+    let store = node.pgs.store(dev).unwrap().clone();
+    let oid = ObjectId::new(PoolId(1), VolumeId(1), 0);
+    let (old, new) = (Term::new(Epoch(5), 0), Term::new(Epoch(7), 0));
+    let rep = |term: Term, n: u64| RepOp {
+        epoch: Epoch(0),
+        device: dev,
+        pg,
+        term,
+        oid,
+        version: term.version(n).unwrap(),
+        kind: RepKind::Write { offset: 0 },
+        data: Bytes::from(vec![n as u8; 4096]),
+    };
+    let query = |term| PeerMsg::Query {
+        device: dev,
+        pg,
+        term,
+        epoch: Epoch(0),
+        from: None,
+    };
+    let activate = |term: Term| PeerMsg::Activate {
+        device: dev,
+        pg,
+        term,
+        info: MemberInfo {
+            les: term.interval,
+            activated: term.interval,
+            ..MemberInfo::default()
+        },
+    };
+    let held = || async { store.object_info(oid).await.unwrap().map(|o| o.version) };
+
+    // Promised, not yet activated: refused.
+    node.pgs.peer(query(old), Bytes::new()).await.unwrap();
+    let err = node.pgs.rep(rep(old, 1)).await.unwrap_err();
+    assert_eq!(err.code, ErrorCode::StaleEpoch, "{err:?}");
+    assert_eq!(held().await, None);
+    // Activated: applied.
+    node.pgs.peer(activate(old), Bytes::new()).await.unwrap();
+    node.pgs.rep(rep(old, 1)).await.unwrap();
+    assert_eq!(held().await, Some(old.version(1).unwrap()));
+    // A newer primary's query promised: the older term's writes are refused, and the newer
+    // term's too until it activates the member.
+    node.pgs.peer(query(new), Bytes::new()).await.unwrap();
+    for op in [rep(old, 2), rep(new, 1)] {
+        let err = node.pgs.rep(op).await.unwrap_err();
+        assert_eq!(err.code, ErrorCode::StaleEpoch, "{err:?}");
+    }
+    assert_eq!(
+        held().await,
+        Some(old.version(1).unwrap()),
+        "nothing applied"
+    );
+    node.pgs.peer(activate(new), Bytes::new()).await.unwrap();
+    node.pgs.rep(rep(new, 1)).await.unwrap();
+    assert_eq!(held().await, Some(new.version(1).unwrap()));
+    let err = node.pgs.rep(rep(old, 3)).await.unwrap_err();
+    assert_eq!(err.code, ErrorCode::StaleEpoch, "{err:?}");
 }

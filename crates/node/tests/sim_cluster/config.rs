@@ -84,6 +84,9 @@ pub struct Config {
     pub ops_per_client: u32,
     /// Share of reads among operations.
     pub reads: f64,
+    /// Share of the other operations that zero a range instead of writing a block: a trim or
+    /// a write-zeroes of one to three blocks or of a whole object (which leaves a tombstone).
+    pub zeroes: f64,
     /// Pause between a client's operations.
     pub think: (u64, u64),
     /// Network delay per message, microseconds.
@@ -142,6 +145,7 @@ impl Config {
             clients: r.range(1, 4) as u32,
             ops_per_client: r.range(20, 80) as u32,
             reads: r.pick(&[0.2, 0.4, 0.6]),
+            zeroes: 0.0,
             think: r.pick(&[(0u64, 0u64), (0, 20), (10, 300)]),
             net_delay: (net_lo, net_lo * r.range(1, 5) + r.range(0, 500)),
             disk_latency: (disk_lo, disk_lo * r.range(1, 4) + r.range(0, 300)),
@@ -164,6 +168,11 @@ impl Config {
         cfg.faults.journal_tail = cfg.faults.media && r.chance(0.5);
         if cfg.faults.journal_tail {
             cfg.writeback_idle = Duration::from_millis(r.pick(&[2u64, 100, 2000]));
+        }
+        // Drawn after everything else for the same reason; a seed without them keeps its client
+        // schedule too (the clients draw nothing more).
+        if r.chance(0.5) {
+            cfg.zeroes = r.pick(&[0.1, 0.25]);
         }
         cfg
     }

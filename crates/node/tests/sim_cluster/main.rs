@@ -32,6 +32,8 @@ pub struct Report {
     pub acked: u64,
     pub failed_writes: u64,
     pub reads: u64,
+    /// Trims and write-zeroes acknowledged.
+    pub zeroings: u64,
     pub read_errors: u64,
     pub kills: u64,
     pub restarts: u64,
@@ -108,6 +110,7 @@ async fn run(cfg: Config, pool_first: bool) -> Report {
         acked: s.model.acked(),
         failed_writes: s.model.failed(),
         reads: s.reads,
+        zeroings: s.zeroings,
         read_errors: s.read_errors,
         kills: cluster.kills,
         restarts: cluster.restarts,
@@ -161,6 +164,7 @@ fn check_seeds(seeds: &[u64]) {
         cfg.faults.media = false;
         cfg.faults.journal_tail = false;
         cfg.writeback_idle = Duration::from_millis(2);
+        cfg.zeroes = 0.0;
         let r = check_config(cfg, false);
         assert!(r.acked > 0, "seed {seed}: {r:?}");
     }
@@ -220,6 +224,7 @@ fn swarm() {
         total.acked += r.acked;
         total.failed_writes += r.failed_writes;
         total.reads += r.reads;
+        total.zeroings += r.zeroings;
         total.read_errors += r.read_errors;
         total.kills += r.kills;
         total.restarts += r.restarts;
@@ -241,6 +246,7 @@ fn swarm() {
     if seeds >= 10 {
         assert!(
             total.kills > 0
+                && total.zeroings > 0
                 && total.restarts > 0
                 && total.held > 0
                 && total.breaks > 0
@@ -354,6 +360,7 @@ fn undersized_peering_trusts_nothing_for_good() {
         // The schedules these seeds failed with (before journal damage was drawn).
         cfg.faults.journal_tail = false;
         cfg.writeback_idle = Duration::from_millis(2);
+        cfg.zeroes = 0.0;
         let r = check_config(cfg, false);
         assert!(r.acked > 0 && r.flips > 0, "seed {seed}: {r:?}");
     }

@@ -4,10 +4,12 @@
 //!
 //! A read sent at `s` and answered at `d` may return the value of write `w` only if `w` was sent
 //! before `d` and no acknowledged write `w2` supersedes it: `w2` sent after `w` was acknowledged
-//! and acknowledged itself before `s`. Zeros (never written) only if no write was acknowledged
-//! before `s`. A write that failed (the client gave up) may still land at any time after it was
-//! sent; it never supersedes anything. So: every acknowledged write reads back until a later one
-//! replaces it, and no read returns data older than an acknowledged write.
+//! and acknowledged itself before `s`. Zeros are the value of a block never written (as if
+//! written and acknowledged at time 0) and of every zeroing write (trim, write-zeroes): a read
+//! may return them when one of those is not so superseded. A write that failed (the client
+//! gave up) may still land at any time after it was sent; it never supersedes anything. So:
+//! every acknowledged write reads back until a later one replaces it, and no read returns data
+//! older than an acknowledged write.
 
 use bytes::Bytes;
 
@@ -91,21 +93,41 @@ impl Model {
         }
     }
 
-    /// Checks a read of `block` sent at `sent`, answered now, that returned `value`.
+    /// Checks a read of `block` sent at `sent`, answered now, that returned `value`. Zeros are
+    /// the value of the block before any write (acknowledged at time 0) and of every zeroing
+    /// write (trim, write-zeroes), so they may come from any of those; every other value from
+    /// the one write that wrote it.
     pub fn check_read(&mut self, block: u64, sent: u64, value: u64) -> Result<(), String> {
         let done = self.now();
         let writes = &self.blocks[block as usize];
         let acked_before = |w: &Write| w.acked.is_some_and(|a| a < sent);
+        // The acknowledged write that makes `w` too old for this read, if any.
+        let newer = |w: &Write| {
+            let acked = w.acked?;
+            writes.iter().find(|w2| acked_before(w2) && w2.sent > acked)
+        };
         if value == 0 {
-            return match writes.iter().find(|w| acked_before(w)) {
-                None => Ok(()),
-                Some(w) => Err(format!(
-                    "block {block} read as never written, but write {:#x} was acknowledged \
-                     (at {}) before the read was sent (at {sent})",
-                    w.value,
-                    w.acked.unwrap_or_default()
-                )),
+            let initial = Write {
+                value: 0,
+                sent: 0,
+                acked: Some(0),
+                failed: false,
             };
+            let zeroings = writes.iter().filter(|w| w.value == 0 && w.sent < done);
+            if std::iter::once(&initial)
+                .chain(zeroings)
+                .any(|w| newer(w).is_none())
+            {
+                return Ok(());
+            }
+            let w2 = newer(&initial).expect("the initial zeros are superseded");
+            return Err(format!(
+                "block {block} read as zeros, but write {:#x} (sent at {}) was acknowledged \
+                 (at {}) after every zeroing and before the read was sent (at {sent})",
+                w2.value,
+                w2.sent,
+                w2.acked.unwrap_or_default()
+            ));
         }
         let Some(w) = writes.iter().find(|w| w.value == value) else {
             return Err(format!(
@@ -117,15 +139,13 @@ impl Model {
                 "block {block} read {value:#x} before it was written"
             ));
         }
-        let Some(acked) = w.acked else {
-            return Ok(());
-        };
-        match writes.iter().find(|w2| acked_before(w2) && w2.sent > acked) {
+        match newer(w) {
             None => Ok(()),
             Some(w2) => Err(format!(
-                "block {block} read {value:#x} (acknowledged at {acked}), older than write \
+                "block {block} read {value:#x} (acknowledged at {}), older than write \
                  {:#x} (sent at {}, acknowledged at {}) acknowledged before the read was sent \
                  (at {sent})",
+                w.acked.unwrap_or_default(),
                 w2.value,
                 w2.sent,
                 w2.acked.unwrap_or_default()
@@ -133,7 +153,7 @@ impl Model {
         }
     }
 
-    /// The block a write of `value` was sent to (values are unique per write).
+    /// The block a write of `value` was sent to (values other than zero are unique per write).
     pub fn block_of(&self, value: u64) -> Option<u64> {
         self.blocks
             .iter()
@@ -196,6 +216,29 @@ mod tests {
             "a failed write may have landed"
         );
         assert!(m.check_read(0, s, 2).is_ok());
+        // Zeroing writes: zeros may be read while one is in flight or once it is
+        // acknowledged, and an older value no more after that.
+        let z = m.write_sent(0, 0);
+        let s = m.now();
+        assert!(
+            m.check_read(0, s, 0).is_ok(),
+            "a zeroing in flight may be seen"
+        );
+        assert!(m.check_read(0, s, 2).is_ok(), "or not");
+        m.write_done(0, z, true);
+        let s = m.now();
+        assert!(m.check_read(0, s, 0).is_ok());
+        assert!(
+            m.check_read(0, s, 2).is_err(),
+            "older than an acknowledged zeroing"
+        );
+        let d = m.write_sent(0, 4);
+        m.write_done(0, d, true);
+        let s = m.now();
+        assert!(
+            m.check_read(0, s, 0).is_err(),
+            "zeros older than an acknowledged write"
+        );
         assert!(value_of(&pattern(7)).is_ok_and(|v| v == 7));
         let mut torn = pattern(7).to_vec();
         torn[4095] = 1;

@@ -1,5 +1,6 @@
-//! The clients (writes and reads of 4 KiB blocks through the client library) and the fault
-//! injector, as futures of the harness's one task; the model records and checks every answer.
+//! The clients (writes and reads of 4 KiB blocks, trims and write-zeroes, through the client
+//! library) and the fault injector, as futures of the harness's one task; the model records
+//! and checks every answer.
 
 use crate::cluster::{CLIENT, SimCluster};
 use crate::config::{Config, Rng};
@@ -18,6 +19,8 @@ pub struct Seen {
     pub model: Model,
     pub trace: Trace,
     pub reads: u64,
+    /// Trims and write-zeroes acknowledged.
+    pub zeroings: u64,
     pub read_errors: u64,
     pub write_errors: u64,
     pub violations: Vec<String>,
@@ -73,6 +76,8 @@ pub async fn client(
                     s.trace.add_str(12, &e.to_string());
                 }
             }
+        } else if cfg.zeroes > 0.0 && rng.chance(cfg.zeroes) {
+            zero(c, volume, &seen, &mut rng, cfg, block, start).await;
         } else {
             let value = (u64::from(c) + 1) << 32 | u64::from(n + 1);
             let i = seen.borrow_mut().model.write_sent(block, value);
@@ -96,6 +101,60 @@ pub async fn client(
         }
     }
     seen.borrow_mut().running -= 1;
+}
+
+/// One zeroing operation from `block`: a trim or a write-zeroes (durable) of one to three
+/// blocks, or of the whole object (a tombstone where the volume covers it).
+async fn zero(
+    c: u32,
+    volume: &Volume,
+    seen: &Shared,
+    rng: &mut Rng,
+    cfg: &Config,
+    block: u64,
+    start: Instant,
+) {
+    let per_object = u64::from(cfg.object_size) / BLOCK as u64;
+    let (first, count) = if rng.chance(0.5) {
+        let first = block / per_object * per_object;
+        (first, per_object.min(cfg.blocks - first))
+    } else {
+        (block, rng.range(1, 3).min(cfg.blocks - block))
+    };
+    let trim = rng.chance(0.5);
+    let sent: Vec<usize> = {
+        let mut s = seen.borrow_mut();
+        (first..first + count)
+            .map(|b| s.model.write_sent(b, 0))
+            .collect()
+    };
+    let (offset, len) = (first * BLOCK as u64, count * BLOCK as u64);
+    let answer = match trim {
+        true => volume.trim(offset, len).await,
+        false => volume.write_zeroes(offset, len, true).await,
+    };
+    let mut s = seen.borrow_mut();
+    for (b, i) in (first..).zip(sent) {
+        s.model.write_done(b, i, answer.is_ok());
+    }
+    s.trace.add(
+        15,
+        &[
+            u64::from(c),
+            first,
+            count,
+            u64::from(trim),
+            u64::from(answer.is_ok()),
+            ms_since(start),
+        ],
+    );
+    match answer {
+        Ok(()) => s.zeroings += 1,
+        Err(e) => {
+            s.write_errors += 1;
+            s.trace.add_str(14, &e.to_string());
+        }
+    }
 }
 
 /// Seconds of virtual time the final check retries a block's read: the cluster may still be
