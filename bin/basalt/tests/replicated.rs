@@ -203,6 +203,13 @@ fn with_two_of_three_nodes_down_writes_wait_and_complete_when_one_returns() {
     );
     let (object, generation, sent) =
         pending.expect("the writer has a write waiting with two nodes down");
+    // A read waits too (served from no PG below min_size), on a connection of its own.
+    let mut reader = nbd(&c);
+    let read = std::thread::spawn(move || {
+        let got = reader.read(0, 4096);
+        reader.disconnect();
+        (got, Instant::now())
+    });
 
     // The first returns (it missed writes): the waiting write completes, nothing is lost.
     let back = Instant::now();
@@ -230,6 +237,12 @@ fn with_two_of_three_nodes_down_writes_wait_and_complete_when_one_returns() {
     );
     assert_eq!(log.errors(), Vec::new(), "failed writes");
     log.verify(&mut nbd, c.object_size);
+    let (got, read_at) = read.join().unwrap();
+    assert!(
+        matches!(got, Ok(Ok(ref data)) if data.len() == 4096),
+        "the waiting read: {got:?}"
+    );
+    assert!(read_at > back, "a read was served below min_size");
 
     c.restart(second);
     c.wait_clean(WAIT);
