@@ -55,6 +55,7 @@ mod server;
 mod service;
 #[cfg(feature = "sim")]
 pub mod sim;
+mod stopmark;
 #[cfg(test)]
 mod testing;
 mod volumes;

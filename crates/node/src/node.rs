@@ -12,6 +12,7 @@ use crate::pg::{Ctx, Pgs, Recovery};
 use crate::readlease::ReadLeases;
 use crate::server::Limits;
 use crate::service::{NodeService, NodeShared};
+use crate::stopmark;
 use crate::volumes::Volumes;
 use crate::{
     advertise, collect, devices, faults, heartbeat, identity, leader, lease, server, volumes,
@@ -45,6 +46,9 @@ pub struct Node {
     /// Held while the node runs: no other process may use its data directory (none in the
     /// simulator, which has no directories).
     _dir_lock: Option<DirLock>,
+    /// Where a clean stop leaves its mark: until when its read-lease grants run
+    /// (`stopmark.rs`; none in the simulator).
+    stop_mark: Option<std::path::PathBuf>,
     /// The service its PGs reach their members on this node through (held weakly there): kept
     /// alive with the node, listener or not.
     _local: Arc<dyn Service>,
@@ -66,9 +70,9 @@ pub(crate) struct Parts {
     /// The data-path listener (`None`: reached only in process or through a simulated network).
     pub listener: Option<tokio::net::TcpListener>,
     pub dir_lock: Option<DirLock>,
-    /// The node never ran before (its id was allocated now): no earlier process of it granted
-    /// read leases.
-    pub fresh: bool,
+    /// How long read leases earlier processes of the node granted may still run: none when its
+    /// id was allocated now, what a clean stop's mark says (`stopmark.rs`), else a lease length.
+    pub earlier_grants: Duration,
 }
 
 impl Node {
@@ -89,6 +93,11 @@ impl Node {
         let dir_lock = basalt_engine::lock_dir(&config.data_dir).map_err(NodeError::DataDir)?;
         let catalog = Catalog::new(meta.clone());
         let (id, fresh) = identity::load_or_allocate(&catalog, &config.data_dir).await?;
+        let mark = stopmark::take(&config.data_dir).map_err(|source| NodeError::Io {
+            path: config.data_dir.join("leases-ended").display().to_string(),
+            source,
+        })?;
+        let earlier_grants = earlier_grants(fresh, mark, &config);
         let devices::Opened { stores, unopened } = devices::open_all(
             &catalog,
             id,
@@ -121,7 +130,7 @@ impl Node {
             local_addr,
             listener: Some(listener),
             dir_lock: Some(dir_lock),
-            fresh,
+            earlier_grants,
         })
         .await
     }
@@ -141,7 +150,7 @@ impl Node {
             local_addr,
             listener,
             dir_lock,
-            fresh,
+            earlier_grants,
         } = parts;
         let maps = Arc::new(MapState::new(stores.clone()));
         let peers = Arc::new(Peers::new(
@@ -155,7 +164,10 @@ impl Node {
             peers: peers.clone(),
             tuning: config.tuning.clone(),
             recovery: Recovery::new(&config.tuning),
-            leases: Arc::new(ReadLeases::new(config.heartbeat.lease_length(), fresh)),
+            leases: Arc::new(ReadLeases::new(
+                config.heartbeat.lease_length(),
+                earlier_grants,
+            )),
         });
         let pgs = Pgs::new(ctx, stores.clone());
         pgs.scrub
@@ -297,6 +309,7 @@ impl Node {
             computations,
             in_flight,
             stall_limit: config.device_stall_timeout,
+            stop_mark: dir_lock.as_ref().map(|_| config.data_dir.clone()),
             _dir_lock: dir_lock,
             _local: local,
         })
@@ -315,7 +328,7 @@ impl Node {
         addr: String,
     ) -> Result<Node, NodeError> {
         let catalog = Catalog::new(meta.clone());
-        let fresh = id.is_none();
+        let earlier_grants = earlier_grants(id.is_none(), None, &config);
         let id = match id {
             Some(id) => id,
             None => NodeId(catalog.next_id(basalt_meta::IdKind::Node).await? as u32),
@@ -338,7 +351,7 @@ impl Node {
             local_addr: SocketAddr::from(([0, 0, 0, 0], 0)),
             listener: None,
             dir_lock: None,
-            fresh,
+            earlier_grants,
         })
         .await
     }
@@ -457,7 +470,9 @@ impl Node {
     /// lease would have expired, resigns the leadership if it holds it, stops listening, and
     /// closes every store (which drains and syncs it). Gives the metadata store at most
     /// `STOP_LIMIT` (5 s) for the revocation and resignation (if it does not answer, the lease
-    /// expires by its TTL).
+    /// expires by its TTL). Then it grants no more read leases and leaves a mark in its data
+    /// directory saying until when the last one runs, so that the next start waits only for
+    /// what is left of it before promising new terms (`stopmark.rs`).
     pub async fn shutdown(mut self) {
         self.shared.stopping.store(true, Ordering::Release);
         if !self.in_flight.wait_idle(DRAIN_LIMIT).await {
@@ -481,8 +496,17 @@ impl Node {
             }
         }
         self.tasks.clear();
+        // It left: no more read leases; the last one granted runs out by `leases_end`.
+        let leases = self.shared.pgs.ctx.leases.clone();
+        let leases_end = leases.close();
         for store in self.shared.maps.stores().values() {
             close_store(store, self.stall_limit).await;
+        }
+        if let (Some(dir), true) = (&self.stop_mark, leases.enabled()) {
+            // So that the next start waits for what is left of them, not a lease length.
+            if let Err(e) = stopmark::write(dir, leases_end) {
+                tracing::warn!(node = %self.shared.id, "writing the clean-stop mark: {e}");
+            }
         }
         tracing::info!(node = %self.shared.id, "node stopped");
     }
@@ -575,5 +599,16 @@ async fn follow_maps(catalog: Catalog, shared: Arc<NodeShared>, mut stop: watch:
             _ = tokio::time::sleep(Duration::from_millis(200)) => {}
             _ = stop.wait_for(|s| *s) => return,
         }
+    }
+}
+
+/// How long read leases earlier processes of a node may still run ([`Parts::earlier_grants`]):
+/// none when `fresh` (its id allocated now); else what the clean-stop mark said, or a length.
+fn earlier_grants(fresh: bool, mark: Option<Duration>, config: &NodeConfig) -> Duration {
+    let length = config.heartbeat.lease_length();
+    match (fresh, mark) {
+        (true, _) => Duration::ZERO,
+        (false, Some(left)) => left.min(length),
+        (false, None) => length,
     }
 }

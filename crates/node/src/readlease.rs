@@ -44,7 +44,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -87,6 +87,8 @@ pub struct ReadLeases {
     /// are forgotten at a restart): no promise before. `None`: the node never ran before.
     earlier_run_out: Option<Instant>,
     granted: Mutex<BTreeMap<NodeId, Grant>>,
+    /// The node is stopping: no more grants (`close`).
+    closed: AtomicBool,
     held: Mutex<Held>,
     /// Notified when a grant changes (a peer pinged again, or released).
     regranted: Notify,
@@ -100,14 +102,17 @@ struct Held {
 }
 
 impl ReadLeases {
-    /// Leases of `length` (the heartbeat grace); zero turns them off. `fresh`: the node never
-    /// ran before (no earlier process of it granted anything).
-    pub fn new(length: Duration, fresh: bool) -> ReadLeases {
+    /// Leases of `length` (the heartbeat grace); zero turns them off. Grants earlier processes
+    /// of the node made run out within `earlier` (at most a length: zero when the node never
+    /// ran before, what a clean stop said otherwise, `stopmark.rs`); no promise before.
+    pub fn new(length: Duration, earlier: Duration) -> ReadLeases {
+        let earlier = earlier.min(length);
         ReadLeases {
             length,
             incarnation: incarnation(),
-            earlier_run_out: (!fresh).then(|| Instant::now() + length),
+            earlier_run_out: (!earlier.is_zero()).then(|| Instant::now() + earlier),
             granted: Mutex::default(),
+            closed: AtomicBool::new(false),
             held: Mutex::default(),
             regranted: Notify::new(),
         }
@@ -158,6 +163,7 @@ impl ReadLeases {
                     }
                     REFUSED
                 }
+                _ if self.closed.load(Ordering::Acquire) => REFUSED,
                 _ if ping.epoch >= mine() => {
                     let grant = Grant {
                         until: Instant::now() + self.length,
@@ -266,6 +272,10 @@ pub struct ReadLeaseStatus {
     pub held: Vec<NodeId>,
     /// Peers that grant no leases (heartbeats off there): not required for a read.
     pub without: Vec<NodeId>,
+    /// How long this node's promises still wait for grants its previous process may have made
+    /// (ms; after a clean stop only what was left of them: `stopmark.rs`).
+    #[serde(default)]
+    pub restart_wait_ms: u64,
 }
 
 /// One running grant in [`ReadLeaseStatus`].
@@ -277,6 +287,23 @@ pub struct LeaseGrant {
 }
 
 impl ReadLeases {
+    /// The node is stopping: grants no more leases. Returns when the last grant it made runs
+    /// out (now, when none runs).
+    pub fn close(&self) -> Instant {
+        let granted = self.granted.lock();
+        self.closed.store(true, Ordering::Release);
+        let now = Instant::now();
+        granted.values().map(|g| g.until).fold(now, Instant::max)
+    }
+
+    /// How long a promise still waits for the grants an earlier process of this node may have
+    /// made.
+    pub fn restart_wait(&self) -> Duration {
+        self.earlier_run_out.map_or(Duration::ZERO, |at| {
+            at.saturating_duration_since(Instant::now())
+        })
+    }
+
     /// The grants running now and the leases held now.
     pub fn status(&self) -> ReadLeaseStatus {
         let now = Instant::now();
@@ -303,6 +330,7 @@ impl ReadLeases {
                 .map(|(n, _)| *n)
                 .collect(),
             without: held.none.iter().copied().collect(),
+            restart_wait_ms: ms(self.restart_wait()),
         }
     }
 }
@@ -359,7 +387,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_peer_behind_this_nodes_map_gets_no_grant() {
-        let (m, a) = (ReadLeases::new(L, false), ReadLeases::new(L, false));
+        let (m, a) = (ReadLeases::new(L, L), ReadLeases::new(L, L));
         assert!(!ask(&m, &a, 1, 4, 5));
         assert!(!a.holds(NodeId(99)));
         assert!(ask(&m, &a, 1, 5, 5));
@@ -372,7 +400,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_lease_is_held_from_the_ping_for_seven_eighths_of_the_shorter_length() {
-        let (m, a) = (ReadLeases::new(L, false), ReadLeases::new(L, false));
+        let (m, a) = (ReadLeases::new(L, L), ReadLeases::new(L, L));
         let sent = Instant::now();
         let ping = a.ping(NodeId(1), Epoch(3), false);
         tokio::time::advance(Duration::from_millis(100)).await;
@@ -385,7 +413,7 @@ mod tests {
         tokio::time::advance(Duration::from_millis(2)).await;
         assert!(!a.holds(NodeId(2)), "held past sent + 7/8 of the length");
         // A granter with a shorter lease: held for 7/8 of that one.
-        let short = ReadLeases::new(L / 4, false);
+        let short = ReadLeases::new(L / 4, L / 4);
         let (sent, ping) = (Instant::now(), a.ping(NodeId(1), Epoch(3), false));
         let pong = short.answer(ping.clone(), || Epoch(3));
         a.answered(NodeId(4), sent, &ping, &pong);
@@ -396,8 +424,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn peers_without_leases_are_not_required() {
         let (off, a) = (
-            ReadLeases::new(Duration::ZERO, false),
-            ReadLeases::new(L, false),
+            ReadLeases::new(Duration::ZERO, Duration::ZERO),
+            ReadLeases::new(L, L),
         );
         let ping = a.ping(NodeId(1), Epoch(3), false);
         let pong = off.answer(ping.clone(), || Epoch(3));
@@ -412,8 +440,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_promise_waits_for_grants_at_older_epochs_to_run_out_or_be_renewed() {
         let (m, a) = (
-            Arc::new(ReadLeases::new(L, false)),
-            Arc::new(ReadLeases::new(L, false)),
+            Arc::new(ReadLeases::new(L, L)),
+            Arc::new(ReadLeases::new(L, L)),
         );
         // Past the wait for an earlier process's grants.
         tokio::time::advance(L).await;
@@ -438,7 +466,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_restarted_node_promises_only_once_its_earlier_grants_ran_out() {
-        let (restarted, fresh) = (ReadLeases::new(L, false), ReadLeases::new(L, true));
+        let (restarted, fresh) = (ReadLeases::new(L, L), ReadLeases::new(L, Duration::ZERO));
         let start = Instant::now();
         fresh.wait_grants_before(Epoch(1), None).await;
         assert_eq!(
@@ -448,18 +476,22 @@ mod tests {
         );
         restarted.wait_grants_before(Epoch(1), None).await;
         assert_eq!(start.elapsed(), L);
+        // After a clean stop, what its mark said was left (never more than a length).
+        let start = Instant::now();
+        let (marked, odd) = (ReadLeases::new(L, L / 4), ReadLeases::new(L, L * 3));
+        marked.wait_grants_before(Epoch(1), None).await;
+        assert_eq!(start.elapsed(), L / 4);
+        odd.wait_grants_before(Epoch(1), None).await;
+        assert_eq!(start.elapsed(), L);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_release_ends_the_grant_of_its_own_incarnation_at_once() {
-        let (m, a) = (
-            Arc::new(ReadLeases::new(L, false)),
-            ReadLeases::new(L, false),
-        );
+        let (m, a) = (Arc::new(ReadLeases::new(L, L)), ReadLeases::new(L, L));
         tokio::time::advance(L).await;
         assert!(ask(&m, &a, 1, 5, 5));
         // A release from another process of node 1 (a restart) leaves the grant alone.
-        let earlier = ReadLeases::new(L, false);
+        let earlier = ReadLeases::new(L, L);
         m.answer(earlier.ping(NodeId(1), Epoch(5), true), || Epoch(6));
         let start = Instant::now();
         let m2 = m.clone();
@@ -473,9 +505,27 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_closed_node_grants_nothing_and_knows_when_its_last_grant_ends() {
+        let (m, a, b) = (
+            ReadLeases::new(L, Duration::ZERO),
+            ReadLeases::new(L, Duration::ZERO),
+            ReadLeases::new(L, Duration::ZERO),
+        );
+        assert!(ask(&m, &a, 1, 5, 5));
+        tokio::time::advance(L / 2).await;
+        assert!(ask(&m, &b, 2, 5, 5));
+        let last = Instant::now() + L;
+        tokio::time::advance(L / 4).await;
+        assert_eq!(m.close(), last, "the later grant's end");
+        assert!(!ask(&m, &a, 1, 5, 5), "no grant once closed");
+        tokio::time::advance(L).await;
+        assert_eq!(m.close(), Instant::now(), "nothing runs");
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn off_without_heartbeats() {
-        let m = ReadLeases::new(Duration::ZERO, false);
-        let a = ReadLeases::new(L, false);
+        let m = ReadLeases::new(Duration::ZERO, Duration::ZERO);
+        let a = ReadLeases::new(L, L);
         assert!(m.holds(NodeId(9)));
         assert!(!ask(&m, &a, 1, 5, 5));
         let start = Instant::now();

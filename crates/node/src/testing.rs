@@ -59,7 +59,10 @@ pub(crate) fn shared(
         )),
         tuning: Tuning::default(),
         recovery: Recovery::new(&Tuning::default()),
-        leases: Arc::new(crate::readlease::ReadLeases::new(Duration::ZERO, true)),
+        leases: Arc::new(crate::readlease::ReadLeases::new(
+            Duration::ZERO,
+            Duration::ZERO,
+        )),
     });
     Arc::new(NodeShared {
         id,

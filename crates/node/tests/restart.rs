@@ -1,0 +1,96 @@
+//! Read leases across a node's restarts (failure-model.md rule 9), with real nodes in one
+//! process over simulated disks: a process forgets the leases its predecessor granted, so it
+//! promises new terms only a lease length after it starts, unless that predecessor stopped
+//! cleanly: it left a mark in the data directory saying until when its grants run, and the next
+//! start (which takes the mark) waits only for what is left of them (`stopmark.rs`).
+
+use basalt_engine::sim::SimDisk;
+use basalt_node::{DeviceConfig, HeartbeatConfig, Node};
+use std::time::Duration;
+
+mod common;
+
+use common::{Cluster, PGS, until};
+
+/// The heartbeat grace, and so the lease length: long enough that a node restarted after a
+/// kill surely starts within half of it.
+const GRACE: Duration = Duration::from_secs(5);
+
+async fn node(c: &Cluster, name: &str, disk: &SimDisk) -> Node {
+    let device = |data: &std::path::Path| DeviceConfig {
+        sim: Some(disk.clone()),
+        ..DeviceConfig::new(data.join("dev.img"))
+    };
+    c.start_node(name, device, |config| {
+        config.heartbeat = HeartbeatConfig {
+            interval: Duration::from_millis(500),
+            grace: GRACE,
+        };
+    })
+    .await
+}
+
+fn all_clean(nodes: &[&Node]) -> bool {
+    let clean = nodes
+        .iter()
+        .flat_map(|n| n.status().pgs)
+        .filter(|p| p.status.state == "active" && p.clean)
+        .count();
+    clean == PGS as usize
+}
+
+fn restart_wait(node: &Node) -> Duration {
+    Duration::from_millis(node.status().read_leases.restart_wait_ms)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_stopped_cleanly_waits_only_for_what_is_left_of_its_grants_and_a_killed_one_a_lease_length()
+ {
+    let c = Cluster::new().await;
+    let disks: Vec<SimDisk> = (0..3).map(|_| SimDisk::new(64 << 20)).collect();
+    let a = node(&c, "a", &disks[0]).await;
+    let b = node(&c, "b", &disks[1]).await;
+    let d = node(&c, "d", &disks[2]).await;
+    assert_eq!(restart_wait(&a), Duration::ZERO, "a node that never ran");
+    c.pool(3, 2).await;
+    until("every PG clean", || all_clean(&[&a, &b, &d])).await;
+    until("a granted leases", || {
+        a.status().read_leases.granted.len() == 2
+    })
+    .await;
+
+    // A clean stop says until when its grants run: the next process waits only for what is
+    // left. Started once the others' leases of it ran out (the grants end at most an eighth
+    // of a length later), it waits next to nothing.
+    let id = a.id();
+    let holds_a = |n: &Node| n.status().read_leases.held.contains(&id);
+    assert!(holds_a(&b) && holds_a(&d), "the others hold leases of a");
+    a.shutdown().await;
+    until("the others' leases of a ran out", || {
+        !holds_a(&b) && !holds_a(&d)
+    })
+    .await;
+    let a = node(&c, "a", &disks[0]).await;
+    let wait = restart_wait(&a);
+    assert!(wait < GRACE / 2, "after a clean stop: {wait:?}");
+    until("every PG clean again", || all_clean(&[&a, &b, &d])).await;
+    until("a granted leases again", || {
+        a.status().read_leases.granted.len() == 2
+    })
+    .await;
+
+    // Killed (its disk loses power), it leaves no mark (the last start took it): the next
+    // process waits.
+    let image = disks[0].crash(1);
+    a.kill();
+    let a = node(&c, "a", &image).await;
+    let wait = restart_wait(&a);
+    assert!(
+        wait > GRACE / 2 && wait <= GRACE,
+        "after a kill the restarted node waits for its earlier grants: {wait:?}"
+    );
+    until("every PG clean at the end", || all_clean(&[&a, &b, &d])).await;
+    for n in [a, b, d] {
+        n.shutdown().await;
+    }
+}
