@@ -210,6 +210,10 @@ fn with_two_of_three_nodes_down_writes_wait_and_complete_when_one_returns() {
         reader.disconnect();
         (got, Instant::now())
     });
+    // A read served here would be answered in a millisecond; the status call takes longer.
+    let s = c.up.cli_json(&["status"]);
+    assert!(s["nodes"].is_array(), "{s}");
+    assert!(!read.is_finished(), "a read was answered below min_size");
 
     // The first returns (it missed writes): the waiting write completes, nothing is lost.
     let back = Instant::now();

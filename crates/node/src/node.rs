@@ -603,12 +603,12 @@ async fn follow_maps(catalog: Catalog, shared: Arc<NodeShared>, mut stop: watch:
 }
 
 /// How long read leases earlier processes of a node may still run ([`Parts::earlier_grants`]):
-/// none when `fresh` (its id allocated now); else what the clean-stop mark said, or a length.
+/// none when `fresh` (its id allocated now); else what the clean-stop mark said (whatever the
+/// grace was then), or a lease length now (a crash leaves no mark).
 fn earlier_grants(fresh: bool, mark: Option<Duration>, config: &NodeConfig) -> Duration {
-    let length = config.heartbeat.lease_length();
     match (fresh, mark) {
         (true, _) => Duration::ZERO,
-        (false, Some(left)) => left.min(length),
-        (false, None) => length,
+        (false, Some(left)) => left,
+        (false, None) => config.heartbeat.lease_length(),
     }
 }

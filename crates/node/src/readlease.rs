@@ -87,6 +87,10 @@ pub struct ReadLeases {
     /// are forgotten at a restart): no promise before. `None`: the node never ran before.
     earlier_run_out: Option<Instant>,
     granted: Mutex<BTreeMap<NodeId, Grant>>,
+    /// The last process of each node that released its leases (it is stopping): a lease ping
+    /// of it that arrives after the release (sent earlier, on another connection) gets no
+    /// grant. Locked inside `granted`.
+    released: Mutex<BTreeMap<NodeId, u64>>,
     /// The node is stopping: no more grants (`close`).
     closed: AtomicBool,
     held: Mutex<Held>,
@@ -103,15 +107,15 @@ struct Held {
 
 impl ReadLeases {
     /// Leases of `length` (the heartbeat grace); zero turns them off. Grants earlier processes
-    /// of the node made run out within `earlier` (at most a length: zero when the node never
-    /// ran before, what a clean stop said otherwise, `stopmark.rs`); no promise before.
+    /// of the node made run out within `earlier` (zero when the node never ran before, what a
+    /// clean stop said, else a length: `node.rs::earlier_grants`); no promise before.
     pub fn new(length: Duration, earlier: Duration) -> ReadLeases {
-        let earlier = earlier.min(length);
         ReadLeases {
             length,
             incarnation: incarnation(),
             earlier_run_out: (!earlier.is_zero()).then(|| Instant::now() + earlier),
             granted: Mutex::default(),
+            released: Mutex::default(),
             closed: AtomicBool::new(false),
             held: Mutex::default(),
             regranted: Notify::new(),
@@ -143,7 +147,8 @@ impl ReadLeases {
     /// Answers a ping payload; `mine` gives this node's map epoch, read under the grants' lock
     /// (a map installed meanwhile is seen either by this answer or by the promise's wait). A
     /// lease ping gets a grant for this node's lease length when the pinger's map is not
-    /// behind, else a refusal; a release of the same incarnation drops the pinger's grant.
+    /// behind, else a refusal; a release of the same incarnation drops the pinger's grant, and
+    /// that incarnation gets none any more (a ping of it may arrive after its release).
     /// Anything else is echoed.
     pub fn answer(&self, data: Bytes, mine: impl FnOnce() -> Epoch) -> Bytes {
         let Some(ping) = parse_ping(&data) else {
@@ -161,9 +166,11 @@ impl ReadLeases {
                     {
                         granted.remove(&ping.node);
                     }
+                    self.released.lock().insert(ping.node, ping.incarnation);
                     REFUSED
                 }
                 _ if self.closed.load(Ordering::Acquire) => REFUSED,
+                _ if self.released.lock().get(&ping.node) == Some(&ping.incarnation) => REFUSED,
                 _ if ping.epoch >= mine() => {
                     let grant = Grant {
                         until: Instant::now() + self.length,
@@ -287,13 +294,17 @@ pub struct LeaseGrant {
 }
 
 impl ReadLeases {
-    /// The node is stopping: grants no more leases. Returns when the last grant it made runs
-    /// out (now, when none runs).
+    /// The node is stopping: grants no more leases. Returns when the last grant of this node
+    /// runs out: its own, and those an earlier process may have made (now, when none runs).
     pub fn close(&self) -> Instant {
         let granted = self.granted.lock();
         self.closed.store(true, Ordering::Release);
         let now = Instant::now();
-        granted.values().map(|g| g.until).fold(now, Instant::max)
+        let earlier = self.earlier_run_out.unwrap_or(now).max(now);
+        granted
+            .values()
+            .map(|g| g.until)
+            .fold(earlier, Instant::max)
     }
 
     /// How long a promise still waits for the grants an earlier process of this node may have
@@ -476,13 +487,14 @@ mod tests {
         );
         restarted.wait_grants_before(Epoch(1), None).await;
         assert_eq!(start.elapsed(), L);
-        // After a clean stop, what its mark said was left (never more than a length).
+        // After a clean stop, what its mark said was left (more than this process's length
+        // when the grace was longer before).
         let start = Instant::now();
-        let (marked, odd) = (ReadLeases::new(L, L / 4), ReadLeases::new(L, L * 3));
+        let (marked, longer) = (ReadLeases::new(L, L / 4), ReadLeases::new(L, L * 3));
         marked.wait_grants_before(Epoch(1), None).await;
         assert_eq!(start.elapsed(), L / 4);
-        odd.wait_grants_before(Epoch(1), None).await;
-        assert_eq!(start.elapsed(), L);
+        longer.wait_grants_before(Epoch(1), None).await;
+        assert_eq!(start.elapsed(), L * 3);
     }
 
     #[tokio::test(start_paused = true)]
@@ -502,6 +514,11 @@ mod tests {
         });
         m.wait_grants_before(Epoch(6), None).await;
         assert_eq!(start.elapsed(), Duration::from_millis(200));
+        // A ping the released process sent before its release, arriving after it (on another
+        // connection), gets no grant; its next process does.
+        assert!(!ask(&m, &a, 1, 6, 6), "a ping of a released process");
+        let next = ReadLeases::new(L, L);
+        assert!(ask(&m, &next, 1, 6, 6), "the node's next process");
     }
 
     #[tokio::test(start_paused = true)]
@@ -520,6 +537,10 @@ mod tests {
         assert!(!ask(&m, &a, 1, 5, 5), "no grant once closed");
         tokio::time::advance(L).await;
         assert_eq!(m.close(), Instant::now(), "nothing runs");
+        // A process that granted nothing yet still answers for its predecessor's grants.
+        let restarted = ReadLeases::new(L, L);
+        tokio::time::advance(L / 4).await;
+        assert_eq!(restarted.close(), Instant::now() + L * 3 / 4);
     }
 
     #[tokio::test(start_paused = true)]

@@ -43,25 +43,31 @@ pub(crate) fn write(dir: &Path, until: Instant) -> io::Result<()> {
 
 /// Takes the mark the last process left, if any: how long its grants may still run (`None`:
 /// no usable mark, so as long as a lease can). Removes it, durably, first.
+/// Fails only when the mark cannot be removed; one that cannot be read counts as none.
 pub(crate) fn take(dir: &Path) -> io::Result<Option<Duration>> {
-    let text = match std::fs::read_to_string(dir.join(FILE)) {
-        Ok(text) => text,
+    let bytes = match std::fs::read(dir.join(FILE)) {
+        Ok(bytes) => bytes,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
+        Err(e) => {
+            tracing::warn!("reading the clean-stop mark: {e}; taken as none");
+            Vec::new()
+        }
     };
     std::fs::remove_file(dir.join(FILE))?;
     std::fs::File::open(dir)?.sync_all()?;
-    let Some(until_ns) = parse(&text, &boot_id()?) else {
+    let text = String::from_utf8_lossy(&bytes);
+    let left = boot_id().ok().and_then(|boot| {
+        let until_ns = parse(&text, &boot)?;
+        Some(until_ns.saturating_sub(boottime_ns().ok()?))
+    });
+    if left.is_none() {
         tracing::warn!(
             "the clean-stop mark is unreadable or from another boot ({:?}): waiting a whole \
              lease length before promising",
             text.trim_end()
         );
-        return Ok(None);
-    };
-    Ok(Some(Duration::from_nanos(
-        until_ns.saturating_sub(boottime_ns()?),
-    )))
+    }
+    Ok(left.map(Duration::from_nanos))
 }
 
 /// The `until_ns` of a mark written on boot `boot`, if it is one and its CRC holds.
@@ -119,6 +125,9 @@ mod tests {
         assert_eq!(take(dir.path()).unwrap(), None, "taken once");
         write(dir.path(), Instant::now()).unwrap();
         assert_eq!(take(dir.path()).unwrap(), Some(Duration::ZERO), "run out");
+        std::fs::write(dir.path().join(FILE), b"\xff\xfe garbage").unwrap();
+        assert_eq!(take(dir.path()).unwrap(), None, "unreadable: none");
+        assert!(!dir.path().join(FILE).exists(), "and taken");
     }
 
     #[test]

@@ -64,7 +64,7 @@ async fn a_node_stopped_cleanly_waits_only_for_what_is_left_of_its_grants_and_a_
     // of a length later), it waits next to nothing.
     let id = a.id();
     let holds_a = |n: &Node| n.status().read_leases.held.contains(&id);
-    assert!(holds_a(&b) && holds_a(&d), "the others hold leases of a");
+    until("the others hold leases of a", || holds_a(&b) && holds_a(&d)).await;
     a.shutdown().await;
     until("the others' leases of a ran out", || {
         !holds_a(&b) && !holds_a(&d)
@@ -83,11 +83,27 @@ async fn a_node_stopped_cleanly_waits_only_for_what_is_left_of_its_grants_and_a_
     // process waits.
     let image = disks[0].crash(1);
     a.kill();
+    let starting = std::time::Instant::now();
     let a = node(&c, "a", &image).await;
-    let wait = restart_wait(&a);
+    let (wait, since) = (restart_wait(&a), starting.elapsed());
+    // A lease length from its start, which was within `since` (ms rounding aside).
     assert!(
-        wait > GRACE / 2 && wait <= GRACE,
-        "after a kill the restarted node waits for its earlier grants: {wait:?}"
+        wait <= GRACE && wait + since + Duration::from_millis(1) >= GRACE,
+        "after a kill the restarted node waits a lease length: {wait:?} ({since:?} after the call)"
+    );
+    assert!(
+        wait > Duration::ZERO || since >= GRACE,
+        "the mark of the clean stop before was used again"
+    );
+    // Stopped cleanly before that wait is over, it still answers for its predecessor's
+    // grants: its mark makes the next process wait for the rest of them.
+    a.shutdown().await;
+    let a = node(&c, "a", &image).await;
+    let (wait, since) = (restart_wait(&a), starting.elapsed());
+    assert!(
+        wait + since + Duration::from_millis(1) >= GRACE,
+        "a clean stop right after a restart forgot the killed process's grants: {wait:?} \
+         ({since:?} after the kill)"
     );
     until("every PG clean at the end", || all_clean(&[&a, &b, &d])).await;
     for n in [a, b, d] {
