@@ -272,6 +272,27 @@ impl Primary {
         self.missing.contains_key(oid) || self.busy.contains(oid)
     }
 
+    /// The next (at most) `n` missing objects to recover, not being moved now: first those a
+    /// client's read or write waits for (in the order they are listed), then the others in
+    /// order, so a client waits for its own object, not for the whole queue before it.
+    pub fn next_to_recover(&self, n: usize) -> Vec<(ObjectId, Missing)> {
+        let free = |oid: &&ObjectId| !self.busy.contains(*oid);
+        let waited = self
+            .waiters
+            .keys()
+            .filter(|o| self.missing.contains_key(*o));
+        let rest = self
+            .missing
+            .keys()
+            .filter(|o| !self.waiters.contains_key(*o));
+        waited
+            .chain(rest)
+            .filter(free)
+            .take(n)
+            .map(|o| (*o, self.missing[o].clone()))
+            .collect()
+    }
+
     /// Wakes everyone waiting for `oid`.
     pub fn release(&mut self, oid: &ObjectId) {
         for w in self.waiters.remove(oid).unwrap_or_default() {

@@ -2,7 +2,8 @@
 //! changed) are copied from a device holding the authoritative version, a few at a time, as
 //! the recovery throttle allows (`throttle.rs`). Writes to such an object wait until it is
 //! recovered (every member must hold the object before it takes a write), reads on the primary
-//! too when the primary lacks it.
+//! too when the primary lacks it; so objects clients wait for are recovered first
+//! (`Primary::next_to_recover`), the rest in order.
 //!
 //! Then the PG settles: members learn how far they are complete (so the next peering compares
 //! less), and when every up-set member serves and nothing is missing the PG is clean: its
@@ -52,13 +53,7 @@ impl Pg {
                     ctx.recovery.throttle.spent(pass, 0);
                     return Ok(());
                 };
-                let picks: Vec<(ObjectId, Missing)> = p
-                    .missing
-                    .iter()
-                    .filter(|(oid, _)| !p.busy.contains(oid))
-                    .take(parallel)
-                    .map(|(o, m)| (*o, m.clone()))
-                    .collect();
+                let picks = p.next_to_recover(parallel);
                 for (oid, _) in &picks {
                     p.busy.insert(*oid);
                 }

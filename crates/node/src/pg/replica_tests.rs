@@ -188,3 +188,40 @@ async fn a_replicated_write_applies_only_in_the_term_the_member_was_activated_in
     let err = node.pgs.rep(rep(old, 3)).await.unwrap_err();
     assert_eq!(err.code, ErrorCode::StaleEpoch, "{err:?}");
 }
+
+/// Recovery takes the objects clients wait for first, then the rest in order, never one being
+/// moved: a client waits for its own object, not for the queue before it (a returning node's
+/// PGs stalled I/O for seconds while recovery went through its objects in order).
+#[tokio::test]
+async fn recovery_takes_the_objects_clients_wait_for_first() {
+    use crate::pg::Missing;
+    let dir = tempfile::tempdir().unwrap();
+    let (node, dev, pg) = one_device_node(dir.path()).await;
+    let p = node.pgs.get(dev, pg).unwrap();
+    p.serve_alone_for_test(Epoch(1));
+    let oid = |i| ObjectId::new(PoolId(1), VolumeId(1), i);
+    let mut st = p.st.lock();
+    let primary = st.primary.as_mut().unwrap();
+    for i in 0..6 {
+        let missing = Missing {
+            version: Term::new(Epoch(1), 0).version(1).unwrap(),
+            deleted: false,
+            sources: vec![DeviceId(2)],
+            need: vec![dev],
+        };
+        primary.missing.insert(oid(i), missing);
+    }
+    primary.busy.insert(oid(0));
+    for i in [5, 3, 9] {
+        // 9 is not missing (waits for something else).
+        let (tx, _rx) = tokio::sync::oneshot::channel();
+        primary.waiters.entry(oid(i)).or_default().push(tx);
+    }
+    let next = |n| -> Vec<u64> {
+        let picks = primary.next_to_recover(n);
+        picks.iter().map(|(o, _)| o.index).collect()
+    };
+    assert_eq!(next(1), vec![3]);
+    assert_eq!(next(3), vec![3, 5, 1]);
+    assert_eq!(next(10), vec![3, 5, 1, 2, 4], "0 is being moved");
+}
