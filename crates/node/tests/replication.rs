@@ -141,6 +141,46 @@ async fn a_returning_member_is_recovered_and_can_then_serve_alone() {
     a.shutdown().await;
 }
 
+/// Recovery throttled to 1 KiB/s (an object every two minutes per device) does not hold back a
+/// client waiting for a missing object: a node returns having missed a rewrite of every object,
+/// and a client's write to each of them (20 s timeout each) goes through, while the rest of the
+/// recovery keeps to the throttle. Without the exception the writes time out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_waiting_for_a_missing_object_is_not_held_back_by_the_recovery_throttle() {
+    let c = Cluster::new().await;
+    let slow = |cfg: &mut NodeConfig| {
+        cfg.tuning.recovery_bytes_per_sec = 1024;
+        cfg.tuning.recovery_parallel = 1;
+    };
+    let a = c.tuned_node("a", slow).await;
+    let b = c.tuned_node("b", slow).await;
+    let d = c.tuned_node("d", slow).await;
+    c.pool(3, 2).await;
+    c.every_pg_on(3).await;
+    until("every PG clean", || all_active(&[&a, &b, &d], true)).await;
+    let client = c.client(Duration::from_secs(20)).await;
+    let objects = 12;
+    let vol = c.volume(&client, "v", objects * OBJECT).await;
+    write_all(&vol, objects, 1).await;
+    let away = device_of(&a);
+    a.shutdown().await;
+    c.map_where("a down", |m| !m.is_up(away)).await;
+    write_all(&vol, objects, 2).await;
+    let a = c.tuned_node("a", slow).await;
+    c.map_where("a up", |m| m.is_up(away)).await;
+    let nodes = [&a, &b, &d];
+    let missing = || -> u64 {
+        let pgs = nodes.iter().flat_map(|n| n.status().pgs);
+        pgs.map(|p| p.missing_objects).sum()
+    };
+    until("the PGs recovering a", || missing() >= objects / 2).await;
+    write_all(&vol, objects, 3).await;
+    check_all(&vol, objects, |_| 3).await;
+    for n in [a, b, d] {
+        n.shutdown().await;
+    }
+}
+
 /// Two nodes, two copies; a third node joins: the PGs that move to it are backfilled, become
 /// acting there, and it then serves them with the other original node stopped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -142,6 +142,9 @@ pub(crate) struct Pg {
     pub st: Mutex<PgState>,
     /// Woken whenever the state changes (activation, an object recovered, a status change).
     pub changed: Notify,
+    /// Woken when a client's read or write starts waiting for a missing object: recovery
+    /// stops waiting for the throttle (`recovery.rs`).
+    pub client_waits: Notify,
     /// Copies repaired here as the primary (read repair, scrub), since the node started.
     pub repairs: repair::RepairStats,
     /// Held while the PG is scrubbed (one scrub of a PG at a time).
@@ -417,6 +420,7 @@ impl Pgs {
                     primary: None,
                 }),
                 changed: Notify::new(),
+                client_waits: Notify::new(),
                 repairs: repair::RepairStats::new(self.repairs.clone()),
                 scrubbing: tokio::sync::Mutex::new(()),
                 failed_rounds: AtomicU32::new(0),

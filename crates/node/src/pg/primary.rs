@@ -109,6 +109,9 @@ impl Pg {
         if p.must_wait(oid) {
             let (tx, rx) = oneshot::channel();
             p.waiters.entry(*oid).or_default().push(tx);
+            if p.missing.contains_key(oid) {
+                self.client_waits.notify_waiters();
+            }
             return Ok(Gate::Wait(rx));
         }
         go(p, generation).map(Gate::Go)

@@ -13,6 +13,7 @@
 use super::info::MemberInfo;
 use super::messages::{ImageKind, ImageMeta, PeerAnswer, PeerMsg};
 use super::peering::{ask, entry_of};
+use super::throttle::Pass;
 use super::{Ctx, Missing, Pg};
 use basalt_meta::PgHistory;
 use basalt_types::{DeviceId, ObjectId, Term, Version};
@@ -45,7 +46,7 @@ impl Pg {
             // Throttled before objects are picked: writes to them wait only while they move.
             let parallel = ctx.tuning.recovery_parallel.max(1);
             let most = u64::from(self.store.info().object_size) * parallel as u64;
-            let pass = ctx.recovery.throttle.admit(self.dev, most).await;
+            let pass = self.admit(ctx, generation, most).await;
             let picked = {
                 let mut st = self.st.lock();
                 let same = st.generation == generation;
@@ -112,6 +113,35 @@ impl Pg {
     }
 
     /// Whether objects are left to recover in `generation`.
+    /// Waits for the recovery throttle, unless a client's read or write waits for a missing
+    /// object of this PG (before or while it waits): then recovery is that client's I/O, which
+    /// no throttle holds back (charged all the same, so the device's other recovery waits).
+    async fn admit(&self, ctx: &Arc<Ctx>, generation: u64, most: u64) -> Pass {
+        let throttle = &ctx.recovery.throttle;
+        let waited = self.client_waits.notified();
+        tokio::pin!(waited);
+        waited.as_mut().enable();
+        if self.clients_wait(generation) {
+            return throttle.admit_now(self.dev, most);
+        }
+        tokio::select! {
+            pass = throttle.admit(self.dev, most) => pass,
+            _ = waited => throttle.admit_now(self.dev, most),
+        }
+    }
+
+    /// Whether a client's read or write waits for a missing object of this generation.
+    fn clients_wait(&self, generation: u64) -> bool {
+        let st = self.st.lock();
+        let waits = |p: &super::Primary| {
+            let live = |w: &Vec<tokio::sync::oneshot::Sender<()>>| w.iter().any(|t| !t.is_closed());
+            p.waiters
+                .iter()
+                .any(|(o, w)| p.missing.contains_key(o) && live(w))
+        };
+        st.generation == generation && st.primary.as_ref().is_some_and(waits)
+    }
+
     fn has_missing(&self, generation: u64) -> bool {
         let st = self.st.lock();
         st.generation == generation && st.primary.as_ref().is_some_and(|p| !p.missing.is_empty())

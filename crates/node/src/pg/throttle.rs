@@ -155,24 +155,7 @@ impl Throttle {
                     .filter(|until| *until > now);
                 match until {
                     Some(until) => until,
-                    None => {
-                        let c = clocks.devices.entry(dev).or_insert(Clock {
-                            rate_at: now,
-                            share_at: now,
-                            estimate: None,
-                        });
-                        let mut reserved = 0;
-                        if limits.bytes_per_sec > 0 {
-                            reserved = c.estimate.unwrap_or(expect).min(expect);
-                            c.rate_at = c.rate_at.max(now) + cost(reserved, limits);
-                        }
-                        return Pass {
-                            dev,
-                            reserved,
-                            started: now,
-                            era,
-                        };
-                    }
+                    None => return start(&mut clocks, dev, expect, era, limits),
                 }
             };
             tokio::select! {
@@ -181,6 +164,15 @@ impl Throttle {
                 _ = changed => {}
             }
         }
+    }
+
+    /// [`Throttle::admit`] without the wait: for an operation a client waits for (recovery
+    /// of an object a read or write needs), which is charged like any other, so the device's
+    /// other recovery waits for it.
+    pub fn admit_now(&self, dev: DeviceId, expect: u64) -> Pass {
+        let mut clocks = self.clocks.lock();
+        let (era, limits) = (clocks.era, clocks.limits);
+        start(&mut clocks, dev, expect, era, limits)
     }
 
     /// Ends an operation `admit` let start, which moved `bytes`: the rate is charged what it
@@ -233,6 +225,27 @@ impl Throttle {
         if given_back {
             self.changed.notify_waiters();
         }
+    }
+}
+
+/// Starts an operation on `dev` now: charges the rate what it will likely move.
+fn start(clocks: &mut Clocks, dev: DeviceId, expect: u64, era: u64, limits: Limits) -> Pass {
+    let now = Instant::now();
+    let c = clocks.devices.entry(dev).or_insert(Clock {
+        rate_at: now,
+        share_at: now,
+        estimate: None,
+    });
+    let mut reserved = 0;
+    if limits.bytes_per_sec > 0 {
+        reserved = c.estimate.unwrap_or(expect).min(expect);
+        c.rate_at = c.rate_at.max(now) + cost(reserved, limits);
+    }
+    Pass {
+        dev,
+        reserved,
+        started: now,
+        era,
     }
 }
 
@@ -430,6 +443,25 @@ mod tests {
         // 20 operations of 1 MiB at 10 MiB/s: 2 s, whatever the operations themselves take.
         let took = run(&t, 20, MIB, Duration::ZERO).await;
         assert!(near(took, Duration::from_secs(2)), "{took:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pass_a_client_waits_for_starts_at_once_and_is_charged() {
+        let t = throttle(10 * MIB, 100);
+        let start = Instant::now();
+        let first = t.admit(DEV, MIB).await;
+        t.spent(first, MIB);
+        let urgent = t.admit_now(DEV, MIB);
+        assert_eq!(start.elapsed(), Duration::ZERO, "no wait");
+        t.spent(urgent, MIB);
+        // Two MiB moved at 10 MiB/s: the next ordinary operation waits 200 ms.
+        let next = t.admit(DEV, MIB).await;
+        assert!(
+            near(start.elapsed(), Duration::from_millis(200)),
+            "{:?}",
+            start.elapsed()
+        );
+        t.spent(next, MIB);
     }
 
     #[tokio::test(start_paused = true)]
