@@ -20,9 +20,10 @@
 //!   map still names it the primary of that interval (`pg/primary.rs::Pg::answerable`): else
 //!   `Busy`.
 //! - **Promise.** A member answers a peering query of a new term carrying the querying
-//!   primary's epoch `e` only once its own map is at `e`, its process has run for a lease
-//!   length if the node ran before (grants its previous process made are forgotten; a node
-//!   whose id was allocated at this start made none), and no grant it made is still
+//!   primary's epoch `e` only once its own map is at `e`, the grants its previous processes
+//!   may have made have run out (forgotten at a restart: a lease length after the start, or
+//!   what a clean stop's mark says, `stopmark.rs`; none when its id was allocated at this
+//!   start), and no grant it made is still
 //!   running to a node whose epoch at the grant was older than `e` (it waits for that node's
 //!   next ping or for the grant to run out: `pg/replica.rs`).
 //!
@@ -44,7 +45,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -84,18 +85,24 @@ pub struct ReadLeases {
     /// This process (a node restarted under the same id is another incarnation).
     incarnation: u64,
     /// When the grants an earlier process of this node may have made have surely run out (they
-    /// are forgotten at a restart): no promise before. `None`: the node never ran before.
+    /// are forgotten at a restart): no promise before. `None`: none can still run.
     earlier_run_out: Option<Instant>,
-    granted: Mutex<BTreeMap<NodeId, Grant>>,
-    /// The last process of each node that released its leases (it is stopping): a lease ping
-    /// of it that arrives after the release (sent earlier, on another connection) gets no
-    /// grant. Locked inside `granted`.
-    released: Mutex<BTreeMap<NodeId, u64>>,
-    /// The node is stopping: no more grants (`close`).
-    closed: AtomicBool,
+    granted: Mutex<Grants>,
     held: Mutex<Held>,
     /// Notified when a grant changes (a peer pinged again, or released).
     regranted: Notify,
+}
+
+/// The grants this node made, and whom it grants nothing more.
+#[derive(Debug, Default)]
+struct Grants {
+    to: BTreeMap<NodeId, Grant>,
+    /// The last process of each node that released its leases (it is stopping): a lease ping
+    /// of it that arrives after the release (sent earlier, on another connection) gets no
+    /// grant.
+    released: BTreeMap<NodeId, u64>,
+    /// This node is stopping: no more grants (`close`).
+    closed: bool,
 }
 
 #[derive(Debug, Default)]
@@ -115,8 +122,6 @@ impl ReadLeases {
             incarnation: incarnation(),
             earlier_run_out: (!earlier.is_zero()).then(|| Instant::now() + earlier),
             granted: Mutex::default(),
-            released: Mutex::default(),
-            closed: AtomicBool::new(false),
             held: Mutex::default(),
             regranted: Notify::new(),
         }
@@ -161,23 +166,24 @@ impl ReadLeases {
             match ping.kind {
                 RELEASE => {
                     if granted
+                        .to
                         .get(&ping.node)
                         .is_some_and(|g| g.incarnation == ping.incarnation)
                     {
-                        granted.remove(&ping.node);
+                        granted.to.remove(&ping.node);
                     }
-                    self.released.lock().insert(ping.node, ping.incarnation);
+                    granted.released.insert(ping.node, ping.incarnation);
                     REFUSED
                 }
-                _ if self.closed.load(Ordering::Acquire) => REFUSED,
-                _ if self.released.lock().get(&ping.node) == Some(&ping.incarnation) => REFUSED,
+                _ if granted.closed => REFUSED,
+                _ if granted.released.get(&ping.node) == Some(&ping.incarnation) => REFUSED,
                 _ if ping.epoch >= mine() => {
                     let grant = Grant {
                         until: Instant::now() + self.length,
                         epoch: ping.epoch,
                         incarnation: ping.incarnation,
                     };
-                    granted.insert(ping.node, grant);
+                    granted.to.insert(ping.node, grant);
                     GRANTED
                 }
                 _ => REFUSED,
@@ -254,6 +260,7 @@ impl ReadLeases {
             let last = self
                 .granted
                 .lock()
+                .to
                 .iter()
                 .filter(|(n, g)| Some(**n) != except && g.epoch < epoch && g.until > now)
                 .map(|(_, g)| g.until)
@@ -297,11 +304,12 @@ impl ReadLeases {
     /// The node is stopping: grants no more leases. Returns when the last grant of this node
     /// runs out: its own, and those an earlier process may have made (now, when none runs).
     pub fn close(&self) -> Instant {
-        let granted = self.granted.lock();
-        self.closed.store(true, Ordering::Release);
+        let mut granted = self.granted.lock();
+        granted.closed = true;
         let now = Instant::now();
         let earlier = self.earlier_run_out.unwrap_or(now).max(now);
         granted
+            .to
             .values()
             .map(|g| g.until)
             .fold(earlier, Instant::max)
@@ -322,6 +330,7 @@ impl ReadLeases {
         let granted = self
             .granted
             .lock()
+            .to
             .iter()
             .filter(|(_, g)| g.until > now)
             .map(|(n, g)| LeaseGrant {
