@@ -375,6 +375,12 @@ impl Node {
         for store in self.shared.maps.stores().values() {
             store.crash();
         }
+        self.stop_primaries();
+    }
+
+    /// Ends every PG this node leads: their drivers return (else, in a process that goes on,
+    /// such as a test's, they would keep peering on behalf of a stopped node).
+    fn stop_primaries(&self) {
         for pg in self.shared.pgs.all() {
             if pg.st.lock().primary.is_some() {
                 pg.stop_primary();
@@ -496,6 +502,7 @@ impl Node {
             }
         }
         self.tasks.clear();
+        self.stop_primaries();
         // It left: no more read leases; the last one granted runs out by `leases_end`.
         let leases = self.shared.pgs.ctx.leases.clone();
         let leases_end = leases.close();
@@ -551,6 +558,10 @@ async fn drive_pgs(shared: Arc<NodeShared>, mut stop: watch::Receiver<bool>) {
     loop {
         let map = shared.maps.map();
         if map.epoch > done {
+            let lag = shared.pgs.ctx.tuning.map_lag;
+            if !lag.is_zero() {
+                tokio::time::sleep(lag).await;
+            }
             done = map.epoch;
             shared.pgs.on_map(map).await;
             continue;

@@ -95,6 +95,11 @@ pub struct Tuning {
     /// first), and the least time between two of its passes over the node's PGs.
     pub scrub_start_delay: Duration,
     pub scrub_pass_pause: Duration,
+    /// How long the node takes to act on a newly installed map (its PGs see it that much
+    /// later than the rest of the node): 0, except in the cluster simulation, where it stands
+    /// for a busy node and opens the window in which a PG's work of the older map meets the
+    /// newer one.
+    pub map_lag: Duration,
 }
 
 impl Default for Tuning {
@@ -106,6 +111,7 @@ impl Default for Tuning {
             retry: Duration::from_secs(1),
             scrub_start_delay: Duration::from_secs(30),
             scrub_pass_pause: Duration::from_secs(60),
+            map_lag: Duration::ZERO,
         }
     }
 }

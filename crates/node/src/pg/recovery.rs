@@ -16,6 +16,7 @@ use super::peering::{ask, entry_of};
 use super::throttle::Pass;
 use super::{Ctx, Missing, Pg};
 use basalt_meta::PgHistory;
+use basalt_placement::{ClusterMap, PgMap};
 use basalt_types::{DeviceId, ObjectId, Term, Version};
 use bytes::Bytes;
 use std::sync::Arc;
@@ -253,6 +254,25 @@ impl Pg {
         Some((p.term, upto, devs))
     }
 
+    /// The current term, if `entry` (the PG in `map`) is still the term's interval with every
+    /// acting device up and a member of the term, and nothing is missing: then every acting
+    /// device holds every acknowledged write, which is what compacting the history and
+    /// cleaning rest on. A map newer than the term can bring back a device that was down
+    /// through it (a new interval, which the PG has yet to peer): judged by that map alone,
+    /// the term looked whole although the returning device lacks all it missed (seen: the
+    /// history compacted to the term's interval, the returning device no longer a source and
+    /// its PG stuck; with deletes in the term, tombstones trimmed it still needed).
+    pub(super) fn whole(&self, map: &ClusterMap, entry: &PgMap) -> Option<Term> {
+        let (term, _, mut members) = self.committed()?;
+        let mut serving: Vec<DeviceId> = map.serving(entry).collect();
+        if entry.since != term.interval || serving.len() != entry.acting.len() {
+            return None;
+        }
+        members.sort_unstable();
+        serving.sort_unstable();
+        (members == serving).then_some(term)
+    }
+
     async fn publish_complete(
         self: &Arc<Self>,
         ctx: &Arc<Ctx>,
@@ -298,11 +318,10 @@ impl Pg {
     ) -> Result<(), String> {
         let map = ctx.maps.map();
         let (entry, _) = entry_of(&map, self.id)?;
-        let Some((term, _, _)) = self.committed() else {
+        let Some(term) = self.whole(&map, &entry) else {
             return Ok(());
         };
-        let serving: Vec<DeviceId> = map.serving(&entry).collect();
-        if serving != entry.acting || !self.current(generation) {
+        if !self.current(generation) {
             return Ok(());
         }
         let (history, revision) = ctx
@@ -352,12 +371,10 @@ impl Pg {
     ) -> Result<bool, String> {
         let map = ctx.maps.map();
         let (entry, _) = entry_of(&map, self.id)?;
-        let Some((term, _, _)) = self.committed() else {
+        let Some(term) = self.whole(&map, &entry) else {
             return Ok(false);
         };
-        let serving: Vec<DeviceId> = map.serving(&entry).collect();
-        let clean = entry.acting == entry.up && serving == entry.acting;
-        if !clean || !self.current(generation) {
+        if entry.acting != entry.up || !self.current(generation) {
             return Ok(false);
         }
         self.compact(ctx, generation).await?;

@@ -1,7 +1,8 @@
 //! The promise check on changes peering and recovery make to a copy: a `Put` of an older term
 //! than the member promised is refused, and so is the primary's own install (a superseded
 //! generation of the same device must not roll back what a newer term decided); a replicated
-//! write applies only in the term the member was activated in and promised.
+//! write applies only in the term the member was activated in and promised. Also which term a
+//! primary may call whole (`recovery.rs::Pg::whole`).
 
 use crate::pg::messages::{ImageKind, ImageMeta, PeerAnswer, PeerMsg};
 use crate::service::NodeShared;
@@ -224,4 +225,49 @@ async fn recovery_takes_the_objects_clients_wait_for_first() {
     assert_eq!(next(1), vec![3]);
     assert_eq!(next(3), vec![3, 5, 1]);
     assert_eq!(next(10), vec![3, 5, 1, 2, 4], "0 is being moved");
+}
+
+/// A term counts as whole (so the history may be compacted to it and the PG called clean) only
+/// while the map still shows the term's interval with its members as every acting device: a
+/// newer map that brought back a device down through the term is a new interval, and the
+/// returning device lacks what the term wrote. Judged by that map alone, the term looked
+/// whole: the history was compacted to it, the returning device stopped counting as a source
+/// and its PG stayed inactive ("holds the PG from before its history began"; seen in
+/// `tests/restart.rs`, a clean stop and a start 40 ms later).
+#[tokio::test]
+async fn a_term_is_whole_only_in_its_own_interval_with_every_acting_device() {
+    use basalt_placement::{ClusterMap, DeviceInfo, PgMap};
+    let dir = tempfile::tempdir().unwrap();
+    let (node, dev, pg) = one_device_node(dir.path()).await;
+    let p = node.pgs.get(dev, pg).unwrap();
+    p.serve_alone_for_test(Epoch(9));
+    let other = DeviceId(2);
+    let mut map = ClusterMap::default();
+    for d in [dev, other] {
+        let info = DeviceInfo::new(NodeId(d.0), "ssd", 1, 128 << 10);
+        map.devices.insert(d, info);
+    }
+    let entry = |acting: Vec<DeviceId>, since| PgMap {
+        up: acting.clone(),
+        acting,
+        since: Epoch(since),
+    };
+    let term = Term::new(Epoch(9), 0);
+    assert_eq!(p.whole(&map, &entry(vec![dev], 9)), Some(term));
+    // The other device came back: a new interval with a device the term never had.
+    assert_eq!(p.whole(&map, &entry(vec![dev, other], 10)), None);
+    assert_eq!(p.whole(&map, &entry(vec![dev, other], 9)), None);
+    // Its own interval but a newer map of it: still whole.
+    map.epoch = Epoch(12);
+    assert_eq!(p.whole(&map, &entry(vec![dev], 9)), Some(term));
+    // An acting device down: not whole.
+    map.devices.get_mut(&other).unwrap().up = false;
+    assert_eq!(p.whole(&map, &entry(vec![dev, other], 9)), None);
+    assert_eq!(p.whole(&map, &entry(vec![other, dev], 10)), None);
+    p.stop_primary();
+    assert_eq!(
+        p.whole(&map, &entry(vec![dev], 9)),
+        None,
+        "no longer the primary"
+    );
 }

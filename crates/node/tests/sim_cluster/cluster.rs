@@ -46,6 +46,8 @@ pub struct SimCluster {
     pub rng: Rng,
     pub trace: Trace,
     pub kills: u64,
+    /// Clean stops (SIGTERM), each started again soon after.
+    pub stops: u64,
     pub restarts: u64,
     /// Bits flipped in client data on the disks (media faults).
     pub flips: u64,
@@ -110,6 +112,7 @@ impl SimCluster {
             rng,
             trace: Trace::default(),
             kills: 0,
+            stops: 0,
             restarts: 0,
             flips: 0,
             flipped: Default::default(),
@@ -214,7 +217,10 @@ impl SimCluster {
         config.down_out_interval = self.cfg.down_out;
         config.connector = self.net.connector(slot.host, inc);
         config.peer_timeout = Duration::from_secs(2);
-        config.tuning = tuning();
+        config.tuning = Tuning {
+            map_lag: self.cfg.map_lag,
+            ..tuning()
+        };
         let meta: Arc<dyn MetaStore> = slot.meta.clone();
         slot.stores = stores.clone();
         let node = Node::start_sim(config, meta, slot.id, stores, slot.addr.clone())
@@ -252,6 +258,20 @@ impl SimCluster {
         }
         slot.disks = images;
         self.kills += 1;
+    }
+
+    /// A clean stop of slot `i` (SIGTERM): the node leaves the cluster at once, its stores
+    /// close (everything written back and flushed), then the process is gone.
+    pub async fn stop_node(&mut self, i: usize) {
+        let slot = &mut self.slots[i];
+        let Some(node) = slot.node.take() else {
+            return;
+        };
+        node.shutdown().await;
+        slot.meta.kill();
+        self.net.kill(slot.host);
+        self.trace.add(4, &[u64::from(slot.host)]);
+        self.stops += 1;
     }
 
     pub async fn restart(&mut self, i: usize) {

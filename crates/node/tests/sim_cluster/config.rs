@@ -67,6 +67,9 @@ pub struct Faults {
     /// its journal (its store drops the record as a torn tail on restart, though its writes
     /// may have been acknowledged), while another disk holds those writes.
     pub journal_tail: bool,
+    /// A node stopped cleanly (SIGTERM) and started again soon after (within
+    /// `workload::STOP_GAP`), as in a rolling restart.
+    pub stops: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -105,6 +108,9 @@ pub struct Config {
     /// How long each store waits for writes to stop before writing its journal back (longer
     /// keeps more records in the journal, for `journal_tail` to damage).
     pub writeback_idle: Duration,
+    /// How long each node takes to act on a new map (`Tuning::map_lag`): its PGs' work of the
+    /// older map meets the newer one.
+    pub map_lag: Duration,
 }
 
 impl Config {
@@ -129,6 +135,7 @@ impl Config {
                 map_changes: r.chance(0.35),
                 media: false,
                 journal_tail: false,
+                stops: false,
             },
         };
         let net_lo = r.pick(&[0u64, 50, 200, 1000]);
@@ -160,6 +167,7 @@ impl Config {
             lease_ttl: Duration::from_secs(r.range(2, 4)),
             down_out: Duration::from_secs(r.pick(&[10u64, 30, 600])),
             writeback_idle: Duration::from_millis(2),
+            map_lag: Duration::ZERO,
         };
         // Drawn last, so that the seeds' other draws stay what they were before media faults.
         // Not with `min_size` 1: a PG may then take writes on one copy alone, so a flipped bit
@@ -174,6 +182,9 @@ impl Config {
         if r.chance(0.5) {
             cfg.zeroes = r.pick(&[0.1, 0.25]);
         }
+        // Last again, for the same reason.
+        cfg.faults.stops = with_faults && r.chance(0.4);
+        cfg.map_lag = Duration::from_millis(r.pick(&[0u64, 0, 2, 20]));
         cfg
     }
 }

@@ -36,6 +36,8 @@ pub struct Report {
     pub zeroings: u64,
     pub read_errors: u64,
     pub kills: u64,
+    /// Clean stops, each started again soon after (counted in `restarts` too).
+    pub stops: u64,
     pub restarts: u64,
     /// Bits flipped in client data on the disks.
     pub flips: u64,
@@ -113,6 +115,7 @@ async fn run(cfg: Config, pool_first: bool) -> Report {
         zeroings: s.zeroings,
         read_errors: s.read_errors,
         kills: cluster.kills,
+        stops: cluster.stops,
         restarts: cluster.restarts,
         flips: cluster.flips,
         tail_flips: cluster.tail_flips,
@@ -165,6 +168,8 @@ fn check_seeds(seeds: &[u64]) {
         cfg.faults.journal_tail = false;
         cfg.writeback_idle = Duration::from_millis(2);
         cfg.zeroes = 0.0;
+        cfg.faults.stops = false;
+        cfg.map_lag = Duration::ZERO;
         let r = check_config(cfg, false);
         assert!(r.acked > 0, "seed {seed}: {r:?}");
     }
@@ -227,6 +232,7 @@ fn swarm() {
         total.zeroings += r.zeroings;
         total.read_errors += r.read_errors;
         total.kills += r.kills;
+        total.stops += r.stops;
         total.restarts += r.restarts;
         total.flips += r.flips;
         total.tail_flips += r.tail_flips;
@@ -246,6 +252,7 @@ fn swarm() {
     if seeds >= 10 {
         assert!(
             total.kills > 0
+                && total.stops > 0
                 && total.zeroings > 0
                 && total.restarts > 0
                 && total.held > 0
@@ -361,6 +368,8 @@ fn undersized_peering_trusts_nothing_for_good() {
         cfg.faults.journal_tail = false;
         cfg.writeback_idle = Duration::from_millis(2);
         cfg.zeroes = 0.0;
+        cfg.faults.stops = false;
+        cfg.map_lag = Duration::ZERO;
         let r = check_config(cfg, false);
         assert!(r.acked > 0 && r.flips > 0, "seed {seed}: {r:?}");
     }

@@ -231,6 +231,10 @@ pub async fn final_check(
     }
 }
 
+/// How long after a clean stop the node starts again, milliseconds: a rolling restart's quick
+/// return, often before the PGs it led have finished peering without it.
+pub const STOP_GAP: (u64, u64) = (0, 1000);
+
 /// Injects faults until the clients are done: each pause, one fault drawn from the seed's mix,
 /// and the faults whose time is up are healed. The clients never touch the cluster: this
 /// future owns it.
@@ -246,6 +250,7 @@ pub async fn faults(c: &mut SimCluster, seen: &Shared, start: Instant) {
         (f.breaks, Fault::Break),
         (f.map_changes, Fault::Out),
         (f.media, Fault::Flip),
+        (f.stops, Fault::Stop),
     ] {
         if on {
             kinds.push(kind);
@@ -308,6 +313,12 @@ pub async fn faults(c: &mut SimCluster, seen: &Shared, start: Instant) {
                 c.slots[i].faulted = true;
                 c.trace.add(32, &[i as u64, what.code(), t]);
                 tracing::info!(slot = i, fault = ?what, "simulator: fault");
+                if what == Fault::Stop {
+                    c.stop_node(i).await;
+                    let (lo, hi) = STOP_GAP;
+                    active.push((i, what, Instant::now() + c.rng.ms(lo, hi)));
+                    continue;
+                }
                 inject(c, i, what);
                 if what == Fault::Kill
                     && c.cfg.faults.journal_tail
@@ -348,7 +359,7 @@ fn inject(c: &mut SimCluster, i: usize, what: Fault) {
             }
         }
         Fault::MetaCut => c.slots[i].meta.set_reachable(false),
-        Fault::Break | Fault::Out | Fault::In(_) | Fault::Flip => {
+        Fault::Break | Fault::Out | Fault::In(_) | Fault::Flip | Fault::Stop => {
             unreachable!("not a fault that lasts on one node")
         }
     }
@@ -357,6 +368,8 @@ fn inject(c: &mut SimCluster, i: usize, what: Fault) {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fault {
     Kill,
+    /// A clean stop, started again after [`STOP_GAP`].
+    Stop,
     Partition,
     MetaCut,
     Break,
@@ -375,6 +388,7 @@ impl Fault {
             Fault::Out => 5,
             Fault::In(d) => 6 | (u64::from(d.0) << 8),
             Fault::Flip => 7,
+            Fault::Stop => 8,
         }
     }
 }
@@ -383,7 +397,7 @@ async fn heal(c: &mut SimCluster, i: usize, what: Fault, start: Instant) {
     let t = ms_since(start);
     c.trace.add(33, &[i as u64, what.code(), t]);
     match what {
-        Fault::Kill => c.restart(i).await,
+        Fault::Kill | Fault::Stop => c.restart(i).await,
         Fault::Partition => {
             let host = c.slots[i].host;
             let hosts: Vec<_> = c.slots.iter().map(|s| s.host).chain([CLIENT]).collect();
