@@ -4,7 +4,8 @@
 //! over to the other members, writes go on, and every acknowledged write reads back; the
 //! primary's writes waiting on its own hung store end with its term (the client retries them
 //! on the new primary), requests waiting on the hung device are answered, and the node stops
-//! though its device hangs. The device stays down when the stall ends.
+//! though its device hangs. The device stays down when the stall ends, and when its node
+//! restarts.
 
 use basalt_client::{ClientError, Cluster as Client, Volume};
 use basalt_engine::sim::SimDisk;
@@ -51,19 +52,24 @@ async fn three() -> Three {
     let disks: Vec<SimDisk> = (0..3).map(|_| SimDisk::new(DISK)).collect();
     let mut nodes = Vec::new();
     for (i, disk) in disks.iter().enumerate() {
-        let device = |data: &std::path::Path| DeviceConfig {
-            sim: Some(disk.clone()),
-            ..DeviceConfig::new(data.join("dev.img"))
-        };
-        let tune = |config: &mut NodeConfig| {
-            config.scrub_bytes_per_sec = 0;
-            config.device_stall_timeout = LIMIT;
-        };
-        nodes.push(c.start_node(&format!("n{i}"), device, tune).await);
+        nodes.push(start(&c, i, disk).await);
     }
     c.pool(3, 2).await;
     until("every PG clean", || active(&nodes, true) == PGS as usize).await;
     Three { c, disks, nodes }
+}
+
+/// Node `i` of [`Three`] on `disk`.
+async fn start(c: &Cluster, i: usize, disk: &SimDisk) -> Node {
+    let device = |data: &std::path::Path| DeviceConfig {
+        sim: Some(disk.clone()),
+        ..DeviceConfig::new(data.join("dev.img"))
+    };
+    let tune = |config: &mut NodeConfig| {
+        config.scrub_bytes_per_sec = 0;
+        config.device_stall_timeout = LIMIT;
+    };
+    c.start_node(&format!("n{i}"), device, tune).await
 }
 
 /// PGs the nodes serve as active primaries (and clean, with `clean`).
@@ -125,24 +131,40 @@ async fn check_all(vol: &Volume, gens: &[u64]) {
     }
 }
 
-/// Ends the stall, checks that the device stays down though its I/O completed, and stops the
-/// nodes.
+/// Ends the stall, checks that the device stays down though its I/O completed, and after its
+/// node restarts too (a drive that hung is not trusted again without an operator), and stops
+/// the nodes.
 async fn release_and_stop(mut t: Three, dev: DeviceId) {
     t.disks[0].stall(false);
     until("the hung device completed its I/O", || {
         t.nodes[0].status().devices[0].oldest_io_ms.is_none()
     })
     .await;
+    let still_faulty = |rec: &basalt_meta::DeviceRecord| {
+        rec.state == DeviceState::Down && rec.fault.as_deref().is_some_and(|f| f.contains("hangs"))
+    };
     let rec = t.c.catalog.get_device(dev).await.unwrap().unwrap();
-    assert_eq!(
-        rec.state,
-        DeviceState::Down,
-        "it stays down until an operator clears the fault"
-    );
     assert!(
-        rec.fault.as_deref().is_some_and(|f| f.contains("hangs")),
-        "the record says why: {rec:?}"
+        still_faulty(&rec),
+        "it stays down until an operator clears the fault, and the record says why: {rec:?}"
     );
+    let n0 = t.nodes.remove(0);
+    let id = n0.id();
+    n0.shutdown().await;
+    let n0 = start(&t.c, 0, &t.disks[0]).await;
+    let addr = n0.local_addr().to_string();
+    t.nodes.insert(0, n0);
+    let map =
+        t.c.map_where("the restarted node in the map", |m| {
+            m.nodes.get(&id).is_some_and(|n| n.addr == addr)
+        })
+        .await;
+    assert!(
+        !map.is_up(dev),
+        "the hung device is up again after a restart"
+    );
+    let rec = t.c.catalog.get_device(dev).await.unwrap().unwrap();
+    assert!(still_faulty(&rec), "after a restart: {rec:?}");
     for n in std::mem::take(&mut t.nodes) {
         n.shutdown().await;
     }
