@@ -13,6 +13,7 @@ use basalt_node::{Node, NodeConfig, Tuning};
 use basalt_types::NodeId;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::time::Instant;
 
 /// Unix seconds of the simulated clock's start.
 pub const CLOCK_START: u64 = 1_800_000_000;
@@ -63,6 +64,9 @@ pub struct SimCluster {
     /// The clients' volume.
     pub volume: Option<basalt_types::VolumeId>,
 }
+
+/// How long after every fault healed (and the final reads) every PG must be clean.
+pub const SETTLE: Duration = Duration::from_secs(120);
 
 pub fn tuning() -> Tuning {
     Tuning {
@@ -498,6 +502,50 @@ impl SimCluster {
             {
                 self.set_out(dev, false).await;
             }
+        }
+    }
+
+    /// Waits (virtual time, up to [`SETTLE`]) until every PG of the pool is active and clean on
+    /// its primary, once every fault is healed: a PG that stays inactive or unclean for good
+    /// (waiting for an operator although every device is back) is a liveness failure the
+    /// final reads miss when no client block lies in it. Returns what is not clean then.
+    pub async fn settled(&self) -> Result<(), String> {
+        let deadline = Instant::now() + SETTLE;
+        loop {
+            let pgs: Vec<_> = self
+                .slots
+                .iter()
+                .filter_map(|s| s.node.as_ref())
+                .flat_map(|n| n.status().pgs)
+                .filter(|p| Some(p.pg.pool) == self.pool)
+                .collect();
+            let clean = pgs
+                .iter()
+                .filter(|p| p.status.state == "active" && p.clean)
+                .count();
+            if clean == self.cfg.pg_count as usize {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                let not: Vec<String> = pgs
+                    .iter()
+                    .filter(|p| p.status.state != "active" || !p.clean)
+                    .map(|p| {
+                        format!(
+                            "{} on {}: {} {}",
+                            p.pg,
+                            p.device,
+                            p.status.state,
+                            p.status.why.as_deref().unwrap_or("")
+                        )
+                    })
+                    .collect();
+                return Err(format!(
+                    "{clean} of {} PGs clean {SETTLE:?} after every fault healed: {not:?}",
+                    self.cfg.pg_count
+                ));
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
         }
     }
 

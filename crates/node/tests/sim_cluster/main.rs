@@ -100,6 +100,9 @@ async fn run(cfg: Config, pool_first: bool) -> Report {
         .collect();
     let per_object = u64::from(cfg.object_size) / model::BLOCK as u64;
     workload::final_check(&volume, &seen, cfg.blocks, &damaged, per_object, start).await;
+    if let Err(e) = cluster.settled().await {
+        seen.borrow_mut().violations.push(e);
+    }
     let virtual_secs = start.elapsed().as_secs();
     let net = cluster.net.stats();
     cluster.stop();
