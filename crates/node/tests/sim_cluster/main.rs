@@ -351,6 +351,25 @@ fn ready_waits_for_down_up_members() {
     check_seeds(&[1134, 1346]);
 }
 
+/// Regression, seeds 350045 (clean stops and kills) and 350245 (kills), both with a map lag: a
+/// term that served without a stopped or killed device finished its recovery while the node's
+/// newer map (not yet acted on) showed the device back; judged by that map the term looked
+/// whole, the history was compacted to the term's interval, and the returning device, no longer
+/// a source, kept its PGs incomplete for good ("holds the PG from before its history began").
+/// Found by the check that every PG is clean after the heal (`SimCluster::settled`). Now only a
+/// map still showing the term's interval with the term's members counts
+/// (`recovery.rs::Pg::whole`).
+#[test]
+fn a_newer_map_does_not_make_an_older_term_whole() {
+    init_log();
+    for seed in [350045, 350245] {
+        let cfg = Config::draw(seed, true);
+        assert!(!cfg.map_lag.is_zero(), "seed {seed}: {cfg:?}");
+        let r = check_config(cfg, false);
+        assert!(r.acked > 0, "seed {seed}: {r:?}");
+    }
+}
+
 /// Regression, seed 71465 (2 copies, `min_size` 2, bit flips): a write reached v13.1 on both
 /// members of pg.1.5, a bit flipped in one copy, and the other member was killed before its
 /// copy was durable. A peering below `min_size` (one member up) then recorded the flipped
