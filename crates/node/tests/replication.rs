@@ -653,3 +653,52 @@ async fn read_leases_follow_the_map_and_a_clean_stop_releases_them() {
     b.shutdown().await;
     d.shutdown().await;
 }
+
+/// Two nodes, two copies (`min_size` 1): a killed node is reported by its one peer only, which
+/// is never enough reporters (`reports.rs`), so it goes down when its lease expires; then the
+/// survivor serves every PG alone and every acknowledged write reads back. The killed node,
+/// started again, is recovered by version, and serves everything alone when the other one is
+/// killed in turn (so one of the two kills took the leader).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_two_node_cluster_goes_on_after_either_node_is_killed() {
+    let c = Cluster::new().await;
+    let mut nodes = vec![c.node("a").await, c.node("b").await];
+    c.pool(2, 1).await;
+    c.every_pg_on(2).await;
+    until("every PG clean", || {
+        all_active(&nodes.iter().collect::<Vec<_>>(), true)
+    })
+    .await;
+    let client = c.client(WAIT).await;
+    let objects = 16;
+    let vol = c.volume(&client, "v", objects * OBJECT).await;
+    write_all(&vol, objects, 1).await;
+    for (round, name) in [(2u64, "a"), (3, "b")] {
+        let i = usize::from(name == "b");
+        let victim = nodes.remove(i);
+        let gone = device_of(&victim);
+        victim.kill();
+        c.map_where("the killed node's device down", |m| !m.is_up(gone))
+            .await;
+        // The survivor holds everything written so far (in the second round, what it got by
+        // recovery), and takes every object written while the other is away.
+        check_all(&vol, objects, |_| round - 1).await;
+        write_all(&vol, objects, round).await;
+        check_all(&vol, objects, |_| round).await;
+        until("the survivor serves every PG", || {
+            all_active(&[&nodes[0]], false)
+        })
+        .await;
+        nodes.insert(i, c.node(name).await);
+        c.map_where("the killed node's device up again", |m| m.is_up(gone))
+            .await;
+        until("every PG clean again", || {
+            all_active(&nodes.iter().collect::<Vec<_>>(), true)
+        })
+        .await;
+        check_all(&vol, objects, |_| round).await;
+    }
+    for n in nodes {
+        n.shutdown().await;
+    }
+}
