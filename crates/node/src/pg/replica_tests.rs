@@ -257,6 +257,8 @@ async fn a_term_is_whole_only_in_its_own_interval_with_every_acting_device() {
     // The other device came back: a new interval with a device the term never had.
     assert_eq!(p.whole(&map, &entry(vec![dev, other], 10)), None);
     assert_eq!(p.whole(&map, &entry(vec![dev, other], 9)), None);
+    // The same devices in a newer interval (the PG has yet to peer it): not whole.
+    assert_eq!(p.whole(&map, &entry(vec![dev], 10)), None);
     // Its own interval but a newer map of it: still whole.
     map.epoch = Epoch(12);
     assert_eq!(p.whole(&map, &entry(vec![dev], 9)), Some(term));

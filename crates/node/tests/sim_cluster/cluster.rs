@@ -9,8 +9,9 @@ use basalt_engine::sim::{Latency, SimDisk, Spread};
 use basalt_engine::{DeviceId, FormatOptions, OpenOptions, Store, format_sim};
 use basalt_meta::{Catalog, EmbeddedStore, MetaStore, OutReason, PoolSpec};
 use basalt_node::sim::{Host, SimMeta, SimNet};
-use basalt_node::{Node, NodeConfig, Tuning};
-use basalt_types::NodeId;
+use basalt_node::{Node, NodeConfig, PgSummary, Tuning};
+use basalt_types::{NodeId, PgId};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -519,17 +520,20 @@ impl SimCluster {
                 .flat_map(|n| n.status().pgs)
                 .filter(|p| Some(p.pg.pool) == self.pool)
                 .collect();
-            let clean = pgs
-                .iter()
-                .filter(|p| p.status.state == "active" && p.clean)
-                .count();
-            if clean == self.cfg.pg_count as usize {
+            // Every PG shown, and each row of it (a deposed primary may still show one) active
+            // and clean.
+            let settled = |p: &PgSummary| p.status.state == "active" && p.clean;
+            let shown: BTreeSet<PgId> = pgs.iter().map(|p| p.pg).collect();
+            let unsettled: BTreeSet<PgId> =
+                pgs.iter().filter(|p| !settled(p)).map(|p| p.pg).collect();
+            if shown.len() == self.cfg.pg_count as usize && unsettled.is_empty() {
                 return Ok(());
             }
+            let clean = shown.len() - unsettled.len();
             if Instant::now() >= deadline {
                 let not: Vec<String> = pgs
                     .iter()
-                    .filter(|p| p.status.state != "active" || !p.clean)
+                    .filter(|p| !settled(p))
                     .map(|p| {
                         format!(
                             "{} on {}: {} {}",
