@@ -113,7 +113,6 @@ impl Pg {
         }
     }
 
-    /// Whether objects are left to recover in `generation`.
     /// Waits for the recovery throttle, unless a client's read or write waits for a missing
     /// object of this PG (before or while it waits): then recovery is that client's I/O, which
     /// no throttle holds back (charged all the same, so the device's other recovery waits).
@@ -143,6 +142,7 @@ impl Pg {
         st.generation == generation && st.primary.as_ref().is_some_and(waits)
     }
 
+    /// Whether objects are left to recover in `generation`.
     fn has_missing(&self, generation: u64) -> bool {
         let st = self.st.lock();
         st.generation == generation && st.primary.as_ref().is_some_and(|p| !p.missing.is_empty())

@@ -529,8 +529,8 @@ impl SimCluster {
             if shown.len() == self.cfg.pg_count as usize && unsettled.is_empty() {
                 return Ok(());
             }
-            let clean = shown.len() - unsettled.len();
             if Instant::now() >= deadline {
+                let clean = shown.len() - unsettled.len();
                 let not: Vec<String> = pgs
                     .iter()
                     .filter(|p| !settled(p))
