@@ -183,19 +183,21 @@ impl SlotTable {
         }
     }
 
-    /// Loads page `page` from its two copies (see `pages::choose`); returns the generation
-    /// loaded (0: nothing valid, the page's slots stay empty).
+    /// Loads page `page` from its two copies (see `pages::pick`); returns the generation
+    /// loaded (0: nothing valid, the page's slots stay empty) and the copies of an interrupted
+    /// batch.
     pub fn load_page(
         &mut self,
         page: u64,
         copies: [&[u8]; 2],
         uuid: &[u8; 16],
         header_gen: u64,
-    ) -> u64 {
+    ) -> pages::Loaded {
         let g = self.geom;
         let states = copies.map(|c| pages::classify(c, SLOT_PAGES, page, uuid, &g));
-        let Some((i, generation)) = pages::choose(states, header_gen) else {
-            return 0;
+        let (chosen, loaded) = pages::pick(states, header_gen);
+        let Some((i, generation)) = chosen else {
+            return loaded;
         };
         self.gens.set_loaded(page, generation);
         let buf = copies[i];
@@ -205,7 +207,7 @@ impl SlotTable {
             let at = PAGE_HEADER + k * g.record as usize;
             self.decode_entry(s, &buf[at..at + g.record as usize]);
         }
-        generation
+        loaded
     }
 
     fn decode_entry(&mut self, s: usize, buf: &[u8]) {
@@ -252,7 +254,7 @@ mod tests {
         t.set_block(2, 6, Some(0xbeef));
         let b = t.encode_page(0, 2, 2, &sb.uuid);
         let mut u = SlotTable::new(&sb);
-        assert_eq!(u.load_page(0, [&a, &b], &sb.uuid, 2), 2);
+        assert_eq!(u.load_page(0, [&a, &b], &sb.uuid, 2).generation, 2);
         assert_eq!(
             (u.owner(2), u.pg(2), u.version(2), u.seq(2)),
             (oid, 17, Version::new(3, 7), 100)
@@ -263,13 +265,15 @@ mod tests {
         // A copy from an interrupted batch (3 > header 2) is not used.
         let c = t.encode_page(0, 3, 3, &sb.uuid);
         let mut v = SlotTable::new(&sb);
-        assert_eq!(v.load_page(0, [&c, &b], &sb.uuid, 2), 2);
+        let loaded = v.load_page(0, [&c, &b], &sb.uuid, 2);
+        assert_eq!(loaded.generation, 2);
+        assert_eq!(loaded.interrupted, [true, false], "recovery erases copy 0");
         // A torn newest copy: the older one is loaded (the tables hash decides whether that
         // is allowed, see recover.rs).
         let mut torn = AlignedBuf::copy_from(&b);
         torn[3000] ^= 1;
         let mut w = SlotTable::new(&sb);
-        assert_eq!(w.load_page(0, [&a, &torn], &sb.uuid, 2), 1);
+        assert_eq!(w.load_page(0, [&a, &torn], &sb.uuid, 2).generation, 1);
         assert!(!w.allocated(2, 6) && w.allocated(2, 5));
     }
 }

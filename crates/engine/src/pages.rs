@@ -7,7 +7,7 @@
 //! *batch* (the journal-header generation that write-back will write once the copy is durable).
 //! Loading takes, per page, the valid copy with the highest generation whose batch is not newer
 //! than the journal header found: copies of an interrupted batch are ignored (the journal still
-//! holds that batch's records and replays them).
+//! holds that batch's records and replays them), and recovery erases them ([`pick`]).
 //!
 //! A torn or damaged copy is then indistinguishable from "this page was not rewritten" — unless
 //! the journal header says which generations to expect. It does, compactly: the header carries
@@ -124,6 +124,32 @@ pub(crate) fn choose(states: [CopyState; 2], header_gen: u64) -> Option<(usize, 
         }
     }
     best
+}
+
+/// What loading one page found: the generation loaded (0: the page holds nothing) and which
+/// copies an interrupted batch wrote (`batch > header_gen`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Loaded {
+    pub generation: u64,
+    pub interrupted: [bool; 2],
+}
+
+/// The copy to load ([`choose`]) and the copies of an interrupted batch. Recovery erases the
+/// latter: the next batch after it completes with the same number as the interrupted one, and
+/// if that batch does not rewrite the page (the records that changed it were cut as a torn
+/// tail) such a copy would count from then on, newer than the tables hash expects.
+pub(crate) fn pick(states: [CopyState; 2], header_gen: u64) -> (Option<(usize, u64)>, Loaded) {
+    let chosen = choose(states, header_gen);
+    let interrupted =
+        states.map(|st| matches!(st, CopyState::Valid { batch, .. } if batch > header_gen));
+    let generation = chosen.map_or(0, |(_, g)| g);
+    (
+        chosen,
+        Loaded {
+            generation,
+            interrupted,
+        },
+    )
 }
 
 /// This page's share of the tables hash at `generation` (0 = never written: no share).

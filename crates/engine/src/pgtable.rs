@@ -78,18 +78,20 @@ impl PgTable {
         buf
     }
 
-    /// Loads page `page` (see `pages::choose`); returns the generation loaded.
+    /// Loads page `page` (see `pages::pick`); returns the generation loaded and the copies of
+    /// an interrupted batch.
     pub fn load_page(
         &mut self,
         page: u64,
         copies: [&[u8]; 2],
         uuid: &[u8; 16],
         header_gen: u64,
-    ) -> u64 {
+    ) -> pages::Loaded {
         let g = self.geom;
         let states = copies.map(|c| pages::classify(c, PG_PAGES, page, uuid, &g));
-        let Some((i, generation)) = pages::choose(states, header_gen) else {
-            return 0;
+        let (chosen, loaded) = pages::pick(states, header_gen);
+        let Some((i, generation)) = chosen else {
+            return loaded;
         };
         self.gens.set_loaded(page, generation);
         let first = page as usize * g.per_page as usize;
@@ -99,7 +101,7 @@ impl PgTable {
                 *slot = decode(&copies[i][at..at + g.record as usize]);
             }
         }
-        generation
+        loaded
     }
 }
 
@@ -153,7 +155,7 @@ mod tests {
         t.set(3, Some(rec));
         let page = t.encode_page(0, 5, 5, &sb.uuid);
         let mut u = PgTable::new(&sb);
-        assert_eq!(u.load_page(0, [&page, &page], &sb.uuid, 5), 5);
+        assert_eq!(u.load_page(0, [&page, &page], &sb.uuid, 5).generation, 5);
         assert_eq!(u.iter().collect::<Vec<_>>(), vec![(3, &rec)]);
     }
 }

@@ -89,18 +89,20 @@ impl TombTable {
         buf
     }
 
-    /// Loads page `page` (see `pages::choose`); returns the generation loaded.
+    /// Loads page `page` (see `pages::pick`); returns the generation loaded and the copies of
+    /// an interrupted batch.
     pub fn load_page(
         &mut self,
         page: u64,
         copies: [&[u8]; 2],
         uuid: &[u8; 16],
         header_gen: u64,
-    ) -> u64 {
+    ) -> pages::Loaded {
         let g = self.geom;
         let states = copies.map(|c| pages::classify(c, TOMB_PAGES, page, uuid, &g));
-        let Some((i, generation)) = pages::choose(states, header_gen) else {
-            return 0;
+        let (chosen, loaded) = pages::pick(states, header_gen);
+        let Some((i, generation)) = chosen else {
+            return loaded;
         };
         self.gens.set_loaded(page, generation);
         let first = page * u64::from(g.per_page);
@@ -110,7 +112,7 @@ impl TombTable {
                 self.recs.insert((first + k) as u32, rec);
             }
         }
-        generation
+        loaded
     }
 }
 
@@ -156,7 +158,7 @@ mod tests {
         let page = t.encode_page(1, 1, 1, &sb.uuid);
         let empty = AlignedBuf::zeroed(page.len());
         let mut u = TombTable::new(&sb);
-        assert_eq!(u.load_page(1, [&empty, &page], &sb.uuid, 1), 1);
+        assert_eq!(u.load_page(1, [&empty, &page], &sb.uuid, 1).generation, 1);
         assert_eq!(u.iter().collect::<Vec<_>>(), vec![(per_page + 2, &rec)]);
         assert_eq!(u.page_of(per_page + 2), 1);
     }

@@ -1,7 +1,8 @@
 //! Media damage never silently loses acknowledged data: a damaged journal record that a later
 //! record proves durable, or a damaged newest copy of a table page, makes the store refuse to
 //! open (`Corrupt`); a damaged superblock copy is repaired from the other; a device whose first
-//! superblock is damaged is never taken for a blank one; an older format is refused clearly.
+//! superblock is damaged is never taken for a blank one; an older format is refused clearly; the
+//! page copies of an interrupted write-back batch never count later.
 
 mod common;
 
@@ -154,6 +155,87 @@ async fn damaged_older_table_page_is_harmless() {
     let mut want = pattern(1, OBJ as usize);
     want[..4096].copy_from_slice(&pattern(2, 4096));
     assert_eq!(store.read(oid(1, 0), 0, OBJ).await.unwrap(), want);
+}
+
+/// Finds the copy of the journal header with `generation` in a raw image.
+fn header_copy(raw: &[u8], generation: u64) -> Option<u64> {
+    (0..raw.len() / 4096)
+        .map(|b| b * 4096)
+        .find(|&at| {
+            &raw[at..at + 4] == b"BJHD"
+                && u64::from_le_bytes(raw[at + 8..at + 16].try_into().unwrap()) == generation
+        })
+        .map(|at| at as u64)
+}
+
+/// The newest journal header generation in a raw image.
+fn newest_header(raw: &[u8]) -> u64 {
+    (0..raw.len() / 4096)
+        .map(|b| b * 4096)
+        .filter(|&at| &raw[at..at + 4] == b"BJHD")
+        .map(|at| u64::from_le_bytes(raw[at + 8..at + 16].try_into().unwrap()))
+        .max()
+        .expect("a journal header")
+}
+
+/// A crash interrupts a write-back batch after its page copies are durable but before its
+/// journal header is; the newest record, which that batch had written back, is then damaged
+/// and cut. The next batch after recovery has the same number as the interrupted one but does
+/// not rewrite the page only the cut record had changed: once its header is durable, the
+/// interrupted batch's copy of that page must not count (it did before recovery erased such
+/// copies: the store then refused to open, "a table page is damaged or lost"; cluster
+/// simulation seed 700155).
+#[tokio::test]
+async fn an_interrupted_batch_does_not_count_after_a_cut_and_a_later_batch() {
+    let dev = Dev::new(Backend::Sim, 64 << 20, 4 << 20);
+    let disk = sim(&dev);
+    let (x, y) = (oid(1, 0), oid(1, 1));
+    let store = Store::open_sim(disk, &OpenOptions::default()).unwrap();
+    let data = |seed| Bytes::from(pattern(seed, 4096));
+    store
+        .write(x, 0, data(1), WriteOptions::durable())
+        .await
+        .unwrap();
+    store.close().await.unwrap();
+    // Record 1 writes Y (slot table), record 2 deletes X (slot and tombstone tables).
+    let store = Store::open_sim(disk, &no_writeback(&dev)).unwrap();
+    store
+        .write(y, 0, data(2), WriteOptions::durable())
+        .await
+        .unwrap();
+    store.delete(x, WriteOptions::durable()).await.unwrap();
+    let newest = basalt_engine::sim::newest_record_header(disk).expect("records");
+    assert!(
+        newest.entries.iter().any(|e| e.oid == x),
+        "{:?}",
+        newest.entries
+    );
+    let before = newest_header(&disk.read(0, disk.size() as usize));
+    // One batch writes both records back (closing), then its header.
+    store.close().await.unwrap();
+    let raw = disk.read(0, disk.size() as usize);
+    assert_eq!(newest_header(&raw), before + 1, "one batch on close");
+    // The crash image of that batch without its header: the header copy it wrote is torn.
+    disk.corrupt(header_copy(&raw, before + 1).unwrap() + 20);
+    // And the delete's record is damaged: replay cuts it as a torn tail.
+    disk.corrupt(newest.damageable.start + 8);
+    let store = Store::open_sim(disk, &OpenOptions::default()).unwrap();
+    assert!(store.info().replay_cut.is_some(), "the delete was cut");
+    assert_eq!(store.read(x, 0, 4096).await.unwrap(), pattern(1, 4096));
+    assert_eq!(store.read(y, 0, 4096).await.unwrap(), pattern(2, 4096));
+    // The next batch (the interrupted one's number again) writes record 1 back only.
+    store.close().await.unwrap();
+    assert_eq!(
+        newest_header(&disk.read(0, disk.size() as usize)),
+        before + 1
+    );
+    let store = match Store::open_sim(disk, &OpenOptions::default()) {
+        Ok(s) => s,
+        Err(e) => panic!("the store does not open after a cut and a later batch: {e}"),
+    };
+    assert_eq!(store.read(x, 0, 4096).await.unwrap(), pattern(1, 4096));
+    assert_eq!(store.read(y, 0, 4096).await.unwrap(), pattern(2, 4096));
+    store.close().await.unwrap();
 }
 
 fn formatted() -> (SimDisk, FormatOptions) {

@@ -229,7 +229,7 @@ impl Engine {
 
     fn recover(&mut self, dev: &Dev) -> Result<(), EngineError> {
         let jh = read_journal_header(dev, &self.sb)?;
-        self.load_tables(dev, &jh)?;
+        let interrupted = self.load_tables(dev, &jh)?;
         let bounds = self.bounds();
         let (mut found, broke_at) = scan_journal(dev, &self.sb, &jh, bounds)?;
         let mut cut = None;
@@ -293,6 +293,7 @@ impl Engine {
             });
         }
         self.erase_stale_records(dev)?;
+        erase_interrupted_pages(dev, &interrupted)?;
         // What we replayed may still sit in a volatile cache (a process crash, not a power
         // loss): make it durable before anything new is acknowledged on top of it.
         dev.sync()?;
@@ -305,12 +306,23 @@ impl Engine {
 
     /// Loads the slot, tombstone and PG tables as of journal header `jh`, and checks that no
     /// page fell back to an older copy than the header expects (see `pages.rs`).
-    fn load_tables(&mut self, dev: &Dev, jh: &JournalHeader) -> Result<(), EngineError> {
+    /// Returns the copies an interrupted batch wrote (device offset, length), to erase.
+    fn load_tables(
+        &mut self,
+        dev: &Dev,
+        jh: &JournalHeader,
+    ) -> Result<Vec<(u64, u64)>, EngineError> {
         let (uuid, g) = (self.sb.uuid, jh.generation);
         let st = &mut self.st;
-        load_pages(dev, &self.sb.slots, |p, c| st.d.load_page(p, c, &uuid, g))?;
-        load_pages(dev, &self.sb.tombs, |p, c| st.t.load_page(p, c, &uuid, g))?;
-        load_pages(dev, &self.sb.pgs, |p, c| st.p.load_page(p, c, &uuid, g))?;
+        let mut erase = Vec::new();
+        let e = &mut erase;
+        load_pages(dev, &self.sb.slots, e, |p, c| {
+            st.d.load_page(p, c, &uuid, g)
+        })?;
+        load_pages(dev, &self.sb.tombs, e, |p, c| {
+            st.t.load_page(p, c, &uuid, g)
+        })?;
+        load_pages(dev, &self.sb.pgs, e, |p, c| st.p.load_page(p, c, &uuid, g))?;
         let hash = st.d.gens.hash() ^ st.t.gens.hash() ^ st.p.gens.hash();
         if hash != jh.tables_hash {
             return Err(EngineError::Corrupt(format!(
@@ -320,7 +332,7 @@ impl Engine {
                 jh.tables_hash
             )));
         }
-        Ok(())
+        Ok(erase)
     }
 
     /// Records newer than the newest durable claim may have lost the data of their
@@ -568,11 +580,29 @@ fn read_journal_header(dev: &Dev, sb: &Superblock) -> Result<JournalHeader, Engi
     Ok(h)
 }
 
-/// Reads every page of a table (both copies, a few MiB at a time) into `load`.
+/// Erases page copies an interrupted batch wrote (`pages::pick` says why). Made durable by
+/// recovery's closing sync, before any batch can write a journal header again; a crash before
+/// that leaves them as they were, still newer than the header and erased by the next recovery.
+fn erase_interrupted_pages(dev: &Dev, copies: &[(u64, u64)]) -> Result<(), EngineError> {
+    for &(off, len) in copies {
+        dev.write_at(off, &AlignedBuf::zeroed(len as usize))?;
+    }
+    if !copies.is_empty() {
+        tracing::info!(
+            pages = copies.len(),
+            "erased table page copies of an interrupted write-back batch"
+        );
+    }
+    Ok(())
+}
+
+/// Reads every page of a table (both copies, a few MiB at a time) into `load`; adds the copies
+/// of an interrupted batch to `interrupted` (device offset, length).
 fn load_pages(
     dev: &Dev,
     geom: &TableGeom,
-    mut load: impl FnMut(u64, [&[u8]; 2]) -> u64,
+    interrupted: &mut Vec<(u64, u64)>,
+    mut load: impl FnMut(u64, [&[u8]; 2]) -> crate::pages::Loaded,
 ) -> Result<(), EngineError> {
     let page = u64::from(geom.page_size);
     let per_chunk = ((4u64 << 20) / (2 * page)).max(1);
@@ -587,7 +617,10 @@ fn load_pages(
                 &buf[a..a + page as usize],
                 &buf[a + page as usize..a + 2 * page as usize],
             );
-            load(p + k, [c0, c1]);
+            let loaded = load(p + k, [c0, c1]);
+            for (copy, _) in loaded.interrupted.iter().enumerate().filter(|(_, i)| **i) {
+                interrupted.push((geom.copy_offset(p + k, copy as u64), page));
+            }
         }
         p += n;
     }

@@ -370,6 +370,22 @@ fn a_newer_map_does_not_make_an_older_term_whole() {
     }
 }
 
+/// Regression, seed 700155 (a bit flip in a journal tail, then kills): a node killed during a
+/// write-back batch (page copies durable, journal header not) came back with its newest
+/// record cut as a torn tail, ran 1.7 s and was killed again; its store then refused to open
+/// ("a table page is damaged or lost"): the interrupted batch's copy of a page only the cut
+/// record had changed counted once the next batch, numbered as the interrupted one, completed.
+/// Now recovery erases such copies (`engine/recover.rs::erase_interrupted_pages`; the engine's
+/// own test: `corruption.rs::an_interrupted_batch_does_not_count_after_a_cut_and_a_later_batch`).
+#[test]
+fn a_store_opens_after_a_cut_and_a_second_crash() {
+    init_log();
+    let cfg = Config::draw(700155, true);
+    assert!(cfg.faults.journal_tail, "{cfg:?}");
+    let r = check_config(cfg, false);
+    assert!(r.tail_flips > 0 && r.kills > 1 && r.acked > 0, "{r:?}");
+}
+
 /// Regression, seed 71465 (2 copies, `min_size` 2, bit flips): a write reached v13.1 on both
 /// members of pg.1.5, a bit flipped in one copy, and the other member was killed before its
 /// copy was durable. A peering below `min_size` (one member up) then recorded the flipped
