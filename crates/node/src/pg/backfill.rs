@@ -43,6 +43,15 @@ impl Pg {
         };
         let map = ctx.maps.map();
         let (entry, _) = entry_of(&map, self.id)?;
+        let serves = {
+            let st = self.st.lock();
+            st.generation == generation
+                && st.primary.as_ref().is_some_and(|p| p.serves(&map, &entry))
+        };
+        if !serves {
+            // A newer map than this primary's: it starts over on it.
+            return Ok(());
+        }
         // Up members that did not answer peering (a node still starting) are no targets yet:
         // peer again after a pause, or the PG would never become ready on its up set.
         let unreached: Vec<DeviceId> = entry
@@ -98,7 +107,18 @@ impl Pg {
             }
             return Ok(());
         }
-        let record = PgReadyRecord::new(self.id, map.epoch, entry.up.clone());
+        // Judged on the map this primary serves: a newer one (installed, not yet acted on)
+        // starts the PG's primary over, and that one reports on it.
+        let now = ctx.maps.map();
+        let serves = entry_of(&now, self.id).is_ok_and(|(e, _)| {
+            let st = self.st.lock();
+            st.generation == generation && st.primary.as_ref().is_some_and(|p| p.serves(&now, &e))
+        });
+        if !serves {
+            tracing::info!(pg = %self.id, epoch = %now.epoch, "no ready report: the map moved on");
+            return Ok(());
+        }
+        let record = PgReadyRecord::new(self.id, now.epoch, entry.up.clone());
         ctx.catalog
             .put_pg_ready(&record)
             .await

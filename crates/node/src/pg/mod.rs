@@ -276,6 +276,17 @@ pub(crate) struct Primary {
 }
 
 impl Primary {
+    /// Whether this primary serves the PG as `entry` of `map` has it: the same interval, up set
+    /// (and which of it is up) and acting set. Otherwise the node starts the PG's primary over
+    /// when it acts on the map (`primary_sees`), and nothing judged on that map belongs to
+    /// this one.
+    pub fn serves(&self, map: &ClusterMap, entry: &PgMap) -> bool {
+        self.term.interval == entry.since
+            && self.up == entry.up
+            && self.live_up == live_up(map, entry)
+            && self.acting == entry.acting
+    }
+
     /// Whether a write to `oid` must wait (recovery or backfill of it first).
     pub fn must_wait(&self, oid: &ObjectId) -> bool {
         self.missing.contains_key(oid) || self.busy.contains(oid)
@@ -483,13 +494,7 @@ impl Pgs {
             let st = pg.st.lock();
             match &st.primary {
                 None => true,
-                Some(p) => {
-                    p.term.interval != entry.since
-                        || p.up != entry.up
-                        || p.live_up != live_up(map, entry)
-                        || p.acting != entry.acting
-                        || matches!(p.status, Status::Incomplete(_))
-                }
+                Some(p) => !p.serves(map, entry) || matches!(p.status, Status::Incomplete(_)),
             }
         };
         if restart {

@@ -273,3 +273,54 @@ async fn a_term_is_whole_only_in_its_own_interval_with_every_acting_device() {
         "no longer the primary"
     );
 }
+
+/// A primary judges (ready reports, restarts) only on a map that shows the PG as it serves it:
+/// its interval, up set, which of the up set is up, and acting set. A backfill that finished
+/// while the node held a newer map (not yet acted on) reported the PG ready on that map's up
+/// set, which this primary had not backfilled for.
+#[tokio::test]
+async fn a_primary_serves_only_the_map_entry_it_started_from() {
+    use basalt_placement::{ClusterMap, DeviceInfo, PgMap};
+    let dir = tempfile::tempdir().unwrap();
+    let (node, dev, pg) = one_device_node(dir.path()).await;
+    let p = node.pgs.get(dev, pg).unwrap();
+    p.serve_alone_for_test(Epoch(9));
+    let other = DeviceId(2);
+    let mut map = ClusterMap::default();
+    for d in [dev, other] {
+        let info = DeviceInfo::new(NodeId(d.0), "ssd", 1, 128 << 10);
+        map.devices.insert(d, info);
+    }
+    let entry = |up: Vec<DeviceId>, acting: Vec<DeviceId>, since| PgMap {
+        up,
+        acting,
+        since: Epoch(since),
+    };
+    let serves = |map: &ClusterMap, e: &PgMap| {
+        let st = p.st.lock();
+        st.primary.as_ref().is_some_and(|pr| pr.serves(map, e))
+    };
+    assert!(serves(&map, &entry(vec![dev], vec![dev], 9)));
+    map.epoch = Epoch(14);
+    assert!(
+        serves(&map, &entry(vec![dev], vec![dev], 9)),
+        "a newer map, same entry"
+    );
+    assert!(
+        !serves(&map, &entry(vec![dev], vec![dev], 10)),
+        "a newer interval"
+    );
+    assert!(
+        !serves(&map, &entry(vec![dev, other], vec![dev], 9)),
+        "another up set"
+    );
+    assert!(
+        !serves(&map, &entry(vec![dev], vec![dev, other], 9)),
+        "another acting set"
+    );
+    map.devices.get_mut(&dev).unwrap().up = false;
+    assert!(
+        !serves(&map, &entry(vec![dev], vec![dev], 9)),
+        "its up set went down"
+    );
+}
