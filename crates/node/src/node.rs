@@ -168,6 +168,7 @@ impl Node {
                 config.heartbeat.lease_length(),
                 earlier_grants,
             )),
+            stopped: Default::default(),
         });
         let pgs = Pgs::new(ctx, stores.clone());
         pgs.scrub
@@ -381,6 +382,8 @@ impl Node {
     /// Ends every PG this node leads: their drivers return (else, in a process that goes on,
     /// such as a test's, they would keep peering on behalf of a stopped node).
     fn stop_primaries(&self) {
+        // First, so that a primary restarting meanwhile sees it (under the PG's lock).
+        self.shared.pgs.ctx.stopped.store(true, Ordering::Release);
         for pg in self.shared.pgs.all() {
             if pg.st.lock().primary.is_some() {
                 pg.stop_primary();

@@ -63,6 +63,7 @@ pub(crate) fn shared(
             Duration::ZERO,
             Duration::ZERO,
         )),
+        stopped: Default::default(),
     });
     Arc::new(NodeShared {
         id,

@@ -44,7 +44,7 @@ use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 use tokio::sync::{Notify, oneshot};
 
@@ -58,6 +58,9 @@ pub(crate) struct Ctx {
     pub recovery: Recovery,
     /// Read leases given and held (`readlease.rs`).
     pub leases: Arc<crate::readlease::ReadLeases>,
+    /// The node stopped (`Node::shutdown`, `Node::kill`): no primary starts on its behalf
+    /// again (a write that failed on the closed store would otherwise peer anew).
+    pub stopped: AtomicBool,
 }
 
 /// The node's recovery throttle (following the cluster settings) and counters.
@@ -530,6 +533,11 @@ impl Pg {
     ) {
         let generation = {
             let mut st = self.st.lock();
+            if ctx.stopped.load(Ordering::Acquire) {
+                drop(st);
+                self.stop_primary();
+                return;
+            }
             st.generation += 1;
             let seq = st
                 .primary

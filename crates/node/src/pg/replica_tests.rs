@@ -324,3 +324,29 @@ async fn a_primary_serves_only_the_map_entry_it_started_from() {
         "its up set went down"
     );
 }
+
+/// A stopped node starts no primary again: a write that failed on its closed store after the
+/// shutdown's drain ends its term (`repeer`), and that must not peer anew on behalf of the
+/// stopped node (in a process that goes on: tests, the simulation).
+#[tokio::test]
+async fn a_stopped_node_starts_no_primary() {
+    use basalt_placement::{ClusterMap, DeviceInfo, PgMap};
+    let dir = tempfile::tempdir().unwrap();
+    let (node, dev, pg) = one_device_node(dir.path()).await;
+    let p = node.pgs.get(dev, pg).unwrap();
+    let mut map = ClusterMap::default();
+    map.devices
+        .insert(dev, DeviceInfo::new(NodeId(1), "ssd", 1, 128 << 10));
+    let entry = PgMap {
+        up: vec![dev],
+        acting: vec![dev],
+        since: Epoch(3),
+    };
+    let ctx = node.pgs.ctx.clone();
+    p.restart_primary(ctx.clone(), &map, &entry, 1);
+    assert!(p.st.lock().primary.is_some(), "a running node starts it");
+    ctx.stopped
+        .store(true, std::sync::atomic::Ordering::Release);
+    p.restart_primary(ctx, &map, &entry, 1);
+    assert!(p.st.lock().primary.is_none(), "a stopped node does not");
+}
