@@ -2,7 +2,9 @@
 //! than the member promised is refused, and so is the primary's own install (a superseded
 //! generation of the same device must not roll back what a newer term decided); a replicated
 //! write applies only in the term the member was activated in and promised. Also which term a
-//! primary may call whole (`recovery.rs::Pg::whole`).
+//! primary may call whole (`recovery.rs::Pg::whole`), which map it judges on (`Primary::serves`),
+//! that a stopped node starts no primary, and that a stray's removal of an older term purges
+//! nothing.
 
 use crate::pg::messages::{ImageKind, ImageMeta, PeerAnswer, PeerMsg};
 use crate::service::NodeShared;
@@ -349,4 +351,44 @@ async fn a_stopped_node_starts_no_primary() {
         .store(true, std::sync::atomic::Ordering::Release);
     p.restart_primary(ctx, &map, &entry, 1);
     assert!(p.st.lock().primary.is_none(), "a stopped node does not");
+}
+
+/// A stray's copy is forgotten (`Remove`) only for a term this device was not promised past: a
+/// newer primary (which may be about to backfill this very device) may have promised it
+/// meanwhile. The door refuses such a `Remove`, and so does every batch of the removal itself
+/// (called here directly, as when the promise lands while it runs): nothing is purged.
+#[tokio::test]
+async fn a_remove_of_an_older_term_than_promised_purges_nothing() {
+    use basalt_engine::WriteOptions;
+    let dir = tempfile::tempdir().unwrap();
+    let (node, dev, pg) = one_device_node(dir.path()).await;
+    let store = node.pgs.store(dev).unwrap().clone();
+    let (old, new) = (Term::new(Epoch(5), 0), Term::new(Epoch(7), 0));
+    let query = |term| PeerMsg::Query {
+        device: dev,
+        pg,
+        term,
+        epoch: Epoch(0),
+        from: None,
+    };
+    node.pgs.peer(query(old), Bytes::new()).await.unwrap();
+    for i in 0..3 {
+        let oid = ObjectId::new(PoolId(1), VolumeId(1), i);
+        let data = Bytes::from(vec![7u8; 4096]);
+        let opts = WriteOptions::durable().in_pg(pg.pg);
+        store.write(oid, 0, data, opts).await.unwrap();
+    }
+    node.pgs.peer(query(new), Bytes::new()).await.unwrap();
+    let remove = PeerMsg::Remove {
+        device: dev,
+        pg,
+        term: old,
+    };
+    let err = node.pgs.peer(remove, Bytes::new()).await.unwrap_err();
+    assert_eq!(err.code, ErrorCode::StaleEpoch, "{err:?}");
+    let err = node.pgs.remove(dev, pg, old).await.unwrap_err();
+    assert_eq!(err.code, ErrorCode::StaleEpoch, "{err:?}");
+    assert_eq!(store.list(pg, None, 10).await.unwrap().len(), 3);
+    node.pgs.remove(dev, pg, new).await.unwrap();
+    assert!(store.list(pg, None, 10).await.unwrap().is_empty());
 }
