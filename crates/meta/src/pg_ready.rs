@@ -1,10 +1,11 @@
 //! PG-ready reports under [`keys::PG_READY`]: the primary of a PG says it completed the PG on
 //! its `up` set (every member of `up` holds the PG's current data), so the leader may make
-//! `acting = up`. The leader applies a report only when it names the PG's current `up` set,
-//! and deletes every report it has considered (applied or stale).
+//! `acting = up`. The leader applies a report only when it names the PG's current `up` set and,
+//! when it names one, the PG's current interval; it deletes every report it has considered
+//! (applied or stale).
 //!
-//! Nothing in this version writes reports except `basalt pg mark-lost` (an operator's
-//! statement that the PG's data is gone, with `lost: true`); recovery will.
+//! Written by a PG's primary once its backfill is done (`node/src/pg/backfill.rs`), and by
+//! `basalt pg mark-lost` (an operator's statement that the PG's data is gone, `lost: true`).
 
 use crate::catalog::{Catalog, encode, now_secs};
 use crate::error::MetaError;
@@ -21,6 +22,11 @@ pub struct PgReadyRecord {
     pub epoch: Epoch,
     /// The `up` set the PG was completed on.
     pub up: Vec<DeviceId>,
+    /// The interval of the primary's term that completed it: the report holds only while the
+    /// PG's interval is still this one (a newer interval's primary reports again). `None`
+    /// (`basalt pg mark-lost`, or a report of an older version): any interval.
+    #[serde(default)]
+    pub interval: Option<Epoch>,
     /// Written by an operator (`basalt pg mark-lost`): the PG's data is given up for lost.
     #[serde(default)]
     pub lost: bool,
@@ -34,8 +40,17 @@ impl PgReadyRecord {
             pg,
             epoch,
             up,
+            interval: None,
             lost: false,
             at: now_secs(),
+        }
+    }
+
+    /// The report, valid only while the PG's interval is `interval`.
+    pub fn in_interval(self, interval: Epoch) -> PgReadyRecord {
+        PgReadyRecord {
+            interval: Some(interval),
+            ..self
         }
     }
 }

@@ -2,13 +2,15 @@
 
 use basalt_meta::{Catalog, MetaError, OutReason, Revision};
 use basalt_placement::{DeviceInfo, NodeInfo, PlacementInput, PoolSpec};
-use basalt_types::{NodeId, PgId};
+use basalt_types::{Epoch, NodeId, PgId};
 
 /// The placement input, and the PG-ready reports it includes (with their revisions, so that
-/// exactly those are deleted once considered), and the failure reports (reporter, accused).
+/// exactly those are deleted once considered; and the interval each holds for, if it names
+/// one), and the failure reports (reporter, accused).
 pub(crate) struct Gathered {
     pub input: PlacementInput,
     pub reports: Vec<(PgId, Revision)>,
+    pub intervals: Vec<(PgId, Epoch)>,
     pub failures: Vec<(NodeId, NodeId)>,
 }
 
@@ -46,9 +48,10 @@ pub(crate) async fn gather(catalog: &Catalog, now: u64) -> Result<Gathered, Meta
         };
         input.pools.insert(p.id, spec);
     }
-    let mut reports = Vec::new();
+    let (mut reports, mut intervals) = (Vec::new(), Vec::new());
     for (r, revision) in catalog.list_pg_ready().await? {
         reports.push((r.pg, revision));
+        intervals.extend(r.interval.map(|i| (r.pg, i)));
         input.ready.insert(r.pg, r.up);
     }
     let failures = catalog
@@ -60,6 +63,25 @@ pub(crate) async fn gather(catalog: &Catalog, now: u64) -> Result<Gathered, Meta
     Ok(Gathered {
         input,
         reports,
+        intervals,
         failures,
     })
+}
+
+/// Drops from `input` the PG-ready reports made in another interval than the PG's in `map` (the
+/// leader's current map): a primary of an older term finished its backfill after the PG moved
+/// on, and the newer interval's primary reports for itself. (Applied, such a report could put
+/// into the acting set a device that missed what the newer interval wrote, after that
+/// interval's history no longer names the older one.)
+pub(crate) fn drop_stale_reports(
+    input: &mut PlacementInput,
+    intervals: &[(PgId, Epoch)],
+    map: Option<&basalt_placement::ClusterMap>,
+) {
+    for (pg, interval) in intervals {
+        let current = map.and_then(|m| m.pg(*pg)).map(|e| e.since);
+        if current != Some(*interval) && input.ready.remove(pg).is_some() {
+            tracing::info!(%pg, %interval, ?current, "a PG-ready report of an older interval: not applied");
+        }
+    }
 }

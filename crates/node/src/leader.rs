@@ -10,7 +10,7 @@
 //! a delay of the report rule ends; never on volume records or on its own map writes.
 
 use crate::changes::Changes;
-use crate::gather::{Gathered, gather};
+use crate::gather::{Gathered, drop_stale_reports, gather};
 use crate::reports::{ReportRules, Reports};
 use basalt_meta::{Catalog, Leadership, MetaError, StoredMap};
 use basalt_placement::{ClusterMap, compute, down_out, named_chunks};
@@ -133,8 +133,14 @@ async fn step(
     let Gathered {
         mut input,
         reports,
+        intervals,
         failures,
     } = gather(catalog, now_secs()).await?;
+    drop_stale_reports(
+        &mut input,
+        &intervals,
+        state.current.as_ref().map(|(m, _)| m),
+    );
     let live: BTreeSet<NodeId> = input.nodes.keys().copied().collect();
     let verdict = state
         .reports

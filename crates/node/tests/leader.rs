@@ -6,7 +6,7 @@ use basalt_meta::{
 };
 use basalt_node::{DeviceConfig, Node, NodeConfig, ReportRules};
 use basalt_placement::ClusterMap;
-use basalt_types::{DeviceId, NodeId, PgId};
+use basalt_types::{DeviceId, Epoch, NodeId, PgId};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -229,22 +229,26 @@ async fn a_down_device_keeps_its_data_goes_out_after_the_interval_and_comes_back
         assert_eq!(out.pg_primary(&pool.pgs[i]), None, "pg {i} unavailable");
     }
 
-    // The primary of one of them reports it complete on its new up set; another report names
-    // a set that is not the up set.
+    // The primary of one of them reports it complete on its new up set, in its interval;
+    // another report names a set that is not the up set; a third the up set, but from an
+    // older interval than the PG's (a primary whose term had ended).
     let pool_id = *out.pools.keys().next().unwrap();
     let pg = |i: usize| PgId {
         pool: pool_id,
         pg: i as u32,
     };
-    let (moved, stale) = (on_b[0], *on_b.get(1).unwrap_or(&on_b[0]));
+    assert!(on_b.len() >= 3, "{on_b:?}");
+    let (moved, stale, older) = (on_b[0], on_b[1], on_b[2]);
+    let since = |i: usize| out.pools[&pool_id].pgs[i].since;
     c.catalog
         .put_pg_ready(&PgReadyRecord::new(pg(stale), out.epoch, vec![db]))
         .await
         .unwrap();
-    c.catalog
-        .put_pg_ready(&PgReadyRecord::new(pg(moved), out.epoch, vec![da]))
-        .await
-        .unwrap();
+    let before = Epoch(since(older).0 - 1);
+    let report = PgReadyRecord::new(pg(older), out.epoch, vec![da]).in_interval(before);
+    c.catalog.put_pg_ready(&report).await.unwrap();
+    let report = PgReadyRecord::new(pg(moved), out.epoch, vec![da]).in_interval(since(moved));
+    c.catalog.put_pg_ready(&report).await.unwrap();
     let ready = c
         .map_where("the report applied", |m| {
             m.pools[&pool_id].pgs[moved].acting == [da]
@@ -252,9 +256,12 @@ async fn a_down_device_keeps_its_data_goes_out_after_the_interval_and_comes_back
         .await;
     let entry = &ready.pools[&pool_id].pgs[moved];
     assert_eq!(entry.since, ready.epoch, "its serving set changed");
-    if stale != moved {
-        assert_eq!(ready.pools[&pool_id].pgs[stale].acting, [db]);
-    }
+    assert_eq!(ready.pools[&pool_id].pgs[stale].acting, [db]);
+    assert_eq!(
+        ready.pools[&pool_id].pgs[older].acting,
+        [db],
+        "a report of an older interval is not applied"
+    );
     // Consumed: nothing is left once the leader has seen them.
     let deadline = tokio::time::Instant::now() + WAIT;
     let mut reports = c

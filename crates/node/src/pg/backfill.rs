@@ -118,7 +118,8 @@ impl Pg {
             tracing::info!(pg = %self.id, epoch = %now.epoch, "no ready report: the map moved on");
             return Ok(());
         }
-        let record = PgReadyRecord::new(self.id, now.epoch, entry.up.clone());
+        let record =
+            PgReadyRecord::new(self.id, now.epoch, entry.up.clone()).in_interval(term.interval);
         ctx.catalog
             .put_pg_ready(&record)
             .await
