@@ -267,7 +267,11 @@ mod tests {
         let mut v = SlotTable::new(&sb);
         let loaded = v.load_page(0, [&c, &b], &sb.uuid, 2);
         assert_eq!(loaded.generation, 2);
-        assert_eq!(loaded.interrupted, [true, false], "recovery erases copy 0");
+        assert_eq!(
+            loaded.interrupted,
+            [Some(3), None],
+            "recovery erases copy 0"
+        );
         // A torn newest copy: the older one is loaded (the tables hash decides whether that
         // is allowed, see recover.rs).
         let mut torn = AlignedBuf::copy_from(&b);

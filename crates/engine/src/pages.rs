@@ -126,12 +126,12 @@ pub(crate) fn choose(states: [CopyState; 2], header_gen: u64) -> Option<(usize, 
     best
 }
 
-/// What loading one page found: the generation loaded (0: the page holds nothing) and which
-/// copies an interrupted batch wrote (`batch > header_gen`).
+/// What loading one page found: the generation loaded (0: the page holds nothing) and the
+/// batch of each copy an interrupted batch wrote (`batch > header_gen`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Loaded {
     pub generation: u64,
-    pub interrupted: [bool; 2],
+    pub interrupted: [Option<u64>; 2],
 }
 
 /// The copy to load ([`choose`]) and the copies of an interrupted batch. Recovery erases the
@@ -140,8 +140,10 @@ pub(crate) struct Loaded {
 /// tail) such a copy would count from then on, newer than the tables hash expects.
 pub(crate) fn pick(states: [CopyState; 2], header_gen: u64) -> (Option<(usize, u64)>, Loaded) {
     let chosen = choose(states, header_gen);
-    let interrupted =
-        states.map(|st| matches!(st, CopyState::Valid { batch, .. } if batch > header_gen));
+    let interrupted = states.map(|st| match st {
+        CopyState::Valid { batch, .. } if batch > header_gen => Some(batch),
+        _ => None,
+    });
     let generation = chosen.map_or(0, |(_, g)| g);
     (
         chosen,

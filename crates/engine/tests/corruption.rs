@@ -238,6 +238,54 @@ async fn an_interrupted_batch_does_not_count_after_a_cut_and_a_later_batch() {
     store.close().await.unwrap();
 }
 
+/// Only the batch right after the journal header loaded can have been interrupted: a table page
+/// copy of a later batch proves a newer header was durable, and is gone (an old image of the
+/// header restored, or media that lost it). The store refuses to open rather than erase that
+/// copy as an interrupted batch's and serve the older state.
+#[tokio::test]
+async fn a_page_copy_newer_than_the_next_batch_is_refused() {
+    let dev = Dev::new(Backend::Sim, 64 << 20, 4 << 20);
+    let disk = sim(&dev);
+    let data = |seed| Bytes::from(pattern(seed, 4096));
+    let store = Store::open_sim(disk, &OpenOptions::default()).unwrap();
+    store
+        .write(oid(1, 0), 0, data(1), WriteOptions::durable())
+        .await
+        .unwrap();
+    store.close().await.unwrap();
+    let raw = disk.read(0, disk.size() as usize);
+    let h0 = newest_header(&raw);
+    let at0 = header_copy(&raw, h0).unwrap();
+    let saved = raw[at0 as usize..at0 as usize + 4096].to_vec();
+    // Batch h0+1 rewrites slot-table page 0; batch h0+2 only the PG table.
+    let store = Store::open_sim(disk, &OpenOptions::default()).unwrap();
+    store
+        .write(oid(1, 1), 0, data(2), WriteOptions::durable())
+        .await
+        .unwrap();
+    store.close().await.unwrap();
+    let store = Store::open_sim(disk, &OpenOptions::default()).unwrap();
+    let pg = basalt_engine::PgId {
+        pool: basalt_engine::PoolId(1),
+        pg: 3,
+    };
+    store
+        .set_pg(pg, Some([5; basalt_engine::PG_BLOB]), true)
+        .await
+        .unwrap();
+    store.close().await.unwrap();
+    let raw = disk.read(0, disk.size() as usize);
+    assert_eq!(newest_header(&raw), h0 + 2, "one batch per close");
+    // Header h0+2 (written over h0's copy) replaced by the old h0; h0+1 damaged.
+    disk.overwrite(at0, &saved);
+    disk.corrupt(header_copy(&raw, h0 + 1).unwrap() + 20);
+    match Store::open_sim(disk, &OpenOptions::default()) {
+        Err(EngineError::Corrupt(why)) => assert!(why.contains("header was lost"), "{why}"),
+        Err(e) => panic!("expected Corrupt, got {e}"),
+        Ok(_) => panic!("opened on a journal header two batches old"),
+    }
+}
+
 fn formatted() -> (SimDisk, FormatOptions) {
     let disk = SimDisk::new(32 << 20);
     let opts = FormatOptions {

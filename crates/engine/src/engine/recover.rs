@@ -306,12 +306,14 @@ impl Engine {
 
     /// Loads the slot, tombstone and PG tables as of journal header `jh`, and checks that no
     /// page fell back to an older copy than the header expects (see `pages.rs`).
-    /// Returns the copies an interrupted batch wrote (device offset, length), to erase.
+    /// Returns the copies an interrupted batch wrote, to erase. Only the batch right after the
+    /// header can have been interrupted (a batch starts once the previous header is durable):
+    /// a copy of a later batch proves a newer header was durable and is gone (`Corrupt`).
     fn load_tables(
         &mut self,
         dev: &Dev,
         jh: &JournalHeader,
-    ) -> Result<Vec<(u64, u64)>, EngineError> {
+    ) -> Result<Vec<Interrupted>, EngineError> {
         let (uuid, g) = (self.sb.uuid, jh.generation);
         let st = &mut self.st;
         let mut erase = Vec::new();
@@ -330,6 +332,15 @@ impl Engine {
                  expects {:#018x}): the newest copy of a page written back earlier no longer \
                  reads back; refusing to serve older state",
                 jh.tables_hash
+            )));
+        }
+        if let Some(c) = erase.iter().find(|c| c.batch > g + 1) {
+            return Err(EngineError::Corrupt(format!(
+                "a table page copy written by write-back batch {} is newer than the journal \
+                 header's next batch ({}): a newer journal header was lost; refusing to serve \
+                 older state",
+                c.batch,
+                g + 1
             )));
         }
         Ok(erase)
@@ -583,9 +594,9 @@ fn read_journal_header(dev: &Dev, sb: &Superblock) -> Result<JournalHeader, Engi
 /// Erases page copies an interrupted batch wrote (`pages::pick` says why). Made durable by
 /// recovery's closing sync, before any batch can write a journal header again; a crash before
 /// that leaves them as they were, still newer than the header and erased by the next recovery.
-fn erase_interrupted_pages(dev: &Dev, copies: &[(u64, u64)]) -> Result<(), EngineError> {
-    for &(off, len) in copies {
-        dev.write_at(off, &AlignedBuf::zeroed(len as usize))?;
+fn erase_interrupted_pages(dev: &Dev, copies: &[Interrupted]) -> Result<(), EngineError> {
+    for c in copies {
+        dev.write_at(c.off, &AlignedBuf::zeroed(c.len as usize))?;
     }
     if !copies.is_empty() {
         tracing::info!(
@@ -596,12 +607,19 @@ fn erase_interrupted_pages(dev: &Dev, copies: &[(u64, u64)]) -> Result<(), Engin
     Ok(())
 }
 
+/// A page copy written by a batch newer than the journal header loaded.
+struct Interrupted {
+    off: u64,
+    len: u64,
+    batch: u64,
+}
+
 /// Reads every page of a table (both copies, a few MiB at a time) into `load`; adds the copies
-/// of an interrupted batch to `interrupted` (device offset, length).
+/// of an interrupted batch to `interrupted`.
 fn load_pages(
     dev: &Dev,
     geom: &TableGeom,
-    interrupted: &mut Vec<(u64, u64)>,
+    interrupted: &mut Vec<Interrupted>,
     mut load: impl FnMut(u64, [&[u8]; 2]) -> crate::pages::Loaded,
 ) -> Result<(), EngineError> {
     let page = u64::from(geom.page_size);
@@ -618,8 +636,15 @@ fn load_pages(
                 &buf[a + page as usize..a + 2 * page as usize],
             );
             let loaded = load(p + k, [c0, c1]);
-            for (copy, _) in loaded.interrupted.iter().enumerate().filter(|(_, i)| **i) {
-                interrupted.push((geom.copy_offset(p + k, copy as u64), page));
+            for (copy, batch) in loaded.interrupted.iter().enumerate() {
+                if let Some(batch) = *batch {
+                    let off = geom.copy_offset(p + k, copy as u64);
+                    interrupted.push(Interrupted {
+                        off,
+                        len: page,
+                        batch,
+                    });
+                }
             }
         }
         p += n;
