@@ -43,15 +43,6 @@ impl Pg {
         };
         let map = ctx.maps.map();
         let (entry, _) = entry_of(&map, self.id)?;
-        let serves = {
-            let st = self.st.lock();
-            st.generation == generation
-                && st.primary.as_ref().is_some_and(|p| p.serves(&map, &entry))
-        };
-        if !serves {
-            // A newer map than this primary's: it starts over on it.
-            return Ok(());
-        }
         // Up members that did not answer peering (a node still starting) are no targets yet:
         // peer again after a pause, or the PG would never become ready on its up set.
         let unreached: Vec<DeviceId> = entry
@@ -107,16 +98,21 @@ impl Pg {
             }
             return Ok(());
         }
-        // Judged on the map this primary serves: a newer one (installed, not yet acted on)
-        // starts the PG's primary over, and that one reports on it.
+        // Only while the node's newest map still has this term's interval and up set: else
+        // the round fails and the PG peers again on the newest map (a map skipped by
+        // `drive_pgs` may have changed them and changed them back, so no restart is certain).
+        let up = self.st.lock().primary.as_ref().map(|p| p.up.clone());
         let now = ctx.maps.map();
-        let serves = entry_of(&now, self.id).is_ok_and(|(e, _)| {
-            let st = self.st.lock();
-            st.generation == generation && st.primary.as_ref().is_some_and(|p| p.serves(&now, &e))
-        });
-        if !serves {
-            tracing::info!(pg = %self.id, epoch = %now.epoch, "no ready report: the map moved on");
-            return Ok(());
+        let (current, _) = entry_of(&now, self.id)?;
+        if !self.current(generation)
+            || current.since != term.interval
+            || up.as_ref() != Some(&current.up)
+            || current.up != entry.up
+        {
+            return Err(format!(
+                "map epoch {} moved on from term {term} (up {:?}): no ready report",
+                now.epoch.0, current.up
+            ));
         }
         let record =
             PgReadyRecord::new(self.id, now.epoch, entry.up.clone()).in_interval(term.interval);
@@ -124,6 +120,13 @@ impl Pg {
             .put_pg_ready(&record)
             .await
             .map_err(|e| e.to_string())?;
+        let mut st = self.st.lock();
+        if st.generation == generation
+            && let Some(p) = st.primary.as_mut()
+        {
+            p.reported = Some(record);
+        }
+        drop(st);
         tracing::info!(pg = %self.id, up = ?entry.up, "backfill done: ready on the up set");
         Ok(())
     }
@@ -560,5 +563,39 @@ mod tests {
         // Both full: the smaller last object bounds the step.
         assert_eq!(page_bound(Some(o(5)), PAGE, Some(o(3)), PAGE), Some(o(3)));
         assert_eq!(page_bound(None, 0, Some(o(3)), PAGE), Some(o(3)));
+    }
+}
+
+impl Pg {
+    /// Writes this term's ready report again while the PG's newest map still waits for it (the
+    /// acting set is not yet the up set the report names, in the same interval): the leader
+    /// deletes every report it considered, and a late report of an ended term (another node's,
+    /// on a lagging map) may have replaced this one at the PG's key and been dropped.
+    pub(super) async fn report_again(&self, ctx: &Arc<Ctx>, generation: u64) -> Result<(), String> {
+        let record = {
+            let st = self.st.lock();
+            match st.primary.as_ref().and_then(|p| p.reported.clone()) {
+                Some(r) if st.generation == generation => r,
+                _ => return Ok(()),
+            }
+        };
+        let map = ctx.maps.map();
+        let (entry, _) = entry_of(&map, self.id)?;
+        if entry.acting == record.up
+            || entry.up != record.up
+            || Some(entry.since) != record.interval
+        {
+            return Ok(());
+        }
+        tracing::info!(pg = %self.id, up = ?record.up, "still remapped: reporting ready again");
+        let again = PgReadyRecord {
+            interval: record.interval,
+            ..PgReadyRecord::new(self.id, map.epoch, record.up.clone())
+        };
+        ctx.catalog
+            .put_pg_ready(&again)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(())
     }
 }

@@ -248,6 +248,9 @@ pub(crate) struct Primary {
     /// of the history that still hold the PG): where a good copy may be found of an object
     /// the serving members hold bad (backfill's source of last resort).
     pub sources: Vec<DeviceId>,
+    /// The ready report this term wrote (`backfill.rs`): written again while the map waits
+    /// for it (`report_again`).
+    pub reported: Option<basalt_meta::PgReadyRecord>,
     /// Why the PG's complete up set is not reported ready (it would drop serving copies:
     /// `backfill.rs::undersized_move`); status shows it.
     pub kept: Option<String>,
@@ -571,6 +574,7 @@ impl Pg {
                 up: entry.up.clone(),
                 live_up: live_up(map, entry),
                 sources: Vec::new(),
+                reported: None,
                 kept: None,
                 acting: entry.acting.clone(),
                 clean: false,
@@ -844,6 +848,7 @@ impl Pg {
             up: vec![self.dev],
             live_up: vec![self.dev],
             sources: Vec::new(),
+            reported: None,
             kept: None,
             acting: vec![self.dev],
             clean: true,

@@ -198,9 +198,15 @@ impl Pg {
         let mut trimmed = Version::NONE;
         // Stray holders that were down when last told to forget the PG (`strays.rs`).
         let mut strays = Vec::new();
+        let mut first = true;
         loop {
             if !self.current(generation) {
                 return;
+            }
+            if !std::mem::take(&mut first)
+                && let Err(e) = self.report_again(ctx, generation).await
+            {
+                tracing::warn!(pg = %self.id, "reporting the PG ready again: {e}");
             }
             if let Err(e) = self.publish_complete(ctx, generation).await {
                 tracing::warn!(pg = %self.id, "telling members how far they are complete: {e}");

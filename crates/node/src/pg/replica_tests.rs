@@ -392,3 +392,67 @@ async fn a_remove_of_an_older_term_than_promised_purges_nothing() {
     node.pgs.remove(dev, pg, new).await.unwrap();
     assert!(store.list(pg, None, 10).await.unwrap().is_empty());
 }
+
+/// The ready report a term wrote is written again while the map still waits for it (the leader
+/// deletes every report it considered, and one of an ended term may have replaced it), and not
+/// once the acting set is the up set or the interval moved on.
+#[tokio::test]
+async fn a_ready_report_is_written_again_while_the_map_waits_for_it() {
+    use basalt_meta::PgReadyRecord;
+    use basalt_placement::{ClusterMap, DeviceInfo, FailureDomain, PgMap, PoolMap};
+    let dir = tempfile::tempdir().unwrap();
+    let (node, dev, pg) = one_device_node(dir.path()).await;
+    let p = node.pgs.get(dev, pg).unwrap();
+    p.serve_alone_for_test(Epoch(9));
+    let other = DeviceId(2);
+    let up = vec![dev, other];
+    let record = PgReadyRecord::new(pg, Epoch(9), up.clone()).in_interval(Epoch(9));
+    let generation = {
+        let mut st = p.st.lock();
+        st.primary.as_mut().unwrap().reported = Some(record);
+        st.generation
+    };
+    let ctx = node.pgs.ctx.clone();
+    let offer = |epoch: u64, acting: Vec<DeviceId>, since: u64| {
+        let mut map = ClusterMap {
+            epoch: Epoch(epoch),
+            ..ClusterMap::default()
+        };
+        for d in [dev, other] {
+            let info = DeviceInfo::new(NodeId(d.0), "ssd", 1, 128 << 10);
+            map.devices.insert(d, info);
+        }
+        let entry = PgMap {
+            up: up.clone(),
+            acting,
+            since: Epoch(since),
+        };
+        let pool = PoolMap {
+            pg_count: 1,
+            replicas: 2,
+            min_size: 1,
+            object_size: 128 << 10,
+            failure_domain: FailureDomain::Host,
+            device_class: None,
+            pgs: vec![entry],
+        };
+        map.pools.insert(pg.pool, pool);
+        assert!(ctx.maps.offer(map));
+    };
+    let reports = || async { ctx.catalog.list_pg_ready().await.unwrap() };
+    offer(10, vec![dev], 9);
+    p.report_again(&ctx, generation).await.unwrap();
+    let found = reports().await;
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(
+        (found[0].0.up.clone(), found[0].0.interval),
+        (up.clone(), Some(Epoch(9)))
+    );
+    ctx.catalog.remove_pg_ready(pg, found[0].1).await.unwrap();
+    // Applied (acting = up): nothing more; a newer interval: not this term's to report.
+    offer(11, up.clone(), 11);
+    p.report_again(&ctx, generation).await.unwrap();
+    offer(12, vec![dev], 12);
+    p.report_again(&ctx, generation).await.unwrap();
+    assert!(reports().await.is_empty());
+}
