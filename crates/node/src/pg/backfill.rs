@@ -529,6 +529,40 @@ fn page_bound(
     }
 }
 
+impl Pg {
+    /// Writes this term's ready report again while the PG's newest map still waits for it (the
+    /// acting set is not yet the up set the report names, in the same interval): the leader
+    /// deletes every report it considered, and a late report of an ended term (another node's,
+    /// on a lagging map) may have replaced this one at the PG's key and been dropped.
+    pub(super) async fn report_again(&self, ctx: &Arc<Ctx>, generation: u64) -> Result<(), String> {
+        let record = {
+            let st = self.st.lock();
+            match st.primary.as_ref().and_then(|p| p.reported.clone()) {
+                Some(r) if st.generation == generation => r,
+                _ => return Ok(()),
+            }
+        };
+        let map = ctx.maps.map();
+        let (entry, _) = entry_of(&map, self.id)?;
+        if entry.acting == record.up
+            || entry.up != record.up
+            || Some(entry.since) != record.interval
+        {
+            return Ok(());
+        }
+        tracing::info!(pg = %self.id, up = ?record.up, "still remapped: reporting ready again");
+        let again = PgReadyRecord {
+            interval: record.interval,
+            ..PgReadyRecord::new(self.id, map.epoch, record.up.clone())
+        };
+        ctx.catalog
+            .put_pg_ready(&again)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -563,39 +597,5 @@ mod tests {
         // Both full: the smaller last object bounds the step.
         assert_eq!(page_bound(Some(o(5)), PAGE, Some(o(3)), PAGE), Some(o(3)));
         assert_eq!(page_bound(None, 0, Some(o(3)), PAGE), Some(o(3)));
-    }
-}
-
-impl Pg {
-    /// Writes this term's ready report again while the PG's newest map still waits for it (the
-    /// acting set is not yet the up set the report names, in the same interval): the leader
-    /// deletes every report it considered, and a late report of an ended term (another node's,
-    /// on a lagging map) may have replaced this one at the PG's key and been dropped.
-    pub(super) async fn report_again(&self, ctx: &Arc<Ctx>, generation: u64) -> Result<(), String> {
-        let record = {
-            let st = self.st.lock();
-            match st.primary.as_ref().and_then(|p| p.reported.clone()) {
-                Some(r) if st.generation == generation => r,
-                _ => return Ok(()),
-            }
-        };
-        let map = ctx.maps.map();
-        let (entry, _) = entry_of(&map, self.id)?;
-        if entry.acting == record.up
-            || entry.up != record.up
-            || Some(entry.since) != record.interval
-        {
-            return Ok(());
-        }
-        tracing::info!(pg = %self.id, up = ?record.up, "still remapped: reporting ready again");
-        let again = PgReadyRecord {
-            interval: record.interval,
-            ..PgReadyRecord::new(self.id, map.epoch, record.up.clone())
-        };
-        ctx.catalog
-            .put_pg_ready(&again)
-            .await
-            .map_err(|e| e.to_string())?;
-        Ok(())
     }
 }
