@@ -40,6 +40,16 @@ async fn one_device_node(dir: &std::path::Path) -> (Arc<NodeShared>, DeviceId, P
     (node, DeviceId(1), pg)
 }
 
+/// A map (epoch 0) of `devices`, each up, in, on the node of its own number.
+fn map_of(devices: &[DeviceId]) -> basalt_placement::ClusterMap {
+    let mut map = basalt_placement::ClusterMap::default();
+    for d in devices {
+        let info = basalt_placement::DeviceInfo::new(NodeId(d.0), "ssd", 1, 128 << 10);
+        map.devices.insert(*d, info);
+    }
+    map
+}
+
 #[tokio::test]
 async fn changes_of_an_older_term_than_promised_are_refused_on_every_copy() {
     let dir = tempfile::tempdir().unwrap();
@@ -238,17 +248,13 @@ async fn recovery_takes_the_objects_clients_wait_for_first() {
 /// `tests/restart.rs`, a clean stop and a start 40 ms later).
 #[tokio::test]
 async fn a_term_is_whole_only_in_its_own_interval_with_every_acting_device() {
-    use basalt_placement::{ClusterMap, DeviceInfo, PgMap};
+    use basalt_placement::PgMap;
     let dir = tempfile::tempdir().unwrap();
     let (node, dev, pg) = one_device_node(dir.path()).await;
     let p = node.pgs.get(dev, pg).unwrap();
     p.serve_alone_for_test(Epoch(9));
     let other = DeviceId(2);
-    let mut map = ClusterMap::default();
-    for d in [dev, other] {
-        let info = DeviceInfo::new(NodeId(d.0), "ssd", 1, 128 << 10);
-        map.devices.insert(d, info);
-    }
+    let mut map = map_of(&[dev, other]);
     let entry = |acting: Vec<DeviceId>, since| PgMap {
         up: acting.clone(),
         acting,
@@ -276,23 +282,17 @@ async fn a_term_is_whole_only_in_its_own_interval_with_every_acting_device() {
     );
 }
 
-/// A primary judges (ready reports, restarts) only on a map that shows the PG as it serves it:
-/// its interval, up set, which of the up set is up, and acting set. A backfill that finished
-/// while the node held a newer map (not yet acted on) reported the PG ready on that map's up
-/// set, which this primary had not backfilled for.
+/// A primary serves the map entry it started from: its interval, up set, which of the up set
+/// is up, and acting set; any other entry restarts it (`Pgs::primary_sees`).
 #[tokio::test]
 async fn a_primary_serves_only_the_map_entry_it_started_from() {
-    use basalt_placement::{ClusterMap, DeviceInfo, PgMap};
+    use basalt_placement::{ClusterMap, PgMap};
     let dir = tempfile::tempdir().unwrap();
     let (node, dev, pg) = one_device_node(dir.path()).await;
     let p = node.pgs.get(dev, pg).unwrap();
     p.serve_alone_for_test(Epoch(9));
     let other = DeviceId(2);
-    let mut map = ClusterMap::default();
-    for d in [dev, other] {
-        let info = DeviceInfo::new(NodeId(d.0), "ssd", 1, 128 << 10);
-        map.devices.insert(d, info);
-    }
+    let mut map = map_of(&[dev, other]);
     let entry = |up: Vec<DeviceId>, acting: Vec<DeviceId>, since| PgMap {
         up,
         acting,
@@ -332,13 +332,11 @@ async fn a_primary_serves_only_the_map_entry_it_started_from() {
 /// stopped node (in a process that goes on: tests, the simulation).
 #[tokio::test]
 async fn a_stopped_node_starts_no_primary() {
-    use basalt_placement::{ClusterMap, DeviceInfo, PgMap};
+    use basalt_placement::PgMap;
     let dir = tempfile::tempdir().unwrap();
     let (node, dev, pg) = one_device_node(dir.path()).await;
     let p = node.pgs.get(dev, pg).unwrap();
-    let mut map = ClusterMap::default();
-    map.devices
-        .insert(dev, DeviceInfo::new(NodeId(1), "ssd", 1, 128 << 10));
+    let map = map_of(&[dev]);
     let entry = PgMap {
         up: vec![dev],
         acting: vec![dev],
@@ -399,7 +397,7 @@ async fn a_remove_of_an_older_term_than_promised_purges_nothing() {
 #[tokio::test]
 async fn a_ready_report_is_written_again_while_the_map_waits_for_it() {
     use basalt_meta::PgReadyRecord;
-    use basalt_placement::{ClusterMap, DeviceInfo, FailureDomain, PgMap, PoolMap};
+    use basalt_placement::{FailureDomain, PgMap, PoolMap};
     let dir = tempfile::tempdir().unwrap();
     let (node, dev, pg) = one_device_node(dir.path()).await;
     let p = node.pgs.get(dev, pg).unwrap();
@@ -414,14 +412,8 @@ async fn a_ready_report_is_written_again_while_the_map_waits_for_it() {
     };
     let ctx = node.pgs.ctx.clone();
     let offer = |epoch: u64, acting: Vec<DeviceId>, since: u64| {
-        let mut map = ClusterMap {
-            epoch: Epoch(epoch),
-            ..ClusterMap::default()
-        };
-        for d in [dev, other] {
-            let info = DeviceInfo::new(NodeId(d.0), "ssd", 1, 128 << 10);
-            map.devices.insert(d, info);
-        }
+        let mut map = map_of(&[dev, other]);
+        map.epoch = Epoch(epoch);
         let entry = PgMap {
             up: up.clone(),
             acting,
