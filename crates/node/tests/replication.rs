@@ -196,6 +196,12 @@ async fn a_new_node_is_backfilled_and_serves_what_moved_to_it() {
     let vol = c.volume(&client, "v", objects * OBJECT).await;
     write_all(&vol, objects, 1).await;
 
+    let from = c.store.revision().await.unwrap() + 1;
+    let mut reports = c
+        .store
+        .watch_prefix(basalt_meta::keys::PG_READY, from)
+        .await
+        .unwrap();
     let n = c.node("n").await;
     let new = device_of(&n);
     let moved = c
@@ -210,6 +216,20 @@ async fn a_new_node_is_backfilled_and_serves_what_moved_to_it() {
         .await;
     until("every PG clean", || all_active(&[&a, &b, &n], true)).await;
     assert!(objects_on(&n.status()) > 0, "the new device holds objects");
+    // Each ready report names the interval of the term that made it (the leader applies it
+    // only in that interval).
+    let mut puts = 0;
+    while let Ok(event) = reports.try_recv() {
+        if let basalt_meta::WatchEvent::Put(kv) = event {
+            let json = String::from_utf8(kv.value).unwrap();
+            assert!(
+                json.contains("\"interval\":") && !json.contains("\"interval\":null"),
+                "{json}"
+            );
+            puts += 1;
+        }
+    }
+    assert!(puts > 0, "the backfills reported");
     // Stop a: every PG it held goes on from its other member, b or the new node.
     let da = device_of(&a);
     let a_pgs = moved
