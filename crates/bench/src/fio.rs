@@ -2,8 +2,9 @@
 //!
 //! fio writes its JSON to a file (`--output`), and its status line (`--eta=always`) to a pipe that
 //! we read for the progress bar and to time the CPU window: the window opens `ramp` seconds after
-//! the first status line that shows progress and closes when fio closes its stdout (it has exited;
-//! its `/proc` entry still holds its CPU times until we reap it).
+//! the first status line that shows progress, or 1.5 x `ramp` after fio was started when its status
+//! lines come late (its status thread starved on a busy machine), and closes when fio closes its
+//! stdout (it has exited; its `/proc` entry still holds its CPU times until we reap it).
 
 use crate::cpu::Snapshot;
 use crate::error::BenchError;
@@ -218,7 +219,7 @@ pub fn run_fio(
             Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
         }
-        if start.is_none() && running_since.is_some_and(|t| t.elapsed() >= ramp) {
+        if start.is_none() && window_opens(started.elapsed(), running_since, ramp) {
             start = Some(Snapshot::take(server_pids, Some(pid)));
         }
     }
@@ -240,9 +241,34 @@ pub fn run_fio(
     })
 }
 
+/// Whether the CPU window opens now: `ramp` after fio first showed progress, or at the latest
+/// 1.5 x `ramp` after it was started, so that late status lines never shrink the window to the end
+/// of the run (it then spans at least the runtime minus half the ramp).
+fn window_opens(since_spawn: Duration, running_since: Option<Instant>, ramp: Duration) -> bool {
+    running_since.is_some_and(|t| t.elapsed() >= ramp) || since_spawn >= ramp.mul_f64(1.5)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_window_opens_after_the_ramp_even_when_status_lines_are_late() {
+        let ramp = Duration::from_millis(500);
+        let ms = Duration::from_millis;
+        // fio showed progress 600 ms ago: the ramp has passed.
+        let seen = Instant::now().checked_sub(ms(600));
+        assert!(window_opens(ms(700), seen, ramp));
+        // Progress seen only 100 ms ago, 700 ms after the start: still in the ramp.
+        let late = Instant::now().checked_sub(ms(100));
+        assert!(!window_opens(ms(700), late, ramp));
+        assert!(!window_opens(ms(700), None, ramp));
+        // 1.5 x the ramp after the start, the window opens with or without status lines.
+        assert!(window_opens(ms(750), None, ramp));
+        assert!(window_opens(ms(750), late, ramp));
+        // No ramp (a fill): it opens at once.
+        assert!(window_opens(ms(0), None, Duration::ZERO));
+    }
 
     #[test]
     fn status_line_parts() {

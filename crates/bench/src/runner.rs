@@ -1,6 +1,6 @@
 //! Runs steps: waits for a quiet machine and a settled server, writes the job file, runs fio, reads
-//! CPU from `/proc` over the measured window, repeats a step that foreign load disturbed, and prints
-//! progress and a one-line result per step.
+//! CPU from `/proc` over the measured window, repeats a step that foreign load disturbed or whose CPU
+//! window came out too short to measure, and prints progress and a one-line result per step.
 //!
 //! Every profile measures through [`Runner::measure`], so every step gets the same treatment.
 
@@ -253,6 +253,16 @@ impl Runner {
                 .window
                 .as_ref()
                 .map(|(a, b)| CpuUse::between(a, b, !pids.is_empty(), iops));
+            let window = step.cpu.as_ref().map_or(0.0, |c| c.window_s);
+            if window < MIN_CPU_WINDOW_S && !job.fill && step.stats().is_some() {
+                step.warnings.push(format!(
+                    "attempt {attempt}: CPU was measured over only {window:.2} s (at least {MIN_CPU_WINDOW_S} s needed)"
+                ));
+                if attempt < self.opts.attempts {
+                    continue;
+                }
+                step.cpu = None;
+            }
             let foreign = step.cpu.as_ref().map_or(0.0, |c| c.foreign_pct);
             if foreign > self.opts.quiet_max_pct && step.stats().is_some() {
                 let w = format!(
