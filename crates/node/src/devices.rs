@@ -76,6 +76,39 @@ pub(crate) async fn open_all(
     Ok(opened)
 }
 
+/// Reports faulty every device registered to `node` that is neither among its open `stores`
+/// nor in `unopened`: the node started without it (its drive was removed, or replaced by a
+/// blank one that registered as a new device). Left as it was, the record would still say up,
+/// and the map would route the device's PGs to a node that no longer has it. Reported at once,
+/// before the node serves, and kept down while it runs (returned in `unopened`, for
+/// `faults.rs`), until an operator clears the fault with the drive back on the node, or marks
+/// it out so that its data is rebuilt elsewhere.
+pub(crate) async fn report_missing(
+    catalog: &Catalog,
+    node: NodeId,
+    stores: &BTreeMap<DeviceId, Store>,
+    mut unopened: BTreeMap<DeviceId, String>,
+) -> Result<BTreeMap<DeviceId, String>, NodeError> {
+    for d in catalog.list_devices().await? {
+        if d.node != node || stores.contains_key(&d.id) || unopened.contains_key(&d.id) {
+            continue;
+        }
+        let why = format!(
+            "not among the devices of its node when the node started (it was at {}): its drive was removed or replaced",
+            d.path
+        );
+        catalog.report_device_fault(d.id, &why).await?;
+        tracing::error!(
+            device = %d.id,
+            path = %d.path,
+            "{why}; reported down (`basalt device out {0}` rebuilds its data elsewhere, `basalt device clear-fault {0}` once it is back)",
+            d.id.0
+        );
+        unopened.insert(d.id, why);
+    }
+    Ok(unopened)
+}
+
 /// An open failure of a device that keeps only that device from serving: its store is damaged
 /// or its I/O fails (at the open, or writing the marks right after it). Anything else (in use
 /// by another process, not blank, an older format, refused arguments) is the operator's to fix

@@ -152,6 +152,7 @@ impl Node {
             dir_lock,
             earlier_grants,
         } = parts;
+        let unopened = devices::report_missing(&catalog, id, &stores, unopened).await?;
         let maps = Arc::new(MapState::new(stores.clone()));
         let peers = Arc::new(Peers::new(
             id,

@@ -5,8 +5,9 @@
 //! with it every copy on its other devices, from starting.
 
 use basalt_engine::sim::SimDisk;
-use basalt_meta::{DeviceState, PoolSpec};
+use basalt_meta::{DeviceState, OutReason, PoolSpec};
 use basalt_node::{DeviceConfig, Node, NodeConfig};
+use basalt_placement::ClusterMap;
 use basalt_types::FailureDomain;
 use std::time::Duration;
 
@@ -18,9 +19,14 @@ const DISK: u64 = 64 << 20;
 
 /// Starts node n0 on both disks (device `a` first).
 async fn node(c: &Cluster, disks: &[SimDisk; 2]) -> Node {
+    node_on(c, [(&disks[0], "dev0.img"), (&disks[1], "dev1.img")]).await
+}
+
+/// Starts node n0 on two disks, each at the given file name in its data directory.
+async fn node_on(c: &Cluster, disks: [(&SimDisk, &str); 2]) -> Node {
     let device = |data: &std::path::Path, i: usize| DeviceConfig {
-        sim: Some(disks[i].clone()),
-        ..DeviceConfig::new(data.join(format!("dev{i}.img")))
+        sim: Some(disks[i].0.clone()),
+        ..DeviceConfig::new(data.join(disks[i].1))
     };
     c.start_node(
         "n0",
@@ -91,6 +97,88 @@ async fn a_device_that_no_longer_opens_is_reported_faulty_and_the_node_serves_th
             "not reported down again: {rec:?}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    n.shutdown().await;
+}
+
+/// A drive replaced while its node was down: the node starts on its other device and a blank
+/// one (a new device) in place of the old. The old device's record still said up, so the map
+/// kept routing its PGs to a node that no longer had it, for good (found by the cluster
+/// simulation's drive replacements). Now the node reports it faulty as it starts: its PGs
+/// fail over to the other copies, and once the operator marks it out they are rebuilt onto
+/// the new device.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_drive_is_reported_faulty_and_its_copies_are_rebuilt_on_the_new_one() {
+    let c = Cluster::new().await;
+    let disks = [SimDisk::new(DISK), SimDisk::new(DISK)];
+    let n = node(&c, &disks).await;
+    let mut spec = PoolSpec::new("default");
+    spec.replicas = 2;
+    spec.min_size = Some(1);
+    spec.pg_count = PGS;
+    spec.failure_domain = FailureDomain::Device;
+    c.catalog.create_pool(&spec).await.unwrap();
+    until("every PG active", || all_active(&n)).await;
+    let client = c.client(Duration::from_secs(30)).await;
+    let objects = 6;
+    let vol = c.volume(&client, "v", objects * OBJECT).await;
+    for i in 0..objects {
+        vol.write(i * OBJECT, pattern(i, 1), true).await.unwrap();
+    }
+    let old = n.status().devices[1].id;
+    n.shutdown().await;
+
+    let blank = SimDisk::new(DISK);
+    let n = node_on(&c, [(&disks[0], "dev0.img"), (&blank, "dev2.img")]).await;
+    let devices: Vec<_> = n.status().devices.iter().map(|d| d.id).collect();
+    assert!(!devices.contains(&old), "{devices:?}");
+    let new = *devices
+        .iter()
+        .find(|d| **d != devices[0])
+        .expect("the new device");
+    let rec = c.catalog.get_device(old).await.unwrap().unwrap();
+    assert_eq!(rec.state, DeviceState::Down, "{rec:?}");
+    let fault = rec.fault.expect("the old device is marked faulty");
+    assert!(fault.contains("not among the devices"), "{fault}");
+    until("every PG active on the device left", || all_active(&n)).await;
+    for i in 0..objects {
+        let got = vol.read(i * OBJECT, OBJECT as u32).await.unwrap();
+        assert!(got == pattern(i, 1), "object {i} reads back wrong");
+    }
+    // The operator marks the old device out: every PG gets its second copy on the new device.
+    c.catalog
+        .set_device_out(old, Some(OutReason::Operator))
+        .await
+        .unwrap();
+    until("every PG active and clean", || {
+        let pgs = n.status().pgs;
+        pgs.len() == PGS as usize && pgs.iter().all(|p| p.status.state == "active" && p.clean)
+    })
+    .await;
+    let map = c
+        .catalog
+        .get_map::<ClusterMap>()
+        .await
+        .unwrap()
+        .expect("a map")
+        .0;
+    let pgs = map.pgs_of_device(new);
+    assert_eq!(pgs.len(), PGS as usize, "every PG on the new device");
+    for (pg, _) in pgs {
+        let acting = &map.pg(pg).expect("pg").acting;
+        assert!(
+            !acting.contains(&old) && acting.contains(&new),
+            "{pg}: {acting:?}"
+        );
+    }
+    vol.write(0, pattern(0, 2), true).await.unwrap();
+    assert!(vol.read(0, OBJECT as u32).await.unwrap() == pattern(0, 2));
+    for i in 1..objects {
+        let got = vol.read(i * OBJECT, OBJECT as u32).await.unwrap();
+        assert!(
+            got == pattern(i, 1),
+            "object {i} reads back wrong after the rebuild"
+        );
     }
     n.shutdown().await;
 }

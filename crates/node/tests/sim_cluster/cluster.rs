@@ -61,6 +61,8 @@ pub struct SimCluster {
     /// Devices whose journal tail was damaged, with the PGs that made suspect there (`None`:
     /// every PG): no other device gets a bit flipped in an object of those.
     pub damaged_tails: Vec<(DeviceId, Option<Vec<basalt_types::PgId>>)>,
+    /// Drives that died while their node was down, each replaced by a blank one: (old, new).
+    pub replaced: Vec<(DeviceId, DeviceId)>,
     pub pool: Option<basalt_types::PoolId>,
     /// The clients' volume.
     pub volume: Option<basalt_types::VolumeId>,
@@ -122,6 +124,7 @@ impl SimCluster {
             flips: 0,
             flipped: Default::default(),
             damaged_tails: Vec::new(),
+            replaced: Vec::new(),
             tail_flips: 0,
             pool: None,
             volume: None,
@@ -356,6 +359,11 @@ impl SimCluster {
     /// other device had a bit of those objects flipped. Returns the device and the byte
     /// flipped.
     pub async fn damage_tail(&mut self, i: usize) -> Option<(DeviceId, u64)> {
+        // After a drive was lost, a PG whose copies on it were needed to prove what an
+        // interval wrote would have only suspect ones left: a double failure.
+        if !self.replaced.is_empty() {
+            return None;
+        }
         let k = self.rng.range(0, self.slots[i].disks.len() as u64 - 1) as usize;
         let image = self.slots[i].disks[k].clone();
         let dev = self.slots[i].devices[k];
@@ -413,6 +421,43 @@ impl SimCluster {
             self.flipped.insert(oid, dev);
         }
         Some((dev, byte))
+    }
+
+    /// A drive of killed slot `i` dies while its node is down: the operator marks it out and
+    /// puts a blank drive (a new device) in its place, so the copies it held are gone for good
+    /// and must be rebuilt from the others. Only where they can be: every object and tombstone
+    /// of its crash image is held, at its version or newer, by a device of another running
+    /// node; no other device had a bit flipped in them or its journal tail damaged (its copies
+    /// would be suspect). Once per run. Returns the old and the new device.
+    pub async fn replace_disk(&mut self, i: usize) -> Option<(DeviceId, DeviceId)> {
+        if !self.replaced.is_empty() || !self.damaged_tails.is_empty() {
+            return None;
+        }
+        let k = self.rng.range(0, self.slots[i].disks.len() as u64 - 1) as usize;
+        let old = self.slots[i].devices[k];
+        let trial = self.slots[i].disks[k].crash_image(0);
+        let store = Store::spawn_sim(&trial, &OpenOptions::default()).ok()?;
+        let listed = store.list_objects().await;
+        store.crash();
+        let writes: Vec<_> = listed.ok()?.iter().map(|o| (o.oid, o.version)).collect();
+        if !self.held_elsewhere(i, old, &writes).await || !self.no_flips_but_on(old, None) {
+            return None;
+        }
+        // Device ids are host * 10 + k (k < devices_per_node <= 2).
+        let new = DeviceId(old.0 + 5);
+        let disk = SimDisk::seeded(DISK_SIZE, self.rng.next());
+        let opts = FormatOptions {
+            device_id: new,
+            object_size: self.cfg.object_size,
+            journal_size: Some(JOURNAL),
+            ..FormatOptions::default()
+        };
+        format_sim(&disk, &opts).expect("format");
+        self.slots[i].disks[k] = disk;
+        self.slots[i].devices[k] = new;
+        self.set_out(old, true).await;
+        self.replaced.push((old, new));
+        Some((old, new))
     }
 
     /// Whether no device but `dev` had a bit flipped in an object of the PGs of `oids` (`None`:

@@ -70,6 +70,9 @@ pub struct Faults {
     /// A node stopped cleanly (SIGTERM) and started again soon after (within
     /// `workload::STOP_GAP`), as in a rolling restart.
     pub stops: bool,
+    /// With `kills`: a killed node's drive dies while it is down; the operator marks it out and
+    /// the node comes back with a blank drive in its place (once per run).
+    pub replacements: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -136,6 +139,7 @@ impl Config {
                 media: false,
                 journal_tail: false,
                 stops: false,
+                replacements: false,
             },
         };
         let net_lo = r.pick(&[0u64, 50, 200, 1000]);
@@ -185,6 +189,9 @@ impl Config {
         // Last again, for the same reason.
         cfg.faults.stops = with_faults && r.chance(0.4);
         cfg.map_lag = Duration::from_millis(r.pick(&[0u64, 0, 2, 20]));
+        // Last again. Not with `min_size` 1: an interval served by the dead drive alone took
+        // writes no other copy holds.
+        cfg.faults.replacements = cfg.faults.kills && min_size > 1 && r.chance(0.4);
         cfg
     }
 }

@@ -321,6 +321,13 @@ pub async fn faults(c: &mut SimCluster, seen: &Shared, start: Instant) {
                 }
                 inject(c, i, what);
                 if what == Fault::Kill
+                    && c.cfg.faults.replacements
+                    && c.rng.chance(0.3)
+                    && let Some((old, new)) = c.replace_disk(i).await
+                {
+                    tracing::info!(%old, %new, "simulator: a drive died; replaced by a blank one");
+                    c.trace.add(36, &[u64::from(old.0), u64::from(new.0), t]);
+                } else if what == Fault::Kill
                     && c.cfg.faults.journal_tail
                     && let Some((dev, byte)) = c.damage_tail(i).await
                 {
