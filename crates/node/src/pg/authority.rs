@@ -144,19 +144,38 @@ pub(crate) fn decide(
         behind: Vec::new(),
     };
     for dev in serving {
-        let copy = copies.get(dev);
-        if auth.matches(copy) {
-            continue;
+        verdict.place(*dev, copies.get(dev));
+    }
+    verdict
+}
+
+impl Verdict {
+    /// Files serving member `dev`, whose copy is `copy`, as current, divergent or behind.
+    fn place(&mut self, dev: DeviceId, copy: Option<&Held>) {
+        if self.auth.matches(copy) {
+            return;
         }
         // Newer than the authority: a write that was never acknowledged (or the object should
         // not exist at all). Anything else is older and simply needs the authority.
-        if copy.is_some_and(|c| c.version > auth.version() || auth == Auth::Absent) {
-            verdict.divergent.push(*dev);
+        if copy.is_some_and(|c| c.version > self.auth.version() || self.auth == Auth::Absent) {
+            self.divergent.push(dev);
         } else {
-            verdict.behind.push(*dev);
+            self.behind.push(dev);
         }
     }
-    verdict
+
+    /// Files again, by their own copies (`copies`), serving members whose copies took no part
+    /// in deciding the authority: suspect members that look activated last before the PG's
+    /// history began (`peering.rs`). What they hold proves nothing and is trusted for nothing;
+    /// they are only made current: a copy the authority lacks, or newer than it, is reset, an
+    /// older one or none is recovered.
+    pub(crate) fn place_stale(&mut self, stale: &[DeviceId], copies: &Copies) {
+        for dev in stale {
+            self.divergent.retain(|d| d != dev);
+            self.behind.retain(|d| d != dev);
+            self.place(*dev, copies.get(dev));
+        }
+    }
 }
 
 /// Whether version `v` held by a device that reported `holding` is trusted (module docs).
@@ -331,6 +350,40 @@ mod tests {
     ) -> Verdict {
         let sources: Vec<DeviceId> = hold.keys().copied().collect();
         decide(h, hold, &sources, serving, c)
+    }
+
+    /// A stale member (suspect, activated last before the history began) is filed by its own
+    /// copy, whatever `decide` made of it without one: current, reset, or recovered.
+    #[test]
+    fn a_stale_member_is_filed_by_its_own_copy() {
+        let h = history(&[(14, &[A, B, C])]);
+        let hold = holdings(&[(A, 14, v(14, 5)), (B, 14, v(14, 5))]);
+        let c = copies(&[(A, v(14, 3), false), (B, v(14, 3), false)]);
+        // Decided from the sources alone, C (no copy there) is behind.
+        let mut verdict = decide(&h, &hold, &[A, B], &[A, B, C], &c);
+        assert_eq!(verdict.auth, present(v(14, 3), A));
+        assert_eq!(verdict.behind, vec![C]);
+        // C holds the authority already: nothing to do.
+        let mut same = verdict.clone();
+        same.place_stale(&[C], &copies(&[(C, v(14, 3), false)]));
+        assert!(
+            same.behind.is_empty() && same.divergent.is_empty(),
+            "{same:?}"
+        );
+        // An older copy: recovered.
+        let mut old = verdict.clone();
+        old.place_stale(&[C], &copies(&[(C, v(10, 2), false)]));
+        assert_eq!((old.behind, old.divergent), (vec![C], vec![]));
+        // A newer copy than the authority: reset.
+        verdict.place_stale(&[C], &copies(&[(C, v(14, 4), false)]));
+        assert_eq!((verdict.behind, verdict.divergent), (vec![], vec![C]));
+        // An object no source holds, which C holds: reset (deleted), not kept.
+        let none = copies(&[]);
+        let mut absent = decide(&h, &hold, &[A, B], &[A, B, C], &none);
+        assert_eq!(absent.auth, Auth::Absent);
+        assert!(absent.divergent.is_empty() && absent.behind.is_empty());
+        absent.place_stale(&[C], &copies(&[(C, v(10, 2), false)]));
+        assert_eq!(absent.divergent, vec![C]);
     }
 
     fn present(version: Version, source: DeviceId) -> Auth {

@@ -12,7 +12,9 @@
 //!    (nothing is acknowledged in it, so no later peering needs a witness of it).
 //! 4. Gather what may differ: every source's log since the lowest point every source is known
 //!    complete at (a full listing where a log was trimmed), then every device's version of each
-//!    such object.
+//!    such object. A serving member that is not a source is refused, unless it is suspect
+//!    (`stale`: its cut journal tail may have held its activation): then every object of the
+//!    sources and of it is compared, and it is made current by its own copies.
 //! 5. Decide the authoritative version of each (`authority.rs`); reset divergent members now,
 //!    remember what members lack (recovered once active).
 //! 6. Append the interval to the history (compare-and-swap: a racing primary with a stale map
@@ -69,7 +71,11 @@ impl Pg {
         check_answers(&map, &history, &serving, &holdings, interval)?;
         check_history(&history, &holdings)?;
         let sources = sources(&history, &holdings);
-        if let Some(d) = serving.iter().find(|d| !sources.contains(d)) {
+        let stale = stale(&serving, &sources, &holdings);
+        if let Some(d) = serving
+            .iter()
+            .find(|d| !sources.contains(d) && !stale.contains(d))
+        {
             // Cannot happen while devices re-enter acting sets only through backfill (a new
             // PG's members that were down when it first went active hold nothing: sources).
             return Err(format!(
@@ -77,12 +83,20 @@ impl Pg {
                  backfill (mark it out and in)"
             ));
         }
-        let objects = self.changed_objects(ctx, &map, &holdings, &sources).await?;
+        let mut objects = self.changed_objects(ctx, &map, &holdings, &sources).await?;
+        if !stale.is_empty() {
+            // Where a stale member stands is unknown: compare everything, as a backfill would.
+            for d in sources.iter().chain(&stale) {
+                self.list_all(ctx, &map, *d, &mut objects).await?;
+            }
+        }
         let copies = self.versions(ctx, &map, &sources, &objects).await?;
+        let stale_copies = self.versions(ctx, &map, &stale, &objects).await?;
         let mut verdicts: BTreeMap<ObjectId, Verdict> = copies
             .iter()
             .map(|(oid, c)| {
-                let v = authority::decide(&history, &holdings, &sources, &serving, c);
+                let mut v = authority::decide(&history, &holdings, &sources, &serving, c);
+                v.place_stale(&stale, &stale_copies[oid]);
                 (*oid, v)
             })
             .filter(|(_, v)| !v.divergent.is_empty() || !v.behind.is_empty())
@@ -789,6 +803,28 @@ fn sources(history: &PgHistory, holdings: &BTreeMap<DeviceId, Holding>) -> Vec<D
         .iter()
         .filter(|(_, h)| h.info.backfill.is_none() && (h.info.les >= first || empty(h)))
         .map(|(d, _)| *d)
+        .collect()
+}
+
+/// Serving members that are not sources but suspect: their store cut a journal tail of the
+/// PG, and with it maybe their activation in a later interval, so they look activated last
+/// before the history began although they may have served in it (seed 460723: the record of
+/// an activation in the one interval the history was compacted to). They are brought up to
+/// date from a full comparison (`Verdict::place_stale`) instead of being refused.
+fn stale(
+    serving: &[DeviceId],
+    sources: &[DeviceId],
+    holdings: &BTreeMap<DeviceId, Holding>,
+) -> Vec<DeviceId> {
+    serving
+        .iter()
+        .filter(|d| !sources.contains(d))
+        .filter(|d| {
+            holdings
+                .get(d)
+                .is_some_and(|h| h.info.suspect && h.info.backfill.is_none())
+        })
+        .copied()
         .collect()
 }
 

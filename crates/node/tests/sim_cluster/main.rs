@@ -448,3 +448,20 @@ fn a_replaced_drive_is_reported_down() {
         assert!(r.replacements > 0 && r.acked > 0, "seed {seed}: {r:?}");
     }
 }
+
+/// Regression, seed 460723 (4 nodes, 3 copies, `min_size` 3, damaged journal tails): pg.1.15
+/// went active in e14 on dev.40, dev.31 and dev.11 and compacted its history to e14; dev.11's
+/// node was then killed with a bit flipped in the newest record of its journal, the one that
+/// held dev.11's activation in e14. Its store cut the record (the PG became suspect there), so
+/// dev.11 looked activated last before the history began, and peering refused it as a serving
+/// member for good ("holds the PG from before its history began"). Now such a suspect member
+/// is compared object by object with the sources and made current (`peering.rs::stale`).
+#[test]
+fn a_member_whose_activation_was_cut_is_made_current() {
+    init_log();
+    let mut cfg = Config::draw(460723, true);
+    assert!(cfg.faults.journal_tail, "{cfg:?}");
+    cfg.faults.replacements = false;
+    let r = check_config(cfg, false);
+    assert!(r.acked > 0 && r.kills > 0, "{r:?}");
+}
