@@ -71,7 +71,7 @@ impl Pg {
         check_answers(&map, &history, &serving, &holdings, interval)?;
         check_history(&history, &holdings)?;
         let sources = sources(&history, &holdings);
-        let stale = stale(&serving, &sources, &holdings);
+        let stale = stale(&history, &serving, &sources, &holdings);
         if let Some(d) = serving
             .iter()
             .find(|d| !sources.contains(d) && !stale.contains(d))
@@ -810,13 +810,22 @@ fn sources(history: &PgHistory, holdings: &BTreeMap<DeviceId, Holding>) -> Vec<D
 /// PG, and with it maybe their activation in a later interval, so they look activated last
 /// before the history began although they may have served in it (seed 460723: the record of
 /// an activation in the one interval the history was compacted to). They are brought up to
-/// date from a full comparison (`Verdict::place_stale`) instead of being refused.
+/// date from a full comparison (`Verdict::place_stale`) instead of being refused, which resets
+/// what they hold that the sources lack: so only while the sources provably hold every
+/// acknowledged write. Every interval of the history must have a member of its own, not one of
+/// these, that answered, is not suspect and has complete data: activated in the interval or
+/// later, it served the interval and lost nothing since (a source; the first interval's was
+/// complete when the history began); activated last before it, it proves the interval never
+/// went active (nothing was acknowledged in it). Else none is stale, and peering refuses them as
+/// before (a stale member's copy may then be the only one: one copy, or every other member
+/// suspect too).
 fn stale(
+    history: &PgHistory,
     serving: &[DeviceId],
     sources: &[DeviceId],
     holdings: &BTreeMap<DeviceId, Holding>,
 ) -> Vec<DeviceId> {
-    serving
+    let stale: Vec<DeviceId> = serving
         .iter()
         .filter(|d| !sources.contains(d))
         .filter(|d| {
@@ -825,7 +834,19 @@ fn stale(
                 .is_some_and(|h| h.info.suspect && h.info.backfill.is_none())
         })
         .copied()
-        .collect()
+        .collect();
+    let witnessed = |i: &PgInterval| {
+        i.members.iter().any(|m| {
+            !stale.contains(m)
+                && holdings
+                    .get(m)
+                    .is_some_and(|h| !h.info.suspect && h.info.backfill.is_none())
+        })
+    };
+    match history.intervals.iter().all(witnessed) {
+        true => stale,
+        false => Vec::new(),
+    }
 }
 
 /// The highest round of `interval` whose versions some member holds.
@@ -992,6 +1013,48 @@ mod tests {
             sources(&h, &all),
             vec![DeviceId(1), DeviceId(2), DeviceId(5)]
         );
+    }
+
+    /// A suspect serving member last activated before the history began is made current only
+    /// while every interval has a witness of its own that is neither suspect nor stale (seed
+    /// 460723); else the sources may lack what it holds, and it is refused as before.
+    #[test]
+    fn a_stale_member_is_made_current_only_while_every_interval_is_witnessed() {
+        let mut cut = holding(10, false);
+        cut.objects = 4;
+        cut.last_update = Term::new(Epoch(10), 0).version(3).unwrap();
+        cut.info.suspect = true;
+        let h = history(&[(14, &[40, 31, 11])]);
+        let all = holdings(&[
+            (40, holding(14, false)),
+            (31, holding(14, false)),
+            (11, cut),
+        ]);
+        let serving = [DeviceId(40), DeviceId(31), DeviceId(11)];
+        let src = sources(&h, &all);
+        assert_eq!(src, vec![DeviceId(31), DeviceId(40)]);
+        assert_eq!(stale(&h, &serving, &src, &all), vec![DeviceId(11)]);
+        // The other members suspect too: nobody provably holds every acknowledged write.
+        let mut doubt = all.clone();
+        for d in [40, 31] {
+            doubt.get_mut(&DeviceId(d)).unwrap().info.suspect = true;
+        }
+        assert!(stale(&h, &serving, &src, &doubt).is_empty());
+        // One copy: the stale member is all there is (its copies may be the only ones).
+        let one = history(&[(14, &[11])]);
+        let alone = holdings(&[(11, cut)]);
+        let src = sources(&one, &alone);
+        assert!(src.is_empty());
+        assert!(stale(&one, &[DeviceId(11)], &src, &alone).is_empty());
+        // An older interval whose other member did not answer: unwitnessed.
+        let two = history(&[(12, &[11, 21]), (14, &[40, 31, 11])]);
+        let src = sources(&two, &all);
+        assert!(stale(&two, &serving, &src, &all).is_empty());
+        // A later interval that never went active (its members were activated last before it,
+        // seed 460723's second peering): witnessed by that proof.
+        let never = history(&[(14, &[40, 31, 11]), (47, &[40, 31, 11])]);
+        let src = sources(&never, &all);
+        assert_eq!(stale(&never, &serving, &src, &all), vec![DeviceId(11)]);
     }
 
     #[test]
