@@ -1,4 +1,5 @@
-//! `basalt device list|out|in|clear-fault|pgs|reweight`: the operator's side of device state.
+//! `basalt device list|out|in|clear-fault|remove|pgs|reweight`: the operator's side of device
+//! state.
 
 use crate::connect::Common;
 use crate::output;
@@ -40,6 +41,16 @@ pub enum DeviceCommand {
     /// it down again at once if it still finds it faulty (a poisoned store stays so until the
     /// node restarts).
     ClearFault {
+        #[arg(value_parser = parse_device_id)]
+        id: DeviceId,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Forget a device for good: a drive replaced or retired. Refused unless it is out, no node
+    /// serves it, no placement group maps it and no placement group's history names it (mark
+    /// it out, take it off its node, and wait until every placement group is clean). Its
+    /// record goes: `basalt device list` and `basalt status` no longer show it.
+    Remove {
         #[arg(value_parser = parse_device_id)]
         id: DeviceId,
         #[command(flatten)]
@@ -119,6 +130,11 @@ pub async fn run(cmd: DeviceCommand) -> anyhow::Result<()> {
                 Some(why) => done(&common, &rec, &format!("no longer faulty (was: {why})")),
                 None => done(&common, &rec, "not faulty: nothing to clear"),
             }
+        }
+        DeviceCommand::Remove { id, common } => {
+            let cluster = common.cluster.connect().await?;
+            let rec = cluster.remove_device(id).await?;
+            done(&common, &rec, "removed")
         }
         DeviceCommand::Reweight { id, weight, common } => {
             let catalog = basalt_meta::Catalog::new(common.cluster.meta().await?);

@@ -259,6 +259,13 @@ fn out_and_in(c: &mut UpCluster, dev: u64, copies_on_distinct_hosts: bool) {
     wait_until("the out device to forget its PGs", WAIT, || {
         held(c, dev).values().all(|n| *n == 0)
     });
+    // Out and empty, but its node still serves it: it may not be forgotten.
+    let refused = c.up.cli(&["device", "remove", &dev.to_string()]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && err.contains("it is up"),
+        "{err}"
+    );
 
     c.up.cli_json(&["device", "in", &dev.to_string()]);
     wait_until("PGs back on the device", WAIT * 3, || {

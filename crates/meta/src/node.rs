@@ -8,7 +8,7 @@ use crate::catalog::{Catalog, now_secs};
 use crate::error::MetaError;
 use crate::keys;
 use crate::lease::KeepAlive;
-use crate::store::{LeaseId, Revision};
+use crate::store::{Compare, LeaseId, Revision, Txn, TxnOp};
 use basalt_types::{DeviceId, NodeId};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -290,6 +290,23 @@ impl Catalog {
             changed
         })
         .await
+    }
+
+    /// Forgets a device (the operator's `basalt device remove`, once it may go: the caller
+    /// checks) if its record is still `expected`: one that registered again or changed
+    /// meanwhile is kept. Returns whether it went.
+    pub async fn remove_device(&self, expected: &DeviceRecord) -> Result<bool, MetaError> {
+        let key = keys::device(expected.id);
+        let Some((current, kv)) = self.read::<DeviceRecord>(&key).await? else {
+            return Ok(false);
+        };
+        if current != *expected {
+            return Ok(false);
+        }
+        let txn = Txn::new()
+            .when([Compare::mod_revision_is(&key, kv.mod_revision)])
+            .and_then([TxnOp::delete(&key)]);
+        Ok(self.store().txn(txn).await?.succeeded)
     }
 
     /// Marks a device out (`Some(reason)`) or in (`None`): the operator's `device out|in`.

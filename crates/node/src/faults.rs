@@ -149,6 +149,8 @@ fn fault(
 async fn report(catalog: &Catalog, dev: DeviceId, why: &str, reported: bool) -> bool {
     match catalog.get_device(dev).await {
         Ok(Some(rec)) if rec.state == DeviceState::Down && rec.fault.is_some() => return true,
+        // Removed by an operator (`basalt device remove`): there is nothing to report.
+        Ok(None) => return true,
         Ok(_) => {}
         Err(e) => {
             tracing::warn!(device = %dev, "reading the device record: {e}");

@@ -145,6 +145,9 @@ async fn a_replaced_drive_is_reported_faulty_and_its_copies_are_rebuilt_on_the_n
         let got = vol.read(i * OBJECT, OBJECT as u32).await.unwrap();
         assert!(got == pattern(i, 1), "object {i} reads back wrong");
     }
+    // Still in: it may not be removed yet.
+    let refused = client.remove_device(old).await.unwrap_err().to_string();
+    assert!(refused.contains("it is in"), "{refused}");
     // The operator marks the old device out: every PG gets its second copy on the new device.
     c.catalog
         .set_device_out(old, Some(OutReason::Operator))
@@ -180,5 +183,29 @@ async fn a_replaced_drive_is_reported_faulty_and_its_copies_are_rebuilt_on_the_n
             "object {i} reads back wrong after the rebuild"
         );
     }
+    // Nothing needs it any more: the operator removes it (once every PG's history has moved
+    // past it), and neither the running node nor a restart brings its record back.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        match client.remove_device(old).await {
+            Ok(rec) => {
+                assert_eq!(rec.id, old);
+                break;
+            }
+            Err(e) => {
+                assert!(tokio::time::Instant::now() < deadline, "not removable: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    assert!(c.catalog.get_device(old).await.unwrap().is_none());
+    let gone = client.remove_device(old).await.unwrap_err().to_string();
+    assert!(gone.contains("no such device"), "{gone}");
+    n.shutdown().await;
+    let n = node_on(&c, [(&disks[0], "dev0.img"), (&blank, "dev2.img")]).await;
+    until("every PG active after the restart", || all_active(&n)).await;
+    assert!(c.catalog.get_device(old).await.unwrap().is_none());
+    let listed = c.catalog.list_devices().await.unwrap();
+    assert!(listed.iter().all(|d| d.fault.is_none()), "{listed:?}");
     n.shutdown().await;
 }
