@@ -327,6 +327,9 @@ pub async fn faults(c: &mut SimCluster, seen: &Shared, start: Instant) {
                 {
                     tracing::info!(%old, %new, "simulator: a drive died; replaced by a blank one");
                     c.trace.add(36, &[u64::from(old.0), u64::from(new.0), t]);
+                    // The dead drive stays out: an earlier `out` of it is not undone (seed
+                    // 500488: it came back in, and its PGs waited for it).
+                    active.retain(|(_, what, _)| *what != Fault::In(old));
                 } else if what == Fault::Kill
                     && c.cfg.faults.journal_tail
                     && let Some((dev, byte)) = c.damage_tail(i).await
