@@ -46,10 +46,11 @@ pub enum DeviceCommand {
         #[command(flatten)]
         common: Common,
     },
-    /// Forget a device for good: a drive replaced or retired. Refused unless it is out, no node
-    /// serves it, no placement group maps it and no placement group's history names it (mark
-    /// it out, take it off its node, and wait until every placement group is clean). Its
-    /// record goes: `basalt device list` and `basalt status` no longer show it.
+    /// Forget a device for good: a drive replaced or retired. Refused unless it is out, its node
+    /// started without it (take it off the node's devices and restart the node), no placement
+    /// group maps it and no placement group's history names it (mark it out and wait until
+    /// every placement group is clean). Its record goes: `basalt device list` and `basalt
+    /// status` no longer show it.
     Remove {
         #[arg(value_parser = parse_device_id)]
         id: DeviceId,

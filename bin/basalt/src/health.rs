@@ -282,8 +282,9 @@ impl Health {
                 "device_faulty",
                 format!(
                     "dev.{d} is faulty ({why}): it stays down until `basalt device clear-fault \
-                     {d}` (replace or check the drive first; a drive gone for good: `basalt \
-                     device out {d}`, then `basalt device remove {d}` once every PG is clean)"
+                     {d}` (replace or check the drive first; a drive gone for good: take it off \
+                     its node, `basalt device out {d}`, then `basalt device remove {d}` once \
+                     every PG is clean)"
                 ),
             );
         }
@@ -515,8 +516,9 @@ mod tests {
         assert_eq!(
             h.reasons[5].message,
             "dev.4 is faulty (its store is poisoned): it stays down until `basalt device \
-             clear-fault 4` (replace or check the drive first; a drive gone for good: `basalt \
-             device out 4`, then `basalt device remove 4` once every PG is clean)"
+             clear-fault 4` (replace or check the drive first; a drive gone for good: take it \
+             off its node, `basalt device out 4`, then `basalt device remove 4` once every PG \
+             is clean)"
         );
         assert_eq!(
             h.reasons[7].message,

@@ -6,7 +6,7 @@ use crate::cluster::Cluster;
 use crate::error::ClientError;
 use crate::meta::{PoolRecord, VolumeRecord};
 use crate::retry::call_node_with_retry;
-use basalt_meta::DeviceRecord;
+use basalt_meta::{DeviceRecord, DeviceState};
 use basalt_placement::ClusterMap;
 use basalt_proto::{Request, Response};
 use basalt_types::size::format_size;
@@ -15,10 +15,11 @@ use std::collections::BTreeSet;
 
 impl Cluster {
     /// Forgets device `id` for good (`basalt device remove`): a drive replaced or retired, once
-    /// nothing needs it. Refused (`InvalidArgument`, saying why) unless it is out, down in the
-    /// current map (no node serves it), in no placement group's `up` or acting set, and named
-    /// by no placement group's history (a PG that is not clean yet may need its data to peer).
-    /// Returns its last record.
+    /// nothing needs it. Refused (`InvalidArgument`, saying why) unless it is out, down (in its
+    /// record and in the current map), left behind by its node (the node started without it:
+    /// a drive still attached would register again at the next start, fault forgotten), in no
+    /// placement group's `up` or acting set, and named by no placement group's history (a PG
+    /// that is not clean yet may need its data to peer). Returns its last record.
     pub async fn remove_device(&self, id: DeviceId) -> Result<DeviceRecord, ClientError> {
         let catalog = self.catalog();
         let refuse = |why: String| ClientError::InvalidArgument(format!("{id} stays: {why}"));
@@ -38,9 +39,16 @@ impl Cluster {
             .await?
             .map(|(m, _)| m)
             .unwrap_or_default();
-        if map.is_up(id) {
+        if map.is_up(id) || rec.state != DeviceState::Down {
             return Err(refuse(
                 "it is up: its node still serves it (take it off the node first)".into(),
+            ));
+        }
+        if !rec.left_behind() {
+            return Err(refuse(
+                "its node has not started without it: take it off the node (out of the node's \
+                 devices, then restart the node) first"
+                    .into(),
             ));
         }
         for (pool, p) in &map.pools {

@@ -71,7 +71,18 @@ pub struct DeviceRecord {
     pub fault: Option<String>,
 }
 
+/// How the fault of a device its node started without begins (`basalt_node`'s
+/// `devices.rs::report_missing`); only such a device may be removed (`basalt device remove`).
+pub const LEFT_BEHIND: &str = "not among the devices of its node when the node started";
+
 impl DeviceRecord {
+    /// Whether its node started without it (its drive removed or replaced), by its fault.
+    pub fn left_behind(&self) -> bool {
+        self.fault
+            .as_deref()
+            .is_some_and(|f| f.starts_with(LEFT_BEHIND))
+    }
+
     /// Whether placement may give the device new PGs (it is not out).
     pub fn is_in(&self) -> bool {
         self.out.is_none() && self.state != DeviceState::Out

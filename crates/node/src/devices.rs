@@ -17,7 +17,7 @@
 use crate::config::DeviceConfig;
 use crate::error::NodeError;
 use basalt_engine::{EngineError, FormatOptions, IoMode, OpenOptions, Store};
-use basalt_meta::{Catalog, DeviceRegistration, IdKind};
+use basalt_meta::{Catalog, DeviceRegistration, IdKind, LEFT_BEHIND};
 use basalt_types::{DeviceId, NodeId};
 use std::collections::BTreeMap;
 
@@ -94,7 +94,7 @@ pub(crate) async fn report_missing(
             continue;
         }
         let why = format!(
-            "not among the devices of its node when the node started (it was at {}): its drive was removed or replaced",
+            "{LEFT_BEHIND} (it was at {}): its drive was removed or replaced",
             d.path
         );
         catalog.report_device_fault(d.id, &why).await?;

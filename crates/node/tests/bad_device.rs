@@ -98,6 +98,25 @@ async fn a_device_that_no_longer_opens_is_reported_faulty_and_the_node_serves_th
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // Out, but still on its node (a drive that would register again at the next start, its
+    // fault forgotten): it may not be removed.
+    c.catalog
+        .set_device_out(bad, Some(OutReason::Operator))
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let e = match client.remove_device(bad).await {
+            Ok(rec) => panic!("removed while still on its node: {rec:?}"),
+            Err(e) => e.to_string(),
+        };
+        if e.contains("has not started without it") {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{e}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(c.catalog.get_device(bad).await.unwrap().is_some());
     n.shutdown().await;
 }
 

@@ -74,6 +74,20 @@ impl Pg {
         let stale = stale(&history, &serving, &sources, &holdings);
         if let Some(d) = serving
             .iter()
+            .find(|d| !sources.contains(d) && holdings.get(d).is_some_and(|h| h.info.suspect))
+            .filter(|d| !stale.contains(d))
+        {
+            // Its copy may be the only one of acknowledged writes (one copy, or every other
+            // member suspect too): nothing here may reset it, and nothing adopts it yet.
+            return Err(format!(
+                "serving member {d} lost journal records of the PG (suspect) and looks activated \
+                 before its history began, and no other member proves what the PG holds: its \
+                 copy may be the only one; the PG waits for a member that does (`basalt pg \
+                 mark-lost` gives its data up)"
+            ));
+        }
+        if let Some(d) = serving
+            .iter()
             .find(|d| !sources.contains(d) && !stale.contains(d))
         {
             // Cannot happen while devices re-enter acting sets only through backfill (a new
