@@ -4,6 +4,7 @@
 //! while the node runs (nobody serves it). Before, one bad device kept the whole node, and
 //! with it every copy on its other devices, from starting.
 
+use basalt_client::{Cluster as Client, Volume};
 use basalt_engine::sim::SimDisk;
 use basalt_meta::{DeviceState, OutReason, PoolSpec};
 use basalt_node::{DeviceConfig, Node, NodeConfig};
@@ -39,6 +40,28 @@ async fn node_on(c: &Cluster, disks: [(&SimDisk, &str); 2]) -> Node {
     .await
 }
 
+/// Objects each test writes.
+const OBJECTS: u64 = 6;
+
+/// Starts n0 on both disks with a pool of two copies on its two devices (RAID-1-like; one copy
+/// is enough to serve), and writes [`OBJECTS`] objects of pattern 1.
+async fn two_copies(c: &Cluster, disks: &[SimDisk; 2]) -> (Node, Client, Volume) {
+    let n = node(c, disks).await;
+    let mut spec = PoolSpec::new("default");
+    spec.replicas = 2;
+    spec.min_size = Some(1);
+    spec.pg_count = PGS;
+    spec.failure_domain = FailureDomain::Device;
+    c.catalog.create_pool(&spec).await.unwrap();
+    until("every PG active", || all_active(&n)).await;
+    let client = c.client(Duration::from_secs(30)).await;
+    let vol = c.volume(&client, "v", OBJECTS * OBJECT).await;
+    for i in 0..OBJECTS {
+        vol.write(i * OBJECT, pattern(i, 1), true).await.unwrap();
+    }
+    (n, client, vol)
+}
+
 fn all_active(n: &Node) -> bool {
     let pgs = n.status().pgs;
     pgs.iter().filter(|p| p.status.state == "active").count() == PGS as usize
@@ -48,21 +71,7 @@ fn all_active(n: &Node) -> bool {
 async fn a_device_that_no_longer_opens_is_reported_faulty_and_the_node_serves_the_others() {
     let c = Cluster::new().await;
     let disks = [SimDisk::new(DISK), SimDisk::new(DISK)];
-    let n = node(&c, &disks).await;
-    // Two copies on the two devices of the one host (RAID-1-like); one copy is enough to serve.
-    let mut spec = PoolSpec::new("default");
-    spec.replicas = 2;
-    spec.min_size = Some(1);
-    spec.pg_count = PGS;
-    spec.failure_domain = FailureDomain::Device;
-    c.catalog.create_pool(&spec).await.unwrap();
-    until("every PG active", || all_active(&n)).await;
-    let client = c.client(Duration::from_secs(30)).await;
-    let objects = 6;
-    let vol = c.volume(&client, "v", objects * OBJECT).await;
-    for i in 0..objects {
-        vol.write(i * OBJECT, pattern(i, 1), true).await.unwrap();
-    }
+    let (n, client, vol) = two_copies(&c, &disks).await;
     let bad = n.status().devices[1].id;
     n.shutdown().await;
     // Both superblock copies of the second device damaged: the store refuses to open.
@@ -77,7 +86,7 @@ async fn a_device_that_no_longer_opens_is_reported_faulty_and_the_node_serves_th
     let fault = rec.fault.expect("the device is marked faulty");
     assert!(fault.contains("did not open"), "{fault}");
     until("every PG active on the good device", || all_active(&n)).await;
-    for i in 0..objects {
+    for i in 0..OBJECTS {
         let got = vol.read(i * OBJECT, OBJECT as u32).await.unwrap();
         assert!(got == pattern(i, 1), "object {i} reads back wrong");
     }
@@ -130,20 +139,7 @@ async fn a_device_that_no_longer_opens_is_reported_faulty_and_the_node_serves_th
 async fn a_replaced_drive_is_reported_faulty_and_its_copies_are_rebuilt_on_the_new_one() {
     let c = Cluster::new().await;
     let disks = [SimDisk::new(DISK), SimDisk::new(DISK)];
-    let n = node(&c, &disks).await;
-    let mut spec = PoolSpec::new("default");
-    spec.replicas = 2;
-    spec.min_size = Some(1);
-    spec.pg_count = PGS;
-    spec.failure_domain = FailureDomain::Device;
-    c.catalog.create_pool(&spec).await.unwrap();
-    until("every PG active", || all_active(&n)).await;
-    let client = c.client(Duration::from_secs(30)).await;
-    let objects = 6;
-    let vol = c.volume(&client, "v", objects * OBJECT).await;
-    for i in 0..objects {
-        vol.write(i * OBJECT, pattern(i, 1), true).await.unwrap();
-    }
+    let (n, client, vol) = two_copies(&c, &disks).await;
     let old = n.status().devices[1].id;
     n.shutdown().await;
 
@@ -160,7 +156,7 @@ async fn a_replaced_drive_is_reported_faulty_and_its_copies_are_rebuilt_on_the_n
     let fault = rec.fault.expect("the old device is marked faulty");
     assert!(fault.contains("not among the devices"), "{fault}");
     until("every PG active on the device left", || all_active(&n)).await;
-    for i in 0..objects {
+    for i in 0..OBJECTS {
         let got = vol.read(i * OBJECT, OBJECT as u32).await.unwrap();
         assert!(got == pattern(i, 1), "object {i} reads back wrong");
     }
@@ -195,7 +191,7 @@ async fn a_replaced_drive_is_reported_faulty_and_its_copies_are_rebuilt_on_the_n
     }
     vol.write(0, pattern(0, 2), true).await.unwrap();
     assert!(vol.read(0, OBJECT as u32).await.unwrap() == pattern(0, 2));
-    for i in 1..objects {
+    for i in 1..OBJECTS {
         let got = vol.read(i * OBJECT, OBJECT as u32).await.unwrap();
         assert!(
             got == pattern(i, 1),

@@ -171,6 +171,19 @@ impl SimCluster {
         }
     }
 
+    /// A fresh disk, formatted as device `id`.
+    fn blank_disk(&mut self, id: DeviceId) -> SimDisk {
+        let disk = SimDisk::seeded(DISK_SIZE, self.rng.next());
+        let opts = FormatOptions {
+            device_id: id,
+            object_size: self.cfg.object_size,
+            journal_size: Some(JOURNAL),
+            ..FormatOptions::default()
+        };
+        format_sim(&disk, &opts).expect("format");
+        disk
+    }
+
     /// A new node with fresh disks.
     pub async fn add_node(&mut self) {
         let host = self.slots.len() as Host + 1;
@@ -178,15 +191,7 @@ impl SimCluster {
         let mut devices = Vec::new();
         for k in 0..self.cfg.devices_per_node {
             let id = DeviceId(host * 10 + k);
-            let disk = SimDisk::seeded(DISK_SIZE, self.rng.next());
-            let opts = FormatOptions {
-                device_id: id,
-                object_size: self.cfg.object_size,
-                journal_size: Some(JOURNAL),
-                ..FormatOptions::default()
-            };
-            format_sim(&disk, &opts).expect("format");
-            disks.push(disk);
+            disks.push(self.blank_disk(id));
             devices.push(id);
         }
         self.slots.push(Slot {
@@ -445,15 +450,7 @@ impl SimCluster {
         }
         // Device ids are host * 10 + k (k < devices_per_node <= 2).
         let new = DeviceId(old.0 + 5);
-        let disk = SimDisk::seeded(DISK_SIZE, self.rng.next());
-        let opts = FormatOptions {
-            device_id: new,
-            object_size: self.cfg.object_size,
-            journal_size: Some(JOURNAL),
-            ..FormatOptions::default()
-        };
-        format_sim(&disk, &opts).expect("format");
-        self.slots[i].disks[k] = disk;
+        self.slots[i].disks[k] = self.blank_disk(new);
         self.slots[i].devices[k] = new;
         self.set_out(old, true).await;
         self.replaced.push((old, new));
