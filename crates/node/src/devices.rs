@@ -81,8 +81,9 @@ pub(crate) async fn open_all(
 /// blank one that registered as a new device). Left as it was, the record would still say up,
 /// and the map would route the device's PGs to a node that no longer has it. Reported at once,
 /// before the node serves, and kept down while it runs (returned in `unopened`, for
-/// `faults.rs`), until an operator clears the fault with the drive back on the node, or marks
-/// it out so that its data is rebuilt elsewhere.
+/// `faults.rs`), until an operator clears the fault with the drive back on the node; gone for
+/// good, it is marked out (its data is rebuilt elsewhere) and then removed (`basalt device
+/// remove`, which accepts only a device its node left behind this way).
 pub(crate) async fn report_missing(
     catalog: &Catalog,
     node: NodeId,
