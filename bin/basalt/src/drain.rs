@@ -1,11 +1,12 @@
-//! `basalt node drain|undrain ID`: move every placement group off a node (its devices marked
-//! out; placement moves their up sets, backfill copies the data, then the acting sets follow),
-//! wait until none is left on it, and say that it may be removed.
+//! `basalt node drain|undrain|remove ID`: move every placement group off a node (its devices
+//! marked out; placement moves their up sets, backfill copies the data, then the acting sets
+//! follow), wait until none is left on it, and say that it may be removed; forget a stopped or
+//! dead node and its devices for good (`basalt_client`'s `remove.rs` says when it may).
 
 use crate::connect::Common;
 use crate::output;
 use anyhow::{Context, bail};
-use basalt_meta::{Catalog, OutReason};
+use basalt_meta::{Catalog, DeviceRecord, OutReason};
 use basalt_placement::ClusterMap;
 use basalt_types::{DeviceId, NodeId};
 use clap::Subcommand;
@@ -27,6 +28,16 @@ pub enum NodeAction {
         /// Give up waiting after this long (the drain goes on), e.g. 30m. Default: no limit.
         #[arg(long, value_parser = crate::duration::parse_duration)]
         timeout: Option<Duration>,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Forget node ID and its devices for good: a host retired after a drain, or dead for good
+    /// once its data was rebuilt elsewhere (its devices out, in no placement group). Refused
+    /// while it runs or anything may need its data. The ids never register again: the host,
+    /// if it comes back, must join as a new node with erased devices.
+    Remove {
+        #[arg(value_parser = parse_node_id)]
+        id: NodeId,
         #[command(flatten)]
         common: Common,
     },
@@ -57,6 +68,13 @@ struct Progress {
     drained: bool,
 }
 
+/// What `basalt node remove --json` prints: the node and its devices' last records.
+#[derive(Serialize)]
+struct Removed {
+    node: NodeId,
+    devices: Vec<DeviceRecord>,
+}
+
 pub async fn run(action: NodeAction) -> anyhow::Result<()> {
     match action {
         NodeAction::Drain {
@@ -65,6 +83,16 @@ pub async fn run(action: NodeAction) -> anyhow::Result<()> {
             timeout,
             common,
         } => drain(id, no_wait, timeout, common).await,
+        NodeAction::Remove { id, common } => {
+            let cluster = common.cluster.connect().await?;
+            let devices = cluster.remove_node(id).await?;
+            if common.json {
+                return output::json(&Removed { node: id, devices });
+            }
+            let ids: Vec<DeviceId> = devices.iter().map(|d| d.id).collect();
+            println!("node {id} and its devices {ids:?} are removed");
+            Ok(())
+        }
         NodeAction::Undrain { id, common } => {
             let catalog = Catalog::new(common.cluster.meta().await?);
             let devices = devices_of(&catalog, id).await?;
@@ -140,7 +168,9 @@ async fn drain(
             }
             if drained {
                 println!(
-                    "node {id} holds no placement group: it may be stopped (SIGTERM) and removed"
+                    "node {id} holds no placement group: it may be stopped (SIGTERM) and removed \
+                     (`basalt node remove {}`)",
+                    id.0
                 );
             } else {
                 println!(

@@ -202,7 +202,8 @@ impl Health {
                 Severity::Warn,
                 "nodes_down",
                 format!(
-                    "{} of {} nodes down: {}",
+                    "{} of {} nodes down: {} (a host gone for good: `basalt node remove ID` once \
+                     its devices are out and its data rebuilt)",
                     down.len(),
                     f.nodes.len(),
                     down.join(", ")

@@ -2,12 +2,12 @@
 //! gateway, one copy per object): its data is unavailable, never zeros; the other node keeps
 //! serving reads and writes; when it comes back every byte written before and during the
 //! outage reads back; `basalt node drain` then moves b's data to a, and a serves all of it
-//! with b stopped.
+//! with b stopped; `basalt node remove` forgets b, which may not come back.
 
 mod common;
 
 use common::nbd::NbdClient;
-use common::{BASALT, Proc, wait_until};
+use common::{BASALT, Proc, wait_exit, wait_until};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -37,6 +37,15 @@ impl Cluster {
             String::from_utf8_lossy(&out.stderr)
         );
         serde_json::from_slice(&out.stdout).expect("JSON output")
+    }
+
+    /// Runs a CLI command.
+    fn cli(&self, args: &[&str]) -> std::process::Output {
+        Command::new(BASALT)
+            .args(args)
+            .args(["--etcd", &self.endpoint])
+            .output()
+            .unwrap()
     }
 
     /// Starts `basalt node` number `n` (its own data dir and 256 MiB device file).
@@ -306,6 +315,13 @@ fn a_dead_nodes_data_is_unavailable_never_zeros_and_comes_back_whole() {
         // Its primary's node answered for it: nothing unfound.
         assert_eq!(pg["unfound_objects"].as_u64(), Some(0), "{pg}");
     }
+    // While b runs it may not be removed.
+    let refused = c.cli(&["node", "remove", &node_b.to_string()]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && err.contains("it is running"),
+        "{err}"
+    );
     drop(b);
     wait_until("b's device down", Duration::from_secs(60), || !c.is_up(db));
     for i in 0..OBJECTS {
@@ -316,6 +332,44 @@ fn a_dead_nodes_data_is_unavailable_never_zeros_and_comes_back_whole() {
             "object {i} after b was drained and stopped\n{}",
             log_of(tmp.path())
         );
+    }
+
+    // The operator removes b's node for good: its device leaves the device list and the
+    // status (health no longer warns of a node down), and a, the only node, keeps serving.
+    let node_arg = node_b.to_string();
+    wait_until("b removed", Duration::from_secs(60), || {
+        c.cli(&["node", "remove", &node_arg]).status.success()
+    });
+    assert!(c.devices().iter().all(|d| d.0 != db), "{:?}", c.devices());
+    wait_until("the status without b", Duration::from_secs(60), || {
+        let s = c.json(&["status"]);
+        let ids: Vec<u64> = s["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["id"].as_u64().unwrap())
+            .collect();
+        !ids.contains(&node_b) && s["health"]["status"] == "ok"
+    });
+    let again = c.cli(&["node", "remove", &node_arg]);
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        !again.status.success() && err.contains("removed already"),
+        "{err}"
+    );
+    // b's host comes back with its old data: it is refused, says why, and registers nothing.
+    let mut back = c.node("b");
+    let exit = wait_exit(&mut back.0, Duration::from_secs(60));
+    let log = std::fs::read_to_string(tmp.path().join("node-b.log")).unwrap();
+    assert!(
+        !exit.success() && log.contains("was removed from the cluster"),
+        "{exit}: {log}"
+    );
+    assert!(c.devices().iter().all(|d| d.0 != db), "{:?}", c.devices());
+    for i in 0..OBJECTS {
+        let want = if on_b.contains(&i) { 1 } else { 2 };
+        let got = nbd.read(i * OBJECT as u64, OBJECT as u32).unwrap();
+        assert!(got == Ok(pattern(i, want)), "object {i} after b's removal");
     }
     nbd.disconnect();
     drop(etcd);

@@ -6,74 +6,12 @@ use crate::cluster::Cluster;
 use crate::error::ClientError;
 use crate::meta::{PoolRecord, VolumeRecord};
 use crate::retry::call_node_with_retry;
-use basalt_meta::{DeviceRecord, DeviceState};
-use basalt_placement::ClusterMap;
 use basalt_proto::{Request, Response};
+use basalt_types::VolumeId;
 use basalt_types::size::format_size;
-use basalt_types::{DeviceId, PgId, VolumeId};
 use std::collections::BTreeSet;
 
 impl Cluster {
-    /// Forgets device `id` for good (`basalt device remove`): a drive replaced or retired, once
-    /// nothing needs it. Refused (`InvalidArgument`, saying why) unless it is out, down (in its
-    /// record and in the current map), left behind by its node (the node started without it:
-    /// a drive still attached would register again at the next start, fault forgotten), in no
-    /// placement group's `up` or acting set, and named by no placement group's history (a PG
-    /// that is not clean yet may need its data to peer). Returns its last record.
-    pub async fn remove_device(&self, id: DeviceId) -> Result<DeviceRecord, ClientError> {
-        let catalog = self.catalog();
-        let refuse = |why: String| ClientError::InvalidArgument(format!("{id} stays: {why}"));
-        let rec = catalog
-            .get_device(id)
-            .await?
-            .ok_or_else(|| refuse("there is no such device".into()))?;
-        if rec.out.is_none() {
-            return Err(refuse(format!(
-                "it is in; mark it out first (`basalt device out {}`) and wait until its \
-                 placement groups have moved",
-                id.0
-            )));
-        }
-        let map = catalog
-            .get_map::<ClusterMap>()
-            .await?
-            .map(|(m, _)| m)
-            .unwrap_or_default();
-        if map.is_up(id) || rec.state != DeviceState::Down {
-            return Err(refuse(
-                "it is up: its node still serves it (take it off the node first)".into(),
-            ));
-        }
-        if !rec.left_behind() {
-            return Err(refuse(
-                "its node has not started without it: take it off the node (out of the node's \
-                 devices, then restart the node) first"
-                    .into(),
-            ));
-        }
-        for (pool, p) in &map.pools {
-            for (i, entry) in p.pgs.iter().enumerate() {
-                let pg = PgId {
-                    pool: *pool,
-                    pg: i as u32,
-                };
-                if entry.up.contains(&id) || entry.acting.contains(&id) {
-                    return Err(refuse(format!("{pg} still maps it (up or acting)")));
-                }
-                let (history, _) = catalog.get_pg_history(pg).await?;
-                if history.intervals.iter().any(|i| i.members.contains(&id)) {
-                    return Err(refuse(format!(
-                        "{pg}'s history still names it (the PG is not clean yet)"
-                    )));
-                }
-            }
-        }
-        match catalog.remove_device(&rec).await? {
-            true => Ok(rec),
-            false => Err(refuse("its record changed meanwhile; try again".into())),
-        }
-    }
-
     /// Creates a volume of `size` bytes in `pool` (by name).
     pub async fn create_volume(
         &self,

@@ -27,6 +27,7 @@ pub mod meta;
 mod openvolumes;
 mod read;
 mod remote_meta;
+mod remove;
 pub mod retry;
 pub mod split;
 #[cfg(test)]

@@ -15,7 +15,7 @@ use std::sync::Arc;
 pub const RECORD_VERSION: u32 = 1;
 
 /// How often a compare-and-swap update is retried when other writers keep winning.
-const MAX_ATTEMPTS: u32 = 100;
+pub(crate) const MAX_ATTEMPTS: u32 = 100;
 
 /// Typed access to the cluster's metadata. Cheap to clone.
 #[derive(Clone, Debug)]
@@ -157,28 +157,39 @@ impl Catalog {
         mut f: impl FnMut(Option<T>) -> Result<(T, bool), MetaError>,
     ) -> Result<(T, Revision), MetaError> {
         for _ in 0..MAX_ATTEMPTS {
-            let current = self.read::<T>(key).await?;
-            let read_rev = current.as_ref().map_or(0, |(_, kv)| kv.mod_revision);
-            let guard = match &current {
-                Some((_, kv)) => Compare::mod_revision_is(key, kv.mod_revision),
-                None => Compare::missing(key),
-            };
-            let (next, write) = f(current.map(|(rec, _)| rec))?;
-            if !write {
-                return Ok((next, read_rev));
-            }
-            let txn = Txn::new()
-                .when([guard])
-                .and_then([TxnOp::put(key, encode(&next))]);
-            let result = self.store.txn(txn).await?;
-            if result.succeeded {
-                return Ok((next, result.revision));
+            if let Some(done) = self.update_once(key, &[], &mut f).await? {
+                return Ok(done);
             }
         }
         Err(MetaError::Contention {
             key: key.to_string(),
             attempts: MAX_ATTEMPTS,
         })
+    }
+
+    /// One round of [`Catalog::update_if`] whose write also needs every compare of `guards` to
+    /// hold: `None` when the key changed since it was read or a guard failed (read again).
+    pub(crate) async fn update_once<T: Serialize + DeserializeOwned>(
+        &self,
+        key: &str,
+        guards: &[Compare],
+        f: &mut impl FnMut(Option<T>) -> Result<(T, bool), MetaError>,
+    ) -> Result<Option<(T, Revision)>, MetaError> {
+        let current = self.read::<T>(key).await?;
+        let read_rev = current.as_ref().map_or(0, |(_, kv)| kv.mod_revision);
+        let guard = match &current {
+            Some((_, kv)) => Compare::mod_revision_is(key, kv.mod_revision),
+            None => Compare::missing(key),
+        };
+        let (next, write) = f(current.map(|(rec, _)| rec))?;
+        if !write {
+            return Ok(Some((next, read_rev)));
+        }
+        let txn = Txn::new()
+            .when(std::iter::once(guard).chain(guards.iter().cloned()))
+            .and_then([TxnOp::put(key, encode(&next))]);
+        let result = self.store.txn(txn).await?;
+        Ok(result.succeeded.then_some((next, result.revision)))
     }
 }
 

@@ -101,6 +101,20 @@ pub enum MetaError {
         owner: String,
         node: String,
     },
+    #[error(
+        "{device} was removed from the cluster (`{by}`, at unix time {at}): it may not register \
+         again, its data is stale; take it off the node's --device list, or erase the drive \
+         (at least its first and last MiB: a Basalt store is never reformatted) to use it as a \
+         new device"
+    )]
+    DeviceRemoved { device: String, by: String, at: u64 },
+    #[error(
+        "{node} was removed from the cluster (`{by}`, at unix time {at}): it may not register \
+         again, its devices' data is stale; to use this host again start it as a new node: an \
+         empty --data directory, and each device erased (at least its first and last MiB: a \
+         Basalt store is never reformatted)"
+    )]
+    NodeRemoved { node: String, by: String, at: u64 },
 
     // --- the etcd child process ---
     #[error("could not start etcd: {0}")]

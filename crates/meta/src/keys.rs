@@ -37,6 +37,9 @@ pub const PG_HISTORY: &str = "/basalt/pg-history/";
 pub const LEADER: &str = "/basalt/leader";
 /// The cluster-wide settings an operator changes at runtime (`basalt config set`).
 pub const SETTINGS: &str = "/basalt/settings";
+/// Prefix of the marks of removed nodes and devices (`basalt node remove`, `basalt device
+/// remove`): a removed id never registers again.
+pub const REMOVED: &str = "/basalt/removed/";
 /// Prefix of the failure reports (a node cannot reach another), each attached to the
 /// reporter's lease.
 pub const FAILURE_REPORTS: &str = "/basalt/failure-reports/";
@@ -90,6 +93,16 @@ pub fn node(id: NodeId) -> String {
 /// `/basalt/devices/<id, 10 digits>`
 pub fn device(id: DeviceId) -> String {
     format!("{DEVICES}{:010}", id.0)
+}
+
+/// `/basalt/removed/nodes/<id, 10 digits>`
+pub fn removed_node(id: NodeId) -> String {
+    format!("{REMOVED}nodes/{:010}", id.0)
+}
+
+/// `/basalt/removed/devices/<id, 10 digits>`
+pub fn removed_device(id: DeviceId) -> String {
+    format!("{REMOVED}devices/{:010}", id.0)
 }
 
 /// `/basalt/map/chunks/<pool, 10 digits>/<index, 10 digits>/<written epoch, 20 digits>`
@@ -175,6 +188,11 @@ mod tests {
         assert_eq!(pool(PoolId(3)), "/basalt/pools/0000000003");
         assert_eq!(node(NodeId(12)), "/basalt/nodes/0000000012");
         assert_eq!(device(DeviceId(7)), "/basalt/devices/0000000007");
+        assert_eq!(removed_node(NodeId(2)), "/basalt/removed/nodes/0000000002");
+        assert_eq!(
+            removed_device(DeviceId(7)),
+            "/basalt/removed/devices/0000000007"
+        );
         assert_eq!(volume("vm-1"), "/basalt/volumes/vm-1");
         assert_eq!(pool_name("fast"), "/basalt/pool-names/fast");
         assert_eq!(id_counter(IdKind::Volume), "/basalt/ids/volume");

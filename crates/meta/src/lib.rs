@@ -37,6 +37,7 @@ mod pg_history;
 mod pg_ready;
 mod pool;
 pub mod remote;
+mod remove;
 mod report;
 mod settings;
 mod store;
@@ -63,6 +64,7 @@ pub use pool::{
     FailureDomain, MAX_OBJECT_SIZE, MAX_PG_COUNT, MAX_REPLICAS, PoolRecord, PoolSpec,
     default_min_size,
 };
+pub use remove::RemovedRecord;
 pub use report::FailureReport;
 pub use settings::ClusterSettings;
 pub use store::{

@@ -144,9 +144,24 @@ impl Catalog {
         lease: LeaseId,
     ) -> Result<Revision, MetaError> {
         let value = crate::catalog::encode(record);
-        self.store()
-            .put(&keys::node(record.id), value, Some(lease))
-            .await
+        let key = keys::node(record.id);
+        let txn = Txn::new()
+            .when([Compare::missing(keys::removed_node(record.id))])
+            .and_then([TxnOp::put_with_lease(&key, value, lease)]);
+        let result = self.store().txn(txn).await?;
+        if !result.succeeded {
+            return Err(self.removed_node_error(record.id).await);
+        }
+        Ok(result.revision)
+    }
+
+    /// The error for node `id`, whose registration found its removal mark.
+    async fn removed_node_error(&self, id: NodeId) -> MetaError {
+        match self.removed_node(id).await {
+            Ok(Some(mark)) => crate::remove::refused_node(id, &mark),
+            Ok(None) => MetaError::Backend(format!("registering {id}: a guard failed")),
+            Err(e) => e,
+        }
     }
 
     /// Registers a live node under a new lease of `ttl` and keeps the lease alive in the
@@ -205,49 +220,36 @@ impl Catalog {
     /// default weight, state up and in; a known one gets its path, capacity and object size
     /// updated and state up, and keeps its weight, class and out mark (an operator's decisions
     /// survive restarts). A device found faulty stays down (a restart does not make a failing
-    /// drive trustworthy). A device recorded for another node is refused.
+    /// drive trustworthy). A device recorded for another node is refused, and so is a device
+    /// or a node that was removed (`remove.rs`: checked in the same transaction).
     pub async fn register_device(
         &self,
         reg: &DeviceRegistration,
     ) -> Result<DeviceRecord, MetaError> {
-        let (record, _) = self
-            .update(&keys::device(reg.id), |cur: Option<DeviceRecord>| {
-                let Some(mut d) = cur else {
-                    return Ok(DeviceRecord {
-                        id: reg.id,
-                        node: reg.node,
-                        path: reg.path.clone(),
-                        class: reg.class.clone(),
-                        capacity: reg.capacity,
-                        weight: default_weight(reg.capacity),
-                        object_size: reg.object_size,
-                        state: DeviceState::Up,
-                        out: None,
-                        fault: None,
-                    });
-                };
-                if d.node != reg.node {
-                    return Err(MetaError::DeviceOwned {
-                        device: reg.id.to_string(),
-                        owner: d.node.to_string(),
-                        node: reg.node.to_string(),
-                    });
-                }
-                if d.state == DeviceState::Out {
-                    d.out.get_or_insert(OutReason::Operator);
-                }
-                d.path.clone_from(&reg.path);
-                d.capacity = reg.capacity;
-                d.object_size = reg.object_size;
-                d.state = if d.fault.is_some() {
-                    DeviceState::Down
-                } else {
-                    DeviceState::Up
-                };
-                Ok(d)
-            })
-            .await?;
-        Ok(record)
+        let guards = [
+            Compare::missing(keys::removed_device(reg.id)),
+            Compare::missing(keys::removed_node(reg.node)),
+        ];
+        for _ in 0..crate::catalog::MAX_ATTEMPTS {
+            if let Some(mark) = self.removed_device(reg.id).await? {
+                return Err(crate::remove::refused_device(reg.id, &mark));
+            }
+            if let Some(mark) = self.removed_node(reg.node).await? {
+                return Err(crate::remove::refused_node(reg.node, &mark));
+            }
+            // A failed guard may be a removal: checked again above.
+            let mut f = |cur| Ok((registered(cur, reg)?, true));
+            if let Some((record, _)) = self
+                .update_once(&keys::device(reg.id), &guards, &mut f)
+                .await?
+            {
+                return Ok(record);
+            }
+        }
+        Err(MetaError::Contention {
+            key: keys::device(reg.id),
+            attempts: crate::catalog::MAX_ATTEMPTS,
+        })
     }
 
     pub async fn get_device(&self, id: DeviceId) -> Result<Option<DeviceRecord>, MetaError> {
@@ -301,23 +303,6 @@ impl Catalog {
             changed
         })
         .await
-    }
-
-    /// Forgets a device (the operator's `basalt device remove`, once it may go: the caller
-    /// checks) if its record is still `expected`: one that registered again or changed
-    /// meanwhile is kept. Returns whether it went.
-    pub async fn remove_device(&self, expected: &DeviceRecord) -> Result<bool, MetaError> {
-        let key = keys::device(expected.id);
-        let Some((current, kv)) = self.read::<DeviceRecord>(&key).await? else {
-            return Ok(false);
-        };
-        if current != *expected {
-            return Ok(false);
-        }
-        let txn = Txn::new()
-            .when([Compare::mod_revision_is(&key, kv.mod_revision)])
-            .and_then([TxnOp::delete(&key)]);
-        Ok(self.store().txn(txn).await?.succeeded)
     }
 
     /// Marks a device out (`Some(reason)`) or in (`None`): the operator's `device out|in`.
@@ -394,4 +379,45 @@ impl Catalog {
             .await?;
         Ok(record)
     }
+}
+
+/// The record of a device registering: new, or `cur` updated (see
+/// [`Catalog::register_device`]).
+fn registered(
+    cur: Option<DeviceRecord>,
+    reg: &DeviceRegistration,
+) -> Result<DeviceRecord, MetaError> {
+    let Some(mut d) = cur else {
+        return Ok(DeviceRecord {
+            id: reg.id,
+            node: reg.node,
+            path: reg.path.clone(),
+            class: reg.class.clone(),
+            capacity: reg.capacity,
+            weight: default_weight(reg.capacity),
+            object_size: reg.object_size,
+            state: DeviceState::Up,
+            out: None,
+            fault: None,
+        });
+    };
+    if d.node != reg.node {
+        return Err(MetaError::DeviceOwned {
+            device: reg.id.to_string(),
+            owner: d.node.to_string(),
+            node: reg.node.to_string(),
+        });
+    }
+    if d.state == DeviceState::Out {
+        d.out.get_or_insert(OutReason::Operator);
+    }
+    d.path.clone_from(&reg.path);
+    d.capacity = reg.capacity;
+    d.object_size = reg.object_size;
+    d.state = if d.fault.is_some() {
+        DeviceState::Down
+    } else {
+        DeviceState::Up
+    };
+    Ok(d)
 }

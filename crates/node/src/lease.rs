@@ -155,12 +155,20 @@ async fn register_again(
     stop: &mut watch::Receiver<bool>,
 ) -> Option<KeepAlive> {
     let mut backoff = Duration::from_millis(100);
+    let mut told = false;
     loop {
         let attempt = tokio::time::timeout(ttl, catalog.register_node(record, ttl));
         let failure = tokio::select! {
             biased;
             r = attempt => match r {
                 Ok(Ok(keep)) => return Some(keep),
+                Ok(Err(e @ basalt_meta::MetaError::NodeRemoved { .. })) => {
+                    // Removed while its lease had run out (cut off): it never serves again.
+                    if !std::mem::replace(&mut told, true) {
+                        tracing::error!(node = %record.id, "{e}");
+                    }
+                    e.to_string()
+                }
                 Ok(Err(e)) => e.to_string(),
                 Err(_) => format!("no answer within {ttl:?}"),
             },

@@ -93,6 +93,16 @@ impl Node {
         let dir_lock = basalt_engine::lock_dir(&config.data_dir).map_err(NodeError::DataDir)?;
         let catalog = Catalog::new(meta.clone());
         let (id, fresh) = identity::load_or_allocate(&catalog, &config.data_dir).await?;
+        if let Some(removed) = catalog.removed_node(id).await? {
+            // `basalt node remove`: its devices' data is stale (registering would be refused
+            // too; this says so before any device is opened).
+            return Err(basalt_meta::MetaError::NodeRemoved {
+                node: id.to_string(),
+                by: removed.by,
+                at: removed.at,
+            }
+            .into());
+        }
         let mark = stopmark::take(&config.data_dir).map_err(|source| NodeError::Io {
             path: config.data_dir.join("leases-ended").display().to_string(),
             source,

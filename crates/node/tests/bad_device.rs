@@ -25,11 +25,17 @@ async fn node(c: &Cluster, disks: &[SimDisk; 2]) -> Node {
 
 /// Starts node n0 on two disks, each at the given file name in its data directory.
 async fn node_on(c: &Cluster, disks: [(&SimDisk, &str); 2]) -> Node {
+    Node::start(config_on(c, disks), c.store.clone(), false)
+        .await
+        .unwrap()
+}
+
+fn config_on(c: &Cluster, disks: [(&SimDisk, &str); 2]) -> NodeConfig {
     let device = |data: &std::path::Path, i: usize| DeviceConfig {
         sim: Some(disks[i].0.clone()),
         ..DeviceConfig::new(data.join(disks[i].1))
     };
-    c.start_node(
+    c.node_config(
         "n0",
         |data| device(data, 0),
         |cfg: &mut NodeConfig| {
@@ -37,7 +43,6 @@ async fn node_on(c: &Cluster, disks: [(&SimDisk, &str); 2]) -> Node {
             cfg.devices.push(device(&cfg.data_dir.clone(), 1));
         },
     )
-    .await
 }
 
 /// Objects each test writes.
@@ -215,8 +220,20 @@ async fn a_replaced_drive_is_reported_faulty_and_its_copies_are_rebuilt_on_the_n
     }
     assert!(c.catalog.get_device(old).await.unwrap().is_none());
     let gone = client.remove_device(old).await.unwrap_err().to_string();
-    assert!(gone.contains("no such device"), "{gone}");
+    assert!(gone.contains("removed already"), "{gone}");
     n.shutdown().await;
+    // The old drive put back (its data is stale): the node refuses to start with it, saying
+    // why, and registers nothing of it.
+    let stale = [(&disks[0], "dev0.img"), (&disks[1], "dev1.img")];
+    let refused = match Node::start(config_on(&c, stale), c.store.clone(), false).await {
+        Ok(_) => panic!("the node started with a removed device"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        refused.contains(&format!("{old} was removed from the cluster")),
+        "{refused}"
+    );
+    assert!(c.catalog.get_device(old).await.unwrap().is_none());
     let n = node_on(&c, [(&disks[0], "dev0.img"), (&blank, "dev2.img")]).await;
     until("every PG active after the restart", || all_active(&n)).await;
     assert!(c.catalog.get_device(old).await.unwrap().is_none());

@@ -187,7 +187,7 @@ fn unsafe_kill(pid: u32, sig: i32) {
     }
 }
 
-fn wait_exit(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+pub fn wait_exit(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
     let deadline = Instant::now() + limit;
     loop {
         if let Some(s) = child.try_wait().unwrap() {

@@ -62,6 +62,19 @@ impl Cluster {
         device: impl FnOnce(&Path) -> DeviceConfig,
         tune: impl FnOnce(&mut NodeConfig),
     ) -> Node {
+        let config = self.node_config(name, device, tune);
+        Node::start(config, self.store.clone(), false)
+            .await
+            .unwrap()
+    }
+
+    /// The configuration [`Cluster::start_node`] starts node `name` with.
+    pub fn node_config(
+        &self,
+        name: &str,
+        device: impl FnOnce(&Path) -> DeviceConfig,
+        tune: impl FnOnce(&mut NodeConfig),
+    ) -> NodeConfig {
         let data = self.dir.path().join(name);
         let mut config = NodeConfig::new(&data, "127.0.0.1:0".parse().unwrap());
         config.name = name.into();
@@ -69,9 +82,7 @@ impl Cluster {
         config.peer_timeout = Duration::from_secs(2);
         config.devices.push(device(&data));
         tune(&mut config);
-        Node::start(config, self.store.clone(), false)
-            .await
-            .unwrap()
+        config
     }
 
     pub async fn client(&self, op_timeout: Duration) -> Client {
