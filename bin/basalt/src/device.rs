@@ -25,6 +25,10 @@ pub enum DeviceCommand {
         /// Device id, e.g. 3 or dev.3.
         #[arg(value_parser = parse_device_id)]
         id: DeviceId,
+        /// Mark it out even when the other devices cannot hold every copy apart (some
+        /// placement groups would stay on it, or keep copies on one host); refused otherwise.
+        #[arg(long)]
+        force: bool,
         #[command(flatten)]
         common: Common,
     },
@@ -104,8 +108,9 @@ pub async fn run(cmd: DeviceCommand) -> anyhow::Result<()> {
     match cmd {
         DeviceCommand::List { common } => list(common).await,
         DeviceCommand::Pgs { id, common } => pgs(id, common).await,
-        DeviceCommand::Out { id, common } => {
+        DeviceCommand::Out { id, force, common } => {
             let catalog = basalt_meta::Catalog::new(common.cluster.meta().await?);
+            crate::outcheck::check(&catalog, &[id], &format!("marking {id} out"), force).await?;
             let rec = catalog
                 .set_device_out(id, Some(OutReason::Operator))
                 .await?;

@@ -28,6 +28,10 @@ pub enum NodeAction {
         /// Give up waiting after this long (the drain goes on), e.g. 30m. Default: no limit.
         #[arg(long, value_parser = crate::duration::parse_duration)]
         timeout: Option<Duration>,
+        /// Drain even when the other nodes cannot hold every copy apart (some placement groups
+        /// would stay on the node, or keep copies on one host); refused otherwise.
+        #[arg(long)]
+        force: bool,
         #[command(flatten)]
         common: Common,
     },
@@ -81,8 +85,9 @@ pub async fn run(action: NodeAction) -> anyhow::Result<()> {
             id,
             no_wait,
             timeout,
+            force,
             common,
-        } => drain(id, no_wait, timeout, common).await,
+        } => drain(id, no_wait, timeout, force, common).await,
         NodeAction::Remove { id, common } => {
             let cluster = common.cluster.connect().await?;
             let devices = cluster.remove_node(id).await?;
@@ -137,11 +142,13 @@ async fn drain(
     id: NodeId,
     no_wait: bool,
     timeout: Option<Duration>,
+    force: bool,
     common: Common,
 ) -> anyhow::Result<()> {
     let cluster = common.cluster.connect().await?;
     let catalog = cluster.catalog().clone();
     let devices = devices_of(&catalog, id).await?;
+    crate::outcheck::check(&catalog, &devices, &format!("draining {id}"), force).await?;
     for d in &devices {
         catalog
             .set_device_out(*d, Some(OutReason::Operator))

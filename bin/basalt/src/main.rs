@@ -16,6 +16,7 @@ mod duration;
 mod health;
 mod nbd_cmd;
 mod node_cmd;
+mod outcheck;
 mod output;
 mod pg;
 mod pg_lost;

@@ -121,11 +121,20 @@ fn pool_device_and_pg_commands() {
         0
     );
 
-    // Out, with nowhere else to go: placement has no device for the PGs, but the device still
-    // holds their data and keeps serving them.
+    // Out, with nowhere else to go: refused, saying why, unless forced; forced, placement has
+    // no device for the PGs, but the device still holds their data and keeps serving them.
     let mut c = NbdClient::connect(&up.nbd, "vol0").unwrap();
     assert_eq!(c.write(0, &[0x5A; 4096], 1).unwrap(), 0);
-    up.cli_json(&["device", "out", &id]);
+    fails_with(
+        &up,
+        &["device", "out", &id],
+        "64 placement groups could not get all their copies",
+    );
+    assert_eq!(
+        up.cli_json(&["device", "list"])[0]["out"],
+        serde_json::Value::Null
+    );
+    up.cli_json(&["device", "out", &id, "--force"]);
     wait_until("the PGs remapped", Duration::from_secs(30), || {
         up.cli_json(&["pg", "list", "--problems"])
             .as_array()

@@ -259,6 +259,22 @@ fn out_and_in(c: &mut UpCluster, dev: u64, copies_on_distinct_hosts: bool) {
     wait_until("the out device to forget its PGs", WAIT, || {
         held(c, dev).values().all(|n| *n == 0)
     });
+    // With it out, the other device of its host is the last place for some copies: marking
+    // it out too is refused (copies would share a host, or have nowhere to go).
+    let sibling = c
+        .nodes
+        .iter()
+        .find(|n| n.devices.contains(&dev))
+        .and_then(|n| n.devices.iter().find(|d| **d != dev))
+        .copied()
+        .expect("a host with two devices or more");
+    let refused = c.up.cli(&["device", "out", &sibling.to_string()]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && err.contains("nothing was marked out"),
+        "{err}"
+    );
+    assert!(device_record(c, sibling)["out"].is_null());
     // Out and empty, but its node still serves it: it may not be forgotten.
     let refused = c.up.cli(&["device", "remove", &dev.to_string()]);
     let err = String::from_utf8_lossy(&refused.stderr);
@@ -285,6 +301,20 @@ fn a_device_out_on_a_host_with_two_devices_moves_its_pgs_and_back_when_in() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = common::upio::start(dir.path(), 3, &["--devices-per-node", "2"]);
     assert!(c.nodes.iter().all(|n| n.devices.len() == 2));
+    // Draining a whole node would leave two hosts for three copies: refused, saying why, and
+    // nothing is marked out.
+    let node = c.nodes[1].id.to_string();
+    let refused = c.up.cli(&["node", "drain", &node]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success()
+            && err.contains("with 2 hosts to use")
+            && err.contains("would keep copies on the same host"),
+        "{err}"
+    );
+    for d in &c.nodes[1].devices {
+        assert!(device_record(&c, *d)["out"].is_null());
+    }
     let dev = c.nodes[1].devices[1];
     out_and_in(&mut c, dev, true);
     c.stop();

@@ -34,6 +34,7 @@ mod hash;
 mod liveness;
 mod map;
 mod primary;
+mod project;
 mod targets;
 
 pub use codec::{CHUNK_PGS, MAP_FORMAT, named_chunks};
@@ -41,3 +42,4 @@ pub use compute::{PlacementInput, PoolSpec, compute, is_candidate};
 pub use hash::{PG_HASH_SEED, pg_of};
 pub use liveness::{DownOut, down_out};
 pub use map::{ClusterMap, DeviceInfo, FailureDomain, NodeInfo, PgMap, PoolMap};
+pub use project::{Shortfall, shortfalls_if_out};
