@@ -2,7 +2,8 @@
 //! (`/basalt/settings` in the metadata store; `crates/meta/src/settings.rs`). Today the
 //! recovery throttle, per device driving recovery (`crates/node/src/pg/throttle.rs`):
 //! `recovery-rate` (bytes per second, 0 = unlimited) and `recovery-share` (percent of the
-//! device's time, 100% = unlimited).
+//! device's time, 100% = unlimited); and `backfill-full` (percent of a device's capacity past
+//! which it takes no more backfill: `crates/node/src/pg/replica.rs`).
 
 use crate::connect::Common;
 use crate::output;
@@ -23,7 +24,8 @@ pub enum ConfigCommand {
     Set {
         key: Key,
         /// recovery-rate: bytes per second, e.g. 64MiB (0 or `unlimited`: no limit);
-        /// recovery-share: percent of a device's time, 1% to 100%, e.g. 30%.
+        /// recovery-share: percent of a device's time, 1% to 100%, e.g. 30%; backfill-full:
+        /// percent of a device's capacity, 1% to 100%, e.g. 90%.
         value: String,
         #[command(flatten)]
         common: Common,
@@ -42,6 +44,8 @@ pub enum Key {
     RecoveryRate,
     /// Percent of the time recovery and backfill may keep a device busy.
     RecoveryShare,
+    /// Percent of a device's capacity past which it takes no more backfill (default 90%).
+    BackfillFull,
 }
 
 /// The settings as printed.
@@ -51,6 +55,8 @@ struct View {
     recovery_rate: Option<u64>,
     /// Percent; null: unset.
     recovery_share: Option<u8>,
+    /// Percent; null: unset.
+    backfill_full: Option<u8>,
 }
 
 pub async fn run(cmd: ConfigCommand) -> anyhow::Result<()> {
@@ -70,9 +76,15 @@ pub async fn run(cmd: ConfigCommand) -> anyhow::Result<()> {
                         .await?
                 }
                 Key::RecoveryShare => {
-                    let share = parse_share(&value)?;
+                    let share = parse_percent("recovery-share", &value)?;
                     catalog
                         .update_settings(|s| s.recovery_share_percent = Some(share))
+                        .await?
+                }
+                Key::BackfillFull => {
+                    let full = parse_percent("backfill-full", &value)?;
+                    catalog
+                        .update_settings(|s| s.backfill_full_percent = Some(full))
                         .await?
                 }
             };
@@ -84,6 +96,7 @@ pub async fn run(cmd: ConfigCommand) -> anyhow::Result<()> {
                 .update_settings(|s| match key {
                     Key::RecoveryRate => s.recovery_bytes_per_sec = None,
                     Key::RecoveryShare => s.recovery_share_percent = None,
+                    Key::BackfillFull => s.backfill_full_percent = None,
                 })
                 .await?;
             show(&s, common.json)
@@ -95,6 +108,7 @@ fn show(s: &ClusterSettings, json: bool) -> anyhow::Result<()> {
     let view = View {
         recovery_rate: s.recovery_bytes_per_sec,
         recovery_share: s.recovery_share_percent,
+        backfill_full: s.backfill_full_percent,
     };
     if json {
         return output::json(&view);
@@ -104,12 +118,13 @@ fn show(s: &ClusterSettings, json: bool) -> anyhow::Result<()> {
         Some(0) => "unlimited".to_string(),
         Some(r) => format!("{}/s", format_size(r)),
     };
-    let share = match view.recovery_share {
+    let percent = |p: Option<u8>| match p {
         None => "(node default)".to_string(),
         Some(p) => format!("{p}%"),
     };
     println!("recovery-rate   {rate}");
-    println!("recovery-share  {share}");
+    println!("recovery-share  {}", percent(view.recovery_share));
+    println!("backfill-full   {}", percent(view.backfill_full));
     Ok(())
 }
 
@@ -126,12 +141,12 @@ fn parse_rate(value: &str) -> anyhow::Result<u64> {
 }
 
 /// `30%` or `30`, 1 to 100.
-fn parse_share(value: &str) -> anyhow::Result<u8> {
+fn parse_percent(key: &str, value: &str) -> anyhow::Result<u8> {
     let v = value.trim();
     let v = v.strip_suffix('%').unwrap_or(v).trim();
     match v.parse::<u8>() {
         Ok(p) if (1..=100).contains(&p) => Ok(p),
-        _ => bail!("bad recovery-share '{value}': give a percent from 1% to 100%, e.g. 30%"),
+        _ => bail!("bad {key} '{value}': give a percent from 1% to 100%, e.g. 30%"),
     }
 }
 
@@ -146,11 +161,14 @@ mod tests {
         assert_eq!(parse_rate("unlimited").unwrap(), 0);
         assert_eq!(parse_rate("0").unwrap(), 0);
         assert!(parse_rate("fast").is_err());
-        assert_eq!(parse_share("30%").unwrap(), 30);
-        assert_eq!(parse_share("100").unwrap(), 100);
+        assert_eq!(parse_percent("recovery-share", "30%").unwrap(), 30);
+        assert_eq!(parse_percent("backfill-full", "100").unwrap(), 100);
         for bad in ["0%", "101%", "-5", "half"] {
-            let e = parse_share(bad).unwrap_err().to_string();
-            assert!(e.contains("1% to 100%"), "{e}");
+            let e = parse_percent("backfill-full", bad).unwrap_err().to_string();
+            assert!(
+                e.contains("1% to 100%") && e.contains("backfill-full"),
+                "{e}"
+            );
         }
     }
 }

@@ -109,7 +109,17 @@ pub struct Facts {
     pub slow_devices: Vec<crate::slow::SlowDevice>,
     /// `(device, PGs)` for devices with PGs marked suspect (a journal tail dropped at open).
     pub suspect: Vec<(u32, u64)>,
+    /// `(device, percent used)` of every device whose node reported it.
+    pub used: Vec<(u32, u64)>,
+    /// Placement groups whose backfill stopped at a target used past the backfill-full limit.
+    pub backfill_toofull: usize,
 }
+
+/// A device used this much (percent) is a warning (`devices_nearfull`), as in Ceph.
+pub const NEARFULL_PERCENT: u64 = 85;
+/// A device used this much (percent) is an error (`devices_full`): writes of new data to its
+/// placement groups will soon fail with `ENOSPC`.
+pub const FULL_PERCENT: u64 = 95;
 
 /// An I/O that has waited this long (ms) makes a device a health warning (`device_stalled`).
 pub const SLOW_IO_MS: u64 = 1000;
@@ -236,6 +246,7 @@ impl Health {
                 ),
             );
         }
+        space(f, &mut add);
         if !f.devices_out.is_empty() {
             add(
                 Severity::Warn,
@@ -335,6 +346,54 @@ impl Health {
             status: reasons.first().map_or(Severity::Ok, |r| r.severity),
             reasons,
         }
+    }
+}
+
+/// The checks of used space: devices nearly full or full, and backfills stopped by one.
+fn space(f: &Facts, add: &mut impl FnMut(Severity, &'static str, String)) {
+    let at = |least: u64, below: u64| -> Vec<String> {
+        f.used
+            .iter()
+            .filter(|(_, p)| (least..below).contains(p))
+            .map(|(d, p)| format!("dev.{d} {p}%"))
+            .collect()
+    };
+    let full = at(FULL_PERCENT, u64::MAX);
+    if !full.is_empty() {
+        add(
+            Severity::Error,
+            "devices_full",
+            format!(
+                "{} device(s) at least {FULL_PERCENT}% used: {} (new data written to their \
+                 placement groups will soon fail with ENOSPC; free space or add devices)",
+                full.len(),
+                full.join(", ")
+            ),
+        );
+    }
+    let near = at(NEARFULL_PERCENT, FULL_PERCENT);
+    if !near.is_empty() {
+        add(
+            Severity::Warn,
+            "devices_nearfull",
+            format!(
+                "{} device(s) at least {NEARFULL_PERCENT}% used: {}",
+                near.len(),
+                near.join(", ")
+            ),
+        );
+    }
+    if f.backfill_toofull > 0 {
+        add(
+            Severity::Warn,
+            "pgs_backfill_toofull",
+            format!(
+                "{} placement groups cannot move: a device they move to is used past the \
+                 backfill-full limit (`basalt config get`); they stay on their old devices \
+                 (add devices, free space, or raise it with `basalt config set backfill-full`)",
+                f.backfill_toofull
+            ),
+        );
     }
 }
 
@@ -480,6 +539,37 @@ mod tests {
         let h = Health::judge(&f);
         assert_eq!(h.reasons[1].check, "objects_unfound");
         assert!(h.reasons[1].message.starts_with("2 object(s) unfound"));
+    }
+
+    #[test]
+    fn full_devices_are_an_error_nearly_full_ones_and_stopped_backfills_warn() {
+        let mut f = facts(PgCounts::default());
+        f.used = vec![(1, 50), (2, 84), (3, 85), (4, 94), (5, 95), (6, 100)];
+        let h = Health::judge(&f);
+        let checks: Vec<&str> = h.reasons.iter().map(|r| r.check).collect();
+        assert_eq!(checks, ["devices_full", "devices_nearfull"]);
+        assert_eq!(h.status, Severity::Error);
+        assert!(
+            h.reasons[0]
+                .message
+                .starts_with("2 device(s) at least 95% used: dev.5 95%, dev.6 100%"),
+            "{}",
+            h.reasons[0].message
+        );
+        assert_eq!(
+            h.reasons[1].message,
+            "2 device(s) at least 85% used: dev.3 85%, dev.4 94%"
+        );
+        f.used = vec![(1, 50)];
+        f.backfill_toofull = 3;
+        let h = Health::judge(&f);
+        assert_eq!(h.status, Severity::Warn);
+        assert_eq!(h.reasons[0].check, "pgs_backfill_toofull");
+        assert!(
+            h.reasons[0]
+                .message
+                .starts_with("3 placement groups cannot move")
+        );
     }
 
     #[test]

@@ -67,7 +67,8 @@ struct PgView {
     /// The acting members that are up (first = primary).
     serving: Vec<DeviceId>,
     since: u64,
-    /// `active`, `unavailable`, `degraded`, and/or `remapped`, and/or `unfound`.
+    /// `active`, `unavailable`, `degraded`, and/or `remapped`, and/or `unfound`, and/or
+    /// `backfill_toofull`.
     state: String,
     /// Objects its primary found no good copy of (every copy fails its checksum): their reads
     /// and writes fail. `None` when its primary's node did not answer.
@@ -118,7 +119,18 @@ pub async fn run(cmd: PgCommand) -> anyhow::Result<()> {
     }
 }
 
-fn state(map: &ClusterMap, replicas: u8, pg: &PgMap, unfound: Option<u64>) -> String {
+/// What a PG's primary reported of it, when it reported something worth a state.
+#[derive(Clone, Debug, Default)]
+struct Reported {
+    unfound: u64,
+    /// The first unfound objects.
+    oids: Vec<ObjectId>,
+    /// Its backfill stopped at a target used past the backfill-full limit.
+    toofull: bool,
+}
+
+fn state(map: &ClusterMap, replicas: u8, pg: &PgMap, reported: Option<&Reported>) -> String {
+    let unfound = reported.map(|r| r.unfound);
     let serving = map.serving(pg).count();
     let mut parts = Vec::new();
     if serving == 0 {
@@ -134,13 +146,16 @@ fn state(map: &ClusterMap, replicas: u8, pg: &PgMap, unfound: Option<u64>) -> St
     if unfound.is_some_and(|n| n > 0) {
         parts.push("unfound");
     }
+    if reported.is_some_and(|r| r.toofull) {
+        parts.push("backfill_toofull");
+    }
     parts.join("+")
 }
 
 async fn list(only: Option<String>, problems: bool, common: Common) -> anyhow::Result<()> {
     let cluster = common.cluster.connect().await?;
     let map = cluster.map();
-    let unfound = unfound_by_pg(&cluster, &map).await;
+    let reports = reported_by_pg(&cluster, &map).await;
     let mut views = Vec::new();
     for p in cluster.list_pools().await? {
         if only.as_ref().is_some_and(|n| *n != p.name) {
@@ -155,11 +170,10 @@ async fn list(only: Option<String>, problems: bool, common: Common) -> anyhow::R
                 pg: i as u32,
             };
             let found = primary_node(&map, pg).and_then(|n| {
-                let of_node = unfound.get(&n)?;
+                let of_node = reports.get(&n)?;
                 Some(of_node.get(&id).cloned().unwrap_or_default())
             });
-            let count = found.as_ref().map(|(n, _)| *n);
-            let state = state(&map, placed.replicas, pg, count);
+            let state = state(&map, placed.replicas, pg, found.as_ref());
             if problems && state == "active" {
                 continue;
             }
@@ -171,8 +185,8 @@ async fn list(only: Option<String>, problems: bool, common: Common) -> anyhow::R
                 serving: map.serving(pg).collect(),
                 since: pg.since.0,
                 state,
-                unfound_objects: count,
-                unfound: found.map(|(_, oids)| oids).unwrap_or_default(),
+                unfound_objects: found.as_ref().map(|r| r.unfound),
+                unfound: found.map(|r| r.oids).unwrap_or_default(),
             });
         }
     }
@@ -205,12 +219,12 @@ pub(crate) fn primary_node(map: &ClusterMap, pg: &PgMap) -> Option<NodeId> {
     Some(map.devices.get(&primary)?.node)
 }
 
-/// Per node of a PG primary that answered: its PGs with unfound objects, how many, and the
-/// first of them.
-async fn unfound_by_pg(
+/// Per node of a PG primary that answered: its PGs with unfound objects (how many, and the
+/// first of them) or a backfill stopped by a backfill-full target.
+async fn reported_by_pg(
     cluster: &Cluster,
     map: &ClusterMap,
-) -> BTreeMap<NodeId, BTreeMap<PgId, (u64, Vec<ObjectId>)>> {
+) -> BTreeMap<NodeId, BTreeMap<PgId, Reported>> {
     let primaries: std::collections::BTreeSet<NodeId> = map
         .pools
         .values()
@@ -228,8 +242,15 @@ async fn unfound_by_pg(
         let pgs = status
             .pgs
             .iter()
-            .filter(|p| p.unfound_objects > 0)
-            .map(|p| (p.pg, (p.unfound_objects, p.unfound.clone())))
+            .filter(|p| p.unfound_objects > 0 || p.backfill_toofull)
+            .map(|p| {
+                let r = Reported {
+                    unfound: p.unfound_objects,
+                    oids: p.unfound.clone(),
+                    toofull: p.backfill_toofull,
+                };
+                (p.pg, r)
+            })
             .collect();
         out.insert(node, pgs);
     }
@@ -321,12 +342,24 @@ mod tests {
             acting: vec![DeviceId(1), DeviceId(2), DeviceId(3)],
             since: Epoch(1),
         };
-        assert_eq!(state(&map, 3, &pg, Some(0)), "degraded");
+        let unfound = |n| Reported {
+            unfound: n,
+            ..Reported::default()
+        };
+        assert_eq!(state(&map, 3, &pg, Some(&unfound(0))), "degraded");
         assert_eq!(state(&map, 3, &pg, None), "degraded");
-        assert_eq!(state(&map, 3, &pg, Some(2)), "degraded+unfound");
+        assert_eq!(state(&map, 3, &pg, Some(&unfound(2))), "degraded+unfound");
         assert_eq!(primary_node(&map, &pg), Some(NodeId(1)));
         map.devices.get_mut(&DeviceId(3)).unwrap().up = true;
-        assert_eq!(state(&map, 3, &pg, Some(1)), "active+unfound");
-        assert_eq!(state(&map, 3, &pg, Some(0)), "active");
+        assert_eq!(state(&map, 3, &pg, Some(&unfound(1))), "active+unfound");
+        assert_eq!(state(&map, 3, &pg, Some(&unfound(0))), "active");
+        let toofull = Reported {
+            toofull: true,
+            ..Reported::default()
+        };
+        assert_eq!(
+            state(&map, 3, &pg, Some(&toofull)),
+            "active+backfill_toofull"
+        );
     }
 }

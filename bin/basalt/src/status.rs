@@ -379,6 +379,23 @@ fn facts(
             .map(|d| (d.id.0, d.suspect_pgs))
             .collect(),
         slow_devices: devices.slow.clone(),
+        used: nodes
+            .iter()
+            .filter_map(|n| n.status.as_ref())
+            .flat_map(|s| &s.devices)
+            .map(|d| {
+                (
+                    d.id.0,
+                    basalt_types::size::percent(d.used_bytes, d.capacity_bytes),
+                )
+            })
+            .collect(),
+        backfill_toofull: nodes
+            .iter()
+            .filter_map(|n| n.status.as_ref())
+            .flat_map(|s| &s.pgs)
+            .filter(|p| p.backfill_toofull)
+            .count(),
     }
 }
 

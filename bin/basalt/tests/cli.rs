@@ -206,17 +206,26 @@ fn config_sets_the_recovery_throttle_and_refuses_bad_values() {
     let got = up.cli_json(&["config", "get"]);
     assert_eq!(got["recovery_rate"], serde_json::Value::Null, "{got}");
     up.cli_json(&["config", "set", "recovery-rate", "64MiB"]);
+    up.cli_json(&["config", "set", "backfill-full", "80%"]);
     let got = up.cli_json(&["config", "set", "recovery-share", "30%"]);
     assert_eq!(got["recovery_rate"], 64 << 20, "{got}");
     assert_eq!(got["recovery_share"], 30, "{got}");
+    assert_eq!(got["backfill_full"], 80, "{got}");
     common::wait_until(
         "the node to apply the throttle",
         std::time::Duration::from_secs(30),
         || {
             let s = up.cli_json(&["status"]);
             let limits = &s["nodes"][0]["status"]["recovery"]["limits"];
-            limits["bytes_per_sec"] == 64 << 20 && limits["share_percent"] == 30
+            limits["bytes_per_sec"] == 64 << 20
+                && limits["share_percent"] == 30
+                && limits["backfill_full_percent"] == 80
         },
+    );
+    fails_with(
+        &up,
+        &["config", "set", "backfill-full", "101%"],
+        "1% to 100%",
     );
     fails_with(
         &up,

@@ -1,6 +1,6 @@
 //! Cluster-wide settings under [`keys::SETTINGS`]: values an operator changes at runtime
 //! (`basalt config set`) and every node follows (a watch on the key). Today: the recovery
-//! throttle.
+//! throttle and the backfill-full limit.
 //!
 //! A field that is absent (`None`) means "the node's own default" (its `Tuning`).
 
@@ -21,17 +21,26 @@ pub struct ClusterSettings {
     /// busy; 100 = no limit; `None` = the node's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovery_share_percent: Option<u8>,
+    /// Percent (1..=100) of a device's capacity past which it takes no more backfill (its
+    /// placement groups wait on their old devices); `None` = the node's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backfill_full_percent: Option<u8>,
 }
 
 impl ClusterSettings {
-    /// Checks the values (a share outside 1..=100 is refused).
+    /// Checks the values (a percent outside 1..=100 is refused).
     pub fn validate(&self) -> Result<(), MetaError> {
-        if let Some(s) = self.recovery_share_percent
-            && !(1..=100).contains(&s)
-        {
-            return Err(MetaError::InvalidSetting(format!(
-                "recovery share must be 1% to 100%, not {s}%"
-            )));
+        for (what, p) in [
+            ("recovery share", self.recovery_share_percent),
+            ("backfill-full", self.backfill_full_percent),
+        ] {
+            if let Some(p) = p
+                && !(1..=100).contains(&p)
+            {
+                return Err(MetaError::InvalidSetting(format!(
+                    "{what} must be 1% to 100%, not {p}%"
+                )));
+            }
         }
         Ok(())
     }

@@ -22,9 +22,9 @@ async fn node(c: &Cluster, name: &str, size: u64) -> Node {
 }
 
 /// Whether every PG is active (and, with `clean`, clean: no copy missing anything).
-fn all_active(nodes: &[Node], clean: bool) -> bool {
+fn all_active<'a>(nodes: impl IntoIterator<Item = &'a Node>, clean: bool) -> bool {
     let active = nodes
-        .iter()
+        .into_iter()
         .flat_map(|n| n.status().pgs)
         .filter(|p| p.status.state == "active" && (p.clean || !clean))
         .count();
@@ -118,6 +118,91 @@ async fn a_full_member_refuses_new_data_and_loses_nothing() {
     assert_eq!(generation(&vol, full, &[1, 3]).await, Some(3));
     until("every PG clean at the end", || all_active(&nodes, true)).await;
     for n in nodes {
+        n.shutdown().await;
+    }
+}
+
+/// The percent of `node`'s first device in use.
+fn used_percent(node: &Node) -> u64 {
+    let d = &node.status().devices[0];
+    d.used_bytes * 100 / d.capacity_bytes
+}
+
+/// Whether some PG of `nodes` reports its backfill stopped by a backfill-full target.
+fn toofull(nodes: &[&Node]) -> bool {
+    nodes
+        .iter()
+        .flat_map(|n| n.status().pgs)
+        .any(|p| p.backfill_toofull)
+}
+
+/// A device placement moves more data to than it has room for: backfill stops once it is used
+/// past the backfill-full limit (the PGs stay on their old devices and say why) instead of
+/// filling it, so the writes of the PGs it serves keep their room; every object reads back.
+/// Moved elsewhere, the PGs get clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backfill_stops_at_a_device_used_past_the_backfill_full_limit() {
+    let c = Cluster::new().await;
+    c.catalog
+        .update_settings(|s| s.backfill_full_percent = Some(60))
+        .await
+        .unwrap();
+    let a = node(&c, "a", 128 << 20).await;
+    let b = node(&c, "b", 128 << 20).await;
+    c.pool(2, 1).await;
+    until("every PG clean", || all_active([&a, &b], true)).await;
+    let client = c.client(Duration::from_secs(20)).await;
+    // 25 MiB of data: more than the small device below holds.
+    let objects = 200;
+    let vol = c.volume(&client, "v", objects * OBJECT).await;
+    for i in 0..objects {
+        vol.write(i * OBJECT, pattern(i, 1), false).await.unwrap();
+    }
+
+    // A small device joins and b is marked out: every PG moves to {a, small}.
+    let small = node(&c, "small", 24 << 20).await;
+    let (db, ds) = (common::device_of(&b), common::device_of(&small));
+    c.catalog
+        .set_device_out(db, Some(basalt_meta::OutReason::Operator))
+        .await
+        .unwrap();
+    until("a backfill stopped by the backfill-full limit", || {
+        toofull(&[&a, &b, &small])
+    })
+    .await;
+    // It stops near the limit (each PG's copy in flight may pass it by an object), far from
+    // full; without the limit the device fills up.
+    let used = used_percent(&small);
+    assert!(used < 70, "the small device is {used}% used");
+    let map = c
+        .map_where("b out", |m| m.devices.get(&db).is_some_and(|d| !d.r#in))
+        .await;
+    let waiting = map
+        .pools
+        .values()
+        .flat_map(|p| &p.pgs)
+        .filter(|p| p.acting.contains(&db));
+    assert!(waiting.count() > 0, "some PG still served by b");
+    for i in 0..objects {
+        assert_eq!(generation(&vol, i, &[1]).await, Some(1), "object {i}");
+    }
+    assert!(used_percent(&small) < 70);
+
+    // The operator moves the data back: b in, the small device out. Every PG gets clean on
+    // {a, b}, and nothing reports a stopped backfill.
+    c.catalog.set_device_out(db, None).await.unwrap();
+    c.catalog
+        .set_device_out(ds, Some(basalt_meta::OutReason::Operator))
+        .await
+        .unwrap();
+    until("every PG clean on a and b, no backfill stopped", || {
+        all_active([&a, &b, &small], true) && !toofull(&[&a, &b, &small])
+    })
+    .await;
+    for i in 0..objects {
+        assert_eq!(generation(&vol, i, &[1]).await, Some(1), "object {i}");
+    }
+    for n in [a, b, small] {
         n.shutdown().await;
     }
 }

@@ -87,6 +87,14 @@ fn unit_multiplier(unit: &str) -> Option<u64> {
     })
 }
 
+/// `part` as a percent of `whole`, rounded down (0 when `whole` is 0): how full a device is.
+pub fn percent(part: u64, whole: u64) -> u64 {
+    if whole == 0 {
+        return 0;
+    }
+    u64::try_from(u128::from(part) * 100 / u128::from(whole)).unwrap_or(u64::MAX)
+}
+
 /// Formats bytes with the largest binary unit that divides it exactly (`8GiB`, `1536MiB`, `4097B`),
 /// so that `parse_size(format_size(n)) == n` always holds.
 pub fn format_size(bytes: u64) -> String {

@@ -65,8 +65,15 @@ impl Pg {
         }
         self.count_misplaced(generation).await?;
         for (member, cursor) in targets {
-            self.backfill_one(ctx, generation, term, &member, cursor)
-                .await?;
+            if let Err(why) = self
+                .backfill_one(ctx, generation, term, &member, cursor)
+                .await
+            {
+                if why.contains(super::replica::BACKFILL_FULL) {
+                    *self.toofull.lock() = Some(why.clone());
+                }
+                return Err(why);
+            }
             if !self.current(generation) {
                 return Ok(());
             }

@@ -75,6 +75,7 @@ impl Recovery {
             throttle: Arc::new(throttle::Throttle::new(throttle::Limits {
                 bytes_per_sec: tuning.recovery_bytes_per_sec,
                 share_percent: tuning.recovery_share_percent,
+                backfill_full_percent: tuning.backfill_full_percent,
             })),
             rate: throttle::RecoveryRate::default(),
         }
@@ -90,6 +91,9 @@ pub struct Tuning {
     /// Percent of a device's time its recovery and backfill may keep it busy (1..=100), unless
     /// the cluster settings say otherwise.
     pub recovery_share_percent: u8,
+    /// Percent of a device's capacity past which it takes no more backfill (1..=100), unless
+    /// the cluster settings say otherwise (`replica.rs`).
+    pub backfill_full_percent: u8,
     /// Objects a PG recovers or backfills at once.
     pub recovery_parallel: usize,
     /// How long an incomplete PG waits before peering again on its own.
@@ -110,6 +114,7 @@ impl Default for Tuning {
         Tuning {
             recovery_bytes_per_sec: 256 << 20,
             recovery_share_percent: 100,
+            backfill_full_percent: 90,
             recovery_parallel: 4,
             retry: Duration::from_secs(1),
             scrub_start_delay: Duration::from_secs(30),
@@ -161,6 +166,10 @@ pub(crate) struct Pg {
     /// Recovery or backfill rounds in a row that failed (reset once one completes): each
     /// waits longer before the PG peers again ([`retry_after`]).
     pub failed_rounds: AtomicU32,
+    /// Why the last backfill stopped, when a target refused copies for being used past the
+    /// backfill-full limit (`replica.rs::BACKFILL_FULL`); cleared once a backfill round of
+    /// the PG completes. Status shows it (`backfill_toofull`).
+    pub toofull: Mutex<Option<String>>,
 }
 
 /// How long the primary waits before peering again after `failed` rounds of recovery or
@@ -447,6 +456,7 @@ impl Pgs {
                 repairs: repair::RepairStats::new(self.repairs.clone()),
                 scrubbing: tokio::sync::Mutex::new(()),
                 failed_rounds: AtomicU32::new(0),
+                toofull: Mutex::new(None),
             })
         });
         pg.clone()
@@ -664,6 +674,7 @@ impl Pg {
             return;
         }
         self.failed_rounds.store(0, Ordering::Relaxed);
+        *self.toofull.lock() = None;
         self.settle(&ctx, generation).await;
     }
 
@@ -739,6 +750,10 @@ pub struct PgSummary {
     #[serde(default)]
     pub unfound: Vec<ObjectId>,
     pub backfilling: usize,
+    /// A backfill target refused copies: it is used past the backfill-full limit (the PG
+    /// stays on its old devices; `why` says which).
+    #[serde(default)]
+    pub backfill_toofull: bool,
     pub clean: bool,
     pub recovered_objects: u64,
     pub recovered_bytes: u64,
@@ -785,9 +800,10 @@ impl Pgs {
         for pg in self.all() {
             let st = pg.st.lock();
             let Some(p) = &st.primary else { continue };
+            let toofull = pg.toofull.lock().clone();
             let (state, why) = match &p.status {
                 Status::Peering => ("peering", None),
-                Status::Active => ("active", p.kept.clone()),
+                Status::Active => ("active", p.kept.clone().or(toofull.clone())),
                 Status::Peered(w) => ("peered", Some(w.clone())),
                 Status::Incomplete(w) => ("incomplete", Some(w.clone())),
             };
@@ -811,6 +827,7 @@ impl Pgs {
                 unfound_objects: p.unfound.len() as u64,
                 unfound: p.unfound.keys().take(UNFOUND_LISTED).copied().collect(),
                 backfilling: p.targets.iter().filter(|t| !t.done).count(),
+                backfill_toofull: toofull.is_some(),
                 clean: p.clean,
                 recovered_objects: p.recovered_objects,
                 recovered_bytes: p.recovered_bytes,

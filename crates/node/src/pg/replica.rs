@@ -21,6 +21,10 @@ fn refused(code: ErrorCode, msg: impl Into<String>) -> WireError {
     WireError::new(code, msg)
 }
 
+/// What the refusal of a backfill copy by a device used past the backfill-full limit says
+/// (`backfill.rs` recognizes it in the answer).
+pub(crate) const BACKFILL_FULL: &str = "is backfill-full";
+
 impl Pgs {
     /// Applies a sub-operation: checked and handed to the store now (arrival order), answered
     /// once it is durable.
@@ -156,6 +160,9 @@ impl Pgs {
                 ..
             } => {
                 let p = self.get(dev, pg).expect("the store exists");
+                if p.st.lock().info.backfill.is_some() {
+                    self.room_for_backfill(dev, &store)?;
+                }
                 let opts = WriteOptions::durable().in_pg(pg.pg);
                 p.submit_install(term, oid, image.into_image(payload), opts)?
                     .await
@@ -219,6 +226,29 @@ impl Pgs {
             ));
         }
         Ok(())
+    }
+
+    /// A device used past the backfill-full limit takes no more backfill copies: the rest of
+    /// it stays for writes to the placement groups it serves (`NoSpace`; the PG keeps its old
+    /// devices and its primary tries again later).
+    fn room_for_backfill(
+        &self,
+        dev: DeviceId,
+        store: &basalt_engine::Store,
+    ) -> Result<(), WireError> {
+        let limit = self.ctx.recovery.throttle.limits().backfill_full_percent;
+        let s = store.stats();
+        let used = basalt_types::size::percent(s.used_bytes, s.capacity_bytes);
+        if used < u64::from(limit) {
+            return Ok(());
+        }
+        Err(refused(
+            ErrorCode::NoSpace,
+            format!(
+                "{dev} {BACKFILL_FULL}: {used}% used, backfill stops at {limit}% (`basalt config \
+                 set backfill-full`); the placement group stays on its old devices"
+            ),
+        ))
     }
 
     /// A primary peers in `term`: refuse older terms from now on. Returns the newer term this

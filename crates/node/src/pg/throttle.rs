@@ -14,7 +14,9 @@
 //!
 //! Both are cluster-wide settings (`/basalt/settings`, `basalt config set recovery-rate|
 //! recovery-share`) that every node follows ([`follow`]); a node's `Tuning` gives the defaults
-//! used while a setting is unset. A change applies at once, also to operations waiting.
+//! used while a setting is unset. A change applies at once, also to operations waiting. So is
+//! the backfill-full limit (`basalt config set backfill-full`): a device used past it takes
+//! no more backfill (`replica.rs`).
 //!
 //! [`RecoveryRate`] counts what recovery and backfill moved (objects, bytes) and the rate over
 //! the last [`WINDOW`], for `basalt status`.
@@ -39,6 +41,8 @@ pub struct Limits {
     pub bytes_per_sec: u64,
     /// Percent of a device's time (1..=100; 100: unlimited).
     pub share_percent: u8,
+    /// Percent of a device's capacity past which it takes no more backfill (1..=100).
+    pub backfill_full_percent: u8,
 }
 
 impl Limits {
@@ -51,6 +55,10 @@ impl Limits {
             share_percent: settings
                 .recovery_share_percent
                 .unwrap_or(defaults.share_percent)
+                .clamp(1, 100),
+            backfill_full_percent: settings
+                .backfill_full_percent
+                .unwrap_or(defaults.backfill_full_percent)
                 .clamp(1, 100),
         }
     }
@@ -125,6 +133,7 @@ impl Throttle {
         tracing::info!(
             bytes_per_sec = next.bytes_per_sec,
             share_percent = next.share_percent,
+            backfill_full_percent = next.backfill_full_percent,
             "recovery throttle changed"
         );
         clocks.limits = next;
@@ -347,6 +356,7 @@ impl Default for Limits {
         Limits {
             bytes_per_sec: 0,
             share_percent: 100,
+            backfill_full_percent: 90,
         }
     }
 }
@@ -415,6 +425,7 @@ mod tests {
         Throttle::new(Limits {
             bytes_per_sec,
             share_percent,
+            backfill_full_percent: 90,
         })
     }
 
@@ -612,7 +623,7 @@ mod tests {
         // Raised to 100 MiB/s (a setting over the default): the waiter goes on now.
         t.apply(&ClusterSettings {
             recovery_bytes_per_sec: Some(100 * MIB),
-            recovery_share_percent: None,
+            ..ClusterSettings::default()
         });
         let waited = waiter.await.unwrap();
         assert!(near(waited, Duration::from_secs(1)), "{waited:?}");
@@ -655,6 +666,7 @@ mod tests {
         wait_for(Limits {
             bytes_per_sec: 7 * MIB,
             share_percent: 30,
+            backfill_full_percent: 90,
         })
         .await;
         catalog
@@ -664,6 +676,17 @@ mod tests {
         wait_for(Limits {
             bytes_per_sec: 64 * MIB,
             share_percent: 30,
+            backfill_full_percent: 90,
+        })
+        .await;
+        catalog
+            .update_settings(|s| s.backfill_full_percent = Some(75))
+            .await
+            .unwrap();
+        wait_for(Limits {
+            bytes_per_sec: 64 * MIB,
+            share_percent: 30,
+            backfill_full_percent: 75,
         })
         .await;
         catalog
@@ -673,6 +696,7 @@ mod tests {
         wait_for(Limits {
             bytes_per_sec: 7 * MIB,
             share_percent: 100,
+            backfill_full_percent: 90,
         })
         .await;
         // A bad value is refused and changes nothing.
