@@ -109,8 +109,9 @@ pub async fn run(cmd: DeviceCommand) -> anyhow::Result<()> {
         DeviceCommand::List { common } => list(common).await,
         DeviceCommand::Pgs { id, common } => pgs(id, common).await,
         DeviceCommand::Out { id, force, common } => {
-            let catalog = basalt_meta::Catalog::new(common.cluster.meta().await?);
-            crate::outcheck::check(&catalog, &[id], &format!("marking {id} out"), force).await?;
+            let cluster = common.cluster.connect().await?;
+            let catalog = cluster.catalog();
+            crate::outcheck::check(&cluster, &[id], &format!("marking {id} out"), force).await?;
             let rec = catalog
                 .set_device_out(id, Some(OutReason::Operator))
                 .await?;

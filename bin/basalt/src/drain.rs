@@ -148,7 +148,7 @@ async fn drain(
     let cluster = common.cluster.connect().await?;
     let catalog = cluster.catalog().clone();
     let devices = devices_of(&catalog, id).await?;
-    crate::outcheck::check(&catalog, &devices, &format!("draining {id}"), force).await?;
+    crate::outcheck::check(&cluster, &devices, &format!("draining {id}"), force).await?;
     for d in &devices {
         catalog
             .set_device_out(*d, Some(OutReason::Operator))

@@ -135,6 +135,9 @@ pub(crate) struct Pgs {
     repairs: Arc<repair::RepairTotals>,
     /// Devices whose note says a PG without a record is suspect (`cut.rs`).
     unknown_suspect: Mutex<BTreeSet<DeviceId>>,
+    /// Bytes of backfill copies each device accepted and has not installed yet
+    /// (`replica.rs::Pgs::room_for_backfill`).
+    pub(crate) backfill_inflight: Mutex<BTreeMap<DeviceId, u64>>,
 }
 
 /// The scrub setting and counters of a node.
@@ -378,6 +381,7 @@ impl Pgs {
             scrub: ScrubStats::default(),
             repairs: Arc::default(),
             unknown_suspect: Mutex::default(),
+            backfill_inflight: Mutex::default(),
         })
     }
 

@@ -160,9 +160,10 @@ impl Pgs {
                 ..
             } => {
                 let p = self.get(dev, pg).expect("the store exists");
-                if p.st.lock().info.backfill.is_some() {
-                    self.room_for_backfill(dev, &store)?;
-                }
+                let backfill = p.st.lock().info.backfill.is_some();
+                let _room = backfill
+                    .then(|| self.room_for_backfill(dev, &store))
+                    .transpose()?;
                 let opts = WriteOptions::durable().in_pg(pg.pg);
                 p.submit_install(term, oid, image.into_image(payload), opts)?
                     .await
@@ -230,17 +231,29 @@ impl Pgs {
 
     /// A device used past the backfill-full limit takes no more backfill copies: the rest of
     /// it stays for writes to the placement groups it serves (`NoSpace`; the PG keeps its old
-    /// devices and its primary tries again later).
+    /// devices and its primary tries again later). Copies accepted and not yet installed count
+    /// as used, a slot each (the returned reservation holds until the install ends), so copies
+    /// of many PGs at once pass the limit by one object at most.
     fn room_for_backfill(
         &self,
         dev: DeviceId,
         store: &basalt_engine::Store,
-    ) -> Result<(), WireError> {
+    ) -> Result<Reserved<'_>, WireError> {
+        let bytes = u64::from(store.info().object_size);
         let limit = self.ctx.recovery.throttle.limits().backfill_full_percent;
         let s = store.stats();
-        let used = basalt_types::size::percent(s.used_bytes, s.capacity_bytes);
+        let mut inflight = self.backfill_inflight.lock();
+        let pending = inflight.entry(dev).or_insert(0);
+        let used = basalt_types::size::percent(s.used_bytes + *pending, s.capacity_bytes);
         if used < u64::from(limit) {
-            return Ok(());
+            *pending = pending
+                .checked_add(bytes)
+                .expect("bytes in flight fit in u64");
+            return Ok(Reserved {
+                inflight: &self.backfill_inflight,
+                dev,
+                bytes,
+            });
         }
         Err(refused(
             ErrorCode::NoSpace,
@@ -456,6 +469,23 @@ impl super::Pg {
             ));
         }
         Ok(())
+    }
+}
+
+/// Backfill bytes a device accepted, released when the install ends.
+struct Reserved<'a> {
+    inflight: &'a parking_lot::Mutex<std::collections::BTreeMap<DeviceId, u64>>,
+    dev: DeviceId,
+    bytes: u64,
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        let mut inflight = self.inflight.lock();
+        let pending = inflight.get_mut(&self.dev).expect("reserved");
+        *pending = pending
+            .checked_sub(self.bytes)
+            .expect("released no more than reserved");
     }
 }
 
