@@ -81,8 +81,10 @@ async fn room(cluster: &Cluster, map: &ClusterMap, out: &[DeviceId]) -> Option<S
         });
     }
     let mut reports: BTreeMap<NodeId, _> = BTreeMap::new();
-    while let Some(Ok((node, Ok(Ok(status))))) = asked.join_next().await {
-        reports.insert(node, status);
+    while let Some(joined) = asked.join_next().await {
+        if let Ok((node, Ok(Ok(status)))) = joined {
+            reports.insert(node, status);
+        }
     }
     let (mut moving, mut free, mut limit) = (0u64, 0u64, 0u8);
     for status in reports.values() {

@@ -277,7 +277,12 @@ async fn nodes(
     let mut ids: BTreeSet<NodeId> = records.keys().copied().collect();
     ids.extend(map.nodes.keys().copied());
     ids.extend(map.devices.values().map(|d| d.node));
-    ids.extend(started.keys().map(|id| NodeId(*id)));
+    for id in started.keys().map(|id| NodeId(*id)) {
+        // A node `basalt node remove` forgot is gone, also from a local cluster's listing.
+        if !matches!(cluster.catalog().removed_node(id).await, Ok(Some(_))) {
+            ids.insert(id);
+        }
+    }
     let mut asked = tokio::task::JoinSet::new();
     for id in ids.iter().filter(|id| records.contains_key(id)) {
         let (cluster, id) = (cluster.clone(), *id);

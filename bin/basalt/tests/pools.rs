@@ -214,3 +214,55 @@ fn a_drain_the_other_devices_have_no_room_for_is_refused() {
     c.disconnect();
     up.stop();
 }
+
+/// A node of a local `basalt up --nodes` cluster drained, killed and removed: `basalt status`
+/// no longer lists it (the cluster file still names it) and health is back to ok.
+#[test]
+fn a_removed_node_of_a_local_cluster_leaves_the_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = Up::start(
+        dir.path(),
+        &UpOptions {
+            device_size: "256MiB",
+            volume_size: "64MiB",
+            extra: ["--nodes", "2", "--replicas", "1"]
+                .map(String::from)
+                .to_vec(),
+        },
+    );
+    let mut c = NbdClient::connect(&up.nbd, "vol0").unwrap();
+    for i in 0..16u64 {
+        assert_eq!(c.write(i << 20, &[i as u8; 4096], 0).unwrap(), 0);
+    }
+    let file: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(up.dir.join("cluster.json")).unwrap()).unwrap();
+    let victim = &file["nodes"][1];
+    let id = victim["id"].as_u64().unwrap();
+    let out = up.cli(&["node", "drain", &id.to_string(), "--timeout", "60s"]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && said.contains("may be stopped"),
+        "{said}"
+    );
+    let pid = victim["pid"].as_u64().unwrap() as i32;
+    // SAFETY: kill(2) on a child process of the `up` this test started.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let listed = |s: &serde_json::Value| -> Vec<u64> {
+        let nodes = s["nodes"].as_array().unwrap();
+        nodes.iter().map(|n| n["id"].as_u64().unwrap()).collect()
+    };
+    wait_until("the node removed", Duration::from_secs(60), || {
+        up.cli(&["node", "remove", &id.to_string()])
+            .status
+            .success()
+    });
+    wait_until("the status without it", Duration::from_secs(60), || {
+        let s = up.cli_json(&["status"]);
+        !listed(&s).contains(&id) && s["health"]["status"] == "ok"
+    });
+    for i in 0..16u64 {
+        assert_eq!(c.read(i << 20, 4096).unwrap(), Ok(vec![i as u8; 4096]));
+    }
+    c.disconnect();
+    up.stop();
+}

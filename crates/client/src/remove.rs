@@ -38,7 +38,7 @@ impl Cluster {
                     .into(),
             ));
         }
-        if let Some(why) = needed(catalog, &map, &rec).await? {
+        if let Some((_, why)) = needed(catalog, &map, &[&rec]).await? {
             return Err(refuse(why));
         }
         match catalog.remove_device(&rec).await? {
@@ -68,29 +68,24 @@ impl Cluster {
                 id.0
             )));
         }
-        let devices: Vec<DeviceRecord> = catalog
-            .list_devices()
-            .await?
-            .into_iter()
-            .filter(|d| d.node == id)
-            .collect();
+        let listed = catalog.node_devices(id).await?;
         let map = current_map(catalog).await?;
-        for d in &devices {
-            if map.is_up(d.id) {
-                return Err(refuse(format!(
-                    "its device {} is still up in the cluster map (a node that just stopped \
-                     is marked down within its lease TTL); try again",
-                    d.id
-                )));
-            }
-            if let Some(why) = needed(catalog, &map, d).await? {
-                return Err(refuse(format!("its device {}: {why}", d.id)));
-            }
+        if let Some(d) = listed.devices.iter().find(|d| map.is_up(d.id)) {
+            return Err(refuse(format!(
+                "its device {} is still up in the cluster map (a node that just stopped is \
+                 marked down within its lease TTL); try again",
+                d.id
+            )));
         }
-        match catalog.remove_node(id, &devices).await? {
-            true => Ok(devices),
+        let devices: Vec<&DeviceRecord> = listed.devices.iter().collect();
+        if let Some((d, why)) = needed(catalog, &map, &devices).await? {
+            return Err(refuse(format!("its device {d}: {why}")));
+        }
+        match catalog.remove_node(&listed).await? {
+            true => Ok(listed.devices),
             false => Err(refuse(
-                "it registered, or one of its devices changed, meanwhile; try again".into(),
+                "it registered, or one of its devices changed or was added, meanwhile; try again"
+                    .into(),
             )),
         }
     }
@@ -104,36 +99,39 @@ async fn current_map(catalog: &Catalog) -> Result<ClusterMap, ClientError> {
         .unwrap_or_default())
 }
 
-/// Why device `d` may still be needed (its data, or its place), if it may: it is in, a
-/// placement group maps it (up or acting), or a PG's history names it (a PG that is not clean
-/// yet may need its data to peer).
+/// Which one of `devices` may still be needed (its data, or its place), if one may, and why:
+/// it is in, a placement group maps it (up or acting), or a PG's history
+/// names it (a PG that is not clean yet may need its data to peer). Each PG's history is read
+/// once.
 async fn needed(
     catalog: &Catalog,
     map: &ClusterMap,
-    d: &DeviceRecord,
-) -> Result<Option<String>, ClientError> {
-    let id = d.id;
-    if d.out.is_none() {
-        return Ok(Some(format!(
-            "it is in; mark it out first (`basalt device out {}`, or `basalt node drain` \
-             for all of a node's) and wait until its placement groups have moved",
-            id.0
-        )));
+    devices: &[&DeviceRecord],
+) -> Result<Option<(DeviceId, String)>, ClientError> {
+    if let Some(d) = devices.iter().find(|d| d.out.is_none()) {
+        let why = format!(
+            "it is in; mark it out first (`basalt device out {}`, or `basalt node drain` for \
+             all of a node's) and wait until its placement groups have moved",
+            d.id.0
+        );
+        return Ok(Some((d.id, why)));
     }
+    let ids: Vec<DeviceId> = devices.iter().map(|d| d.id).collect();
     for (pool, p) in &map.pools {
         for (i, entry) in p.pgs.iter().enumerate() {
             let pg = PgId {
                 pool: *pool,
                 pg: i as u32,
             };
-            if entry.up.contains(&id) || entry.acting.contains(&id) {
-                return Ok(Some(format!("{pg} still maps it (up or acting)")));
+            let placed = entry.up.iter().chain(&entry.acting);
+            if let Some(d) = placed.into_iter().find(|d| ids.contains(d)) {
+                return Ok(Some((*d, format!("{pg} still maps it (up or acting)"))));
             }
             let (history, _) = catalog.get_pg_history(pg).await?;
-            if history.intervals.iter().any(|i| i.members.contains(&id)) {
-                return Ok(Some(format!(
-                    "{pg}'s history still names it (the PG is not clean yet)"
-                )));
+            let named = history.intervals.iter().flat_map(|i| &i.members);
+            if let Some(d) = named.into_iter().find(|d| ids.contains(d)) {
+                let why = format!("{pg}'s history still names it (the PG is not clean yet)");
+                return Ok(Some((*d, why)));
             }
         }
     }

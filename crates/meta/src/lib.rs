@@ -64,7 +64,7 @@ pub use pool::{
     FailureDomain, MAX_OBJECT_SIZE, MAX_PG_COUNT, MAX_REPLICAS, PoolRecord, PoolSpec,
     default_min_size,
 };
-pub use remove::RemovedRecord;
+pub use remove::{NodeDevices, RemovedRecord};
 pub use report::FailureReport;
 pub use settings::ClusterSettings;
 pub use store::{

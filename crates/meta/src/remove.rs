@@ -10,11 +10,21 @@
 
 use crate::catalog::{Catalog, encode, now_secs};
 use crate::error::MetaError;
-use crate::keys;
+use crate::keys::{self, IdKind};
 use crate::node::DeviceRecord;
-use crate::store::{Compare, Txn, TxnOp};
+use crate::store::{Compare, Revision, Txn, TxnOp};
 use basalt_types::{DeviceId, NodeId};
 use serde::{Deserialize, Serialize};
+
+/// A node's devices as listed for [`Catalog::remove_node`], with the revision of the device id
+/// counter read before the listing: a device created after it (a new drive of a host that is
+/// starting) took an id since, which fails the removal instead of being left behind.
+#[derive(Clone, Debug)]
+pub struct NodeDevices {
+    pub node: NodeId,
+    pub devices: Vec<DeviceRecord>,
+    ids_at: Revision,
+}
 
 /// The mark a removed node or device leaves.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -69,19 +79,41 @@ impl Catalog {
         Ok(self.store().txn(txn).await?.succeeded)
     }
 
-    /// Forgets node `node` and its devices for good (the operator's `basalt node remove`, once
-    /// they may go: the caller checks), if the node is not registered and every one of
-    /// `expected` (its devices) is still as read; returns whether they went. A device of the
-    /// node registered after the caller listed them stays (it is not in `expected`), but
-    /// nothing of the node registers after this.
-    pub async fn remove_node(
-        &self,
-        node: NodeId,
-        expected: &[DeviceRecord],
-    ) -> Result<bool, MetaError> {
+    /// Node `node`'s devices, for [`Catalog::remove_node`].
+    pub async fn node_devices(&self, node: NodeId) -> Result<NodeDevices, MetaError> {
+        let counter = keys::id_counter(IdKind::Device);
+        let ids_at = self
+            .store()
+            .get(&counter)
+            .await?
+            .map_or(0, |kv| kv.mod_revision);
+        let devices = self
+            .list_devices()
+            .await?
+            .into_iter()
+            .filter(|d| d.node == node)
+            .collect();
+        Ok(NodeDevices {
+            node,
+            devices,
+            ids_at,
+        })
+    }
+
+    /// Forgets a node and its devices for good (the operator's `basalt node remove`, once they
+    /// may go: the caller checks), if the node is not registered, every one of its devices is
+    /// still as listed, and no device was created since the listing; returns whether they
+    /// went. Nothing of the node registers after this.
+    pub async fn remove_node(&self, listed: &NodeDevices) -> Result<bool, MetaError> {
+        let (node, expected) = (listed.node, &listed.devices);
+        let counter = keys::id_counter(IdKind::Device);
         let mut guards = vec![
             Compare::missing(keys::node(node)),
             Compare::missing(keys::removed_node(node)),
+            match listed.ids_at {
+                0 => Compare::missing(&counter),
+                at => Compare::mod_revision_is(&counter, at),
+            },
         ];
         let mark = RemovedRecord::now(node, "basalt node remove");
         let mut ops = vec![TxnOp::put(keys::removed_node(node), encode(&mark))];
@@ -194,19 +226,23 @@ mod tests {
     async fn a_removed_node_and_its_devices_never_register_again() {
         let dir = tempfile::tempdir().unwrap();
         let c = catalog(dir.path()).await;
-        let devices = vec![
-            c.register_device(&reg(1, 2)).await.unwrap(),
-            c.register_device(&reg(2, 2)).await.unwrap(),
-        ];
+        c.register_device(&reg(1, 2)).await.unwrap();
+        c.register_device(&reg(2, 2)).await.unwrap();
         let record = NodeRecord::new(NodeId(2), "b", "127.0.0.1:1");
         let keep = c
             .register_node(&record, Duration::from_secs(10))
             .await
             .unwrap();
         // A registered node stays.
-        assert!(!c.remove_node(NodeId(2), &devices).await.unwrap());
+        let listed = c.node_devices(NodeId(2)).await.unwrap();
+        assert_eq!(listed.devices.len(), 2);
+        assert!(!c.remove_node(&listed).await.unwrap());
         keep.revoke().await.unwrap();
-        assert!(c.remove_node(NodeId(2), &devices).await.unwrap());
+        // A device created after the listing (a new drive of the node, starting) fails it.
+        c.next_id(IdKind::Device).await.unwrap();
+        assert!(!c.remove_node(&listed).await.unwrap());
+        let listed = c.node_devices(NodeId(2)).await.unwrap();
+        assert!(c.remove_node(&listed).await.unwrap());
         assert!(c.list_devices().await.unwrap().is_empty());
         assert!(c.removed_node(NodeId(2)).await.unwrap().is_some());
         let e = c
@@ -230,6 +266,8 @@ mod tests {
             Err(MetaError::NodeRemoved { .. })
         ));
         // Removing again: already gone.
-        assert!(!c.remove_node(NodeId(2), &[]).await.unwrap());
+        let listed = c.node_devices(NodeId(2)).await.unwrap();
+        assert!(listed.devices.is_empty());
+        assert!(!c.remove_node(&listed).await.unwrap());
     }
 }

@@ -69,7 +69,7 @@ impl Pg {
                 .backfill_one(ctx, generation, term, &member, cursor)
                 .await
             {
-                if why.contains(super::replica::BACKFILL_FULL) {
+                if why.contains(super::replica::BACKFILL_FULL) && self.current(generation) {
                     *self.toofull.lock() = Some(why.clone());
                 }
                 return Err(why);

@@ -170,8 +170,9 @@ pub(crate) struct Pg {
     /// waits longer before the PG peers again ([`retry_after`]).
     pub failed_rounds: AtomicU32,
     /// Why the last backfill stopped, when a target refused copies for being used past the
-    /// backfill-full limit (`replica.rs::BACKFILL_FULL`); cleared once a backfill round of
-    /// the PG completes. Status shows it (`backfill_toofull`).
+    /// backfill-full limit (`replica.rs::BACKFILL_FULL`), by the current generation; cleared
+    /// once a backfill round of the PG completes. Status shows it (`backfill_toofull`) while
+    /// the primary has targets left.
     pub toofull: Mutex<Option<String>>,
 }
 
@@ -804,7 +805,13 @@ impl Pgs {
         for pg in self.all() {
             let st = pg.st.lock();
             let Some(p) = &st.primary else { continue };
-            let toofull = pg.toofull.lock().clone();
+            // Only while it backfills: a stop of an earlier round says nothing about a PG
+            // with no target left.
+            let toofull = pg
+                .toofull
+                .lock()
+                .clone()
+                .filter(|_| p.targets.iter().any(|t| !t.done));
             let (state, why) = match &p.status {
                 Status::Peering => ("peering", None),
                 Status::Active => ("active", p.kept.clone().or(toofull.clone())),

@@ -41,8 +41,14 @@ pub struct Limits {
     pub bytes_per_sec: u64,
     /// Percent of a device's time (1..=100; 100: unlimited).
     pub share_percent: u8,
-    /// Percent of a device's capacity past which it takes no more backfill (1..=100).
+    /// Percent of a device's capacity past which it takes no more backfill (1..=100); absent
+    /// in the reports of older nodes.
+    #[serde(default = "default_backfill_full")]
     pub backfill_full_percent: u8,
+}
+
+fn default_backfill_full() -> u8 {
+    Limits::default().backfill_full_percent
 }
 
 impl Limits {
