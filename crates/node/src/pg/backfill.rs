@@ -477,8 +477,13 @@ impl From<String> for CopyFail {
 }
 
 /// Where backfill looks for a good copy of an object its own copy holds bad: the serving
-/// members, then the other complete devices peering found, then its own copy last (copies bad
-/// in different blocks merge: `merge.rs`); never a backfill target, which is being filled.
+/// members, then the other complete devices peering found, then the backfill targets (one
+/// done, or a former member placed here again, may hold the object at that very version:
+/// only a copy at the version asked for that verifies is taken, `repair.rs::Pg::search`),
+/// then its own copy last (copies bad in different blocks merge: `merge.rs`). Found by the
+/// cluster simulation, seed 531956: a PG shrunk to one copy, that copy went bad, and the
+/// backfill of its second target stopped at the object for good although the first target,
+/// just completed, held it good.
 fn search_order(
     members: &[DeviceId],
     sources: &[DeviceId],
@@ -486,8 +491,8 @@ fn search_order(
     targets: &[DeviceId],
 ) -> Vec<DeviceId> {
     let mut devs: Vec<DeviceId> = Vec::new();
-    for &d in members.iter().chain(sources) {
-        if d != me && !targets.contains(&d) && !devs.contains(&d) {
+    for &d in members.iter().chain(sources).chain(targets) {
+        if d != me && !devs.contains(&d) {
             devs.push(d);
         }
     }
@@ -580,19 +585,20 @@ mod tests {
     }
 
     #[test]
-    fn a_bad_copy_is_looked_for_on_members_then_on_other_complete_devices() {
+    fn a_bad_copy_is_looked_for_on_members_then_on_complete_devices_then_on_targets() {
         let d = DeviceId;
         // Serving member 3; devices 3, 5 (a member of an older interval back up) and the
-        // targets 7 and 8 (empty, so complete) complete by peering; this device is 1.
+        // targets 7 and 8 (empty, so complete) complete by peering; target 9 done; this
+        // device is 1: the targets come after every complete device, its own copy last.
         let order = search_order(
             &[d(3)],
             &[d(1), d(3), d(5), d(7), d(8)],
             d(1),
-            &[d(7), d(8)],
+            &[d(9), d(7), d(8)],
         );
-        assert_eq!(order, vec![d(3), d(5), d(1)]);
-        // Alone, with no other complete device: only its own copy.
-        assert_eq!(search_order(&[], &[d(1)], d(1), &[d(7)]), vec![d(1)]);
+        assert_eq!(order, vec![d(3), d(5), d(7), d(8), d(9), d(1)]);
+        // Alone, with no other complete device: a target, then its own copy.
+        assert_eq!(search_order(&[], &[d(1)], d(1), &[d(7)]), vec![d(7), d(1)]);
     }
 
     #[test]

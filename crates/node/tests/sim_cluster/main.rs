@@ -467,3 +467,20 @@ fn a_member_whose_activation_was_cut_is_made_current() {
     let r = check_config(cfg, false);
     assert!(r.acked > 0 && r.kills > 0, "{r:?}");
 }
+
+/// Regression, seed 531956 (3 nodes, 3 copies, `min_size` 2, bit flips): pg.1.11 shrank to
+/// one copy, on dev.20 (the other two devices were down past the down-out interval), and a
+/// bit of that copy of obj.1.1.2 flipped while dev.10 still held it good. Back in, dev.10 and
+/// dev.30 were backfill targets; dev.10, holding every object at its version, was done at
+/// once, but the backfill of dev.30 stopped at obj.1.1.2 for good ("no good copy at v30.1:
+/// dev.20: its copy failed its checksum"): backfill never asked its targets for a good copy,
+/// and the PG stayed peered below `min_size`. Now the targets come after the complete devices
+/// (`backfill.rs::search_order`).
+#[test]
+fn a_backfill_takes_a_good_copy_from_a_target() {
+    init_log();
+    let cfg = Config::draw(531956, true);
+    assert!(cfg.faults.media, "{cfg:?}");
+    let r = check_config(cfg, false);
+    assert!(r.acked > 0 && r.flips > 0, "{r:?}");
+}
