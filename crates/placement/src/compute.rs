@@ -152,10 +152,12 @@ fn candidates(input: &PlacementInput, spec: &PoolSpec) -> Vec<Candidate> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn input(hosts: u32, per_host: u32) -> PlacementInput {
+    /// `hosts` hosts of `per_host` devices each (device `h * 100 + k` on host `h`), and pool 1
+    /// of 3 copies, failure domain host, 64 PGs.
+    pub(crate) fn input(hosts: u32, per_host: u32) -> PlacementInput {
         let mut inp = PlacementInput::default();
         for h in 1..=hosts {
             inp.nodes.insert(

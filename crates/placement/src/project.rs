@@ -139,42 +139,21 @@ fn domains(input: &PlacementInput, spec: &PoolSpec) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::map::{DeviceInfo, NodeInfo};
+    use crate::map::DeviceInfo;
     use basalt_types::NodeId;
 
     /// `hosts` hosts of `per_host` devices each, one pool of `replicas` copies, placed.
     fn cluster(hosts: u32, per_host: u32, replicas: u8, fd: FailureDomain) -> ClusterMap {
-        let mut inp = PlacementInput::default();
-        for h in 1..=hosts {
-            inp.nodes.insert(
-                NodeId(h),
-                NodeInfo {
-                    addr: format!("10.0.0.{h}:7000"),
-                },
-            );
-            for k in 0..per_host {
-                inp.devices.insert(
-                    DeviceId(h * 10 + k),
-                    DeviceInfo::new(NodeId(h), "ssd", 100, 131072),
-                );
-            }
-        }
-        inp.pools.insert(
-            PoolId(1),
-            PoolSpec {
-                pg_count: 64,
-                replicas,
-                min_size: 1,
-                object_size: 131072,
-                failure_domain: fd,
-                device_class: None,
-            },
-        );
+        let mut inp = crate::compute::tests::input(hosts, per_host);
+        let pool = inp.pools.get_mut(&PoolId(1)).expect("pool 1");
+        pool.replicas = replicas;
+        pool.min_size = 1;
+        pool.failure_domain = fd;
         compute(None, &inp)
     }
 
     fn host(h: u32, per_host: u32) -> Vec<DeviceId> {
-        (0..per_host).map(|k| DeviceId(h * 10 + k)).collect()
+        (0..per_host).map(|k| DeviceId(h * 100 + k)).collect()
     }
 
     #[test]
@@ -194,7 +173,7 @@ mod tests {
         // Three hosts of two devices: one device out is fine, its host keeps another; both
         // out leave two hosts for three copies, which placement fills from the same host.
         let map = cluster(3, 2, 3, FailureDomain::Host);
-        assert_eq!(shortfalls_if_out(&map, &[DeviceId(20)]), []);
+        assert_eq!(shortfalls_if_out(&map, &[DeviceId(200)]), []);
         let s = shortfalls_if_out(&map, &host(2, 2));
         assert_eq!(s.len(), 1, "{s:?}");
         assert_eq!(s[0].domains, 2);
@@ -202,7 +181,7 @@ mod tests {
         assert!(s[0].shared > 0, "{s:?}");
         // With failure domain device every device is a domain of its own.
         let map = cluster(1, 4, 2, FailureDomain::Device);
-        assert_eq!(shortfalls_if_out(&map, &[DeviceId(10)]), []);
+        assert_eq!(shortfalls_if_out(&map, &[DeviceId(100)]), []);
         let s = shortfalls_if_out(&map, &host(1, 3));
         assert_eq!((s[0].domains, s[0].short), (1, 64), "{s:?}");
     }
