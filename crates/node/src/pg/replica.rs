@@ -232,8 +232,9 @@ impl Pgs {
     /// A device used past the backfill-full limit takes no more backfill copies: the rest of
     /// it stays for writes to the placement groups it serves (`NoSpace`; the PG keeps its old
     /// devices and its primary tries again later). Copies accepted and not yet installed count
-    /// as used, a slot each (the returned reservation holds until the install ends), so copies
-    /// of many PGs at once pass the limit by one object at most.
+    /// as used, a slot each (the returned reservation holds until the install ends, or until
+    /// the request is dropped), so copies of many PGs at once pass the limit by about one
+    /// object.
     fn room_for_backfill(
         &self,
         dev: DeviceId,
