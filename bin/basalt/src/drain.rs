@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 pub enum NodeAction {
     /// Move every placement group off node ID: mark its devices out, then wait until no
     /// placement group is placed on or served from them (copies are made before the old ones
-    /// go). Then the node may be stopped and removed.
+    /// go) and each is clean where it moved (no PG history names them). Then the node may be
+    /// stopped and removed.
     Drain {
         /// Node id, e.g. 2 or node.2.
         #[arg(value_parser = parse_node_id)]
@@ -67,7 +68,8 @@ fn parse_node_id(s: &str) -> Result<NodeId, String> {
 struct Progress {
     node: NodeId,
     devices: Vec<DeviceId>,
-    /// Placement groups whose up or acting set still names one of the devices.
+    /// Placement groups whose up or acting set still names one of the devices (or, once none
+    /// does, whose history still names one: not clean yet on their new devices).
     pgs_left: usize,
     drained: bool,
 }
@@ -161,7 +163,12 @@ async fn drain(
     let start = Instant::now();
     let mut last_print = None;
     loop {
-        let left = pgs_on(&cluster.map(), &devices);
+        let mut left = pgs_on(&cluster.map(), &devices);
+        if left == 0 {
+            // Moved; done once no PG's history names the devices either: a PG whose new
+            // primary has not peered yet may still need their copies.
+            left = cluster.pgs_naming(&devices).await?;
+        }
         let drained = left == 0;
         if no_wait || drained || timeout.is_some_and(|t| start.elapsed() >= t) {
             let p = Progress {

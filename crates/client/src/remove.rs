@@ -91,6 +91,29 @@ impl Cluster {
     }
 }
 
+impl Cluster {
+    /// The placement groups whose history (intervals since they were last clean) names one of
+    /// `devices`: until none does, a PG may still need their copies to peer (a drain is done
+    /// only then).
+    pub async fn pgs_naming(&self, devices: &[DeviceId]) -> Result<usize, ClientError> {
+        let catalog = self.catalog();
+        let map = current_map(catalog).await?;
+        let mut n = 0;
+        for (pool, p) in &map.pools {
+            for i in 0..p.pgs.len() {
+                let pg = PgId {
+                    pool: *pool,
+                    pg: i as u32,
+                };
+                let (history, _) = catalog.get_pg_history(pg).await?;
+                let mut named = history.intervals.iter().flat_map(|i| &i.members);
+                n += usize::from(named.any(|d| devices.contains(d)));
+            }
+        }
+        Ok(n)
+    }
+}
+
 async fn current_map(catalog: &Catalog) -> Result<ClusterMap, ClientError> {
     Ok(catalog
         .get_map::<ClusterMap>()
