@@ -98,19 +98,7 @@ impl Cluster {
     pub async fn pgs_naming(&self, devices: &[DeviceId]) -> Result<usize, ClientError> {
         let catalog = self.catalog();
         let map = current_map(catalog).await?;
-        let mut n = 0;
-        for (pool, p) in &map.pools {
-            for i in 0..p.pgs.len() {
-                let pg = PgId {
-                    pool: *pool,
-                    pg: i as u32,
-                };
-                let (history, _) = catalog.get_pg_history(pg).await?;
-                let mut named = history.intervals.iter().flat_map(|i| &i.members);
-                n += usize::from(named.any(|d| devices.contains(d)));
-            }
-        }
-        Ok(n)
+        Ok(named_in_histories(catalog, &map, devices).await?.len())
     }
 }
 
@@ -123,9 +111,8 @@ async fn current_map(catalog: &Catalog) -> Result<ClusterMap, ClientError> {
 }
 
 /// Which one of `devices` may still be needed (its data, or its place), if one may, and why:
-/// it is in, a placement group maps it (up or acting), or a PG's history
-/// names it (a PG that is not clean yet may need its data to peer). Each PG's history is read
-/// once.
+/// it is in, a placement group maps it (up or acting), or a PG's history names it (a PG that
+/// is not clean yet may need its data to peer).
 async fn needed(
     catalog: &Catalog,
     map: &ClusterMap,
@@ -140,23 +127,46 @@ async fn needed(
         return Ok(Some((d.id, why)));
     }
     let ids: Vec<DeviceId> = devices.iter().map(|d| d.id).collect();
-    for (pool, p) in &map.pools {
-        for (i, entry) in p.pgs.iter().enumerate() {
+    for (pg, entry) in pgs(map) {
+        let placed = entry.up.iter().chain(&entry.acting);
+        if let Some(d) = placed.into_iter().find(|d| ids.contains(d)) {
+            return Ok(Some((*d, format!("{pg} still maps it (up or acting)"))));
+        }
+    }
+    let named = named_in_histories(catalog, map, &ids).await?;
+    Ok(named.first().map(|(pg, d)| {
+        let why = format!("{pg}'s history still names it (the PG is not clean yet)");
+        (*d, why)
+    }))
+}
+
+/// Every placement group of `map`.
+fn pgs(map: &ClusterMap) -> impl Iterator<Item = (PgId, &basalt_placement::PgMap)> {
+    map.pools.iter().flat_map(|(pool, p)| {
+        p.pgs.iter().enumerate().map(|(i, entry)| {
             let pg = PgId {
                 pool: *pool,
                 pg: i as u32,
             };
-            let placed = entry.up.iter().chain(&entry.acting);
-            if let Some(d) = placed.into_iter().find(|d| ids.contains(d)) {
-                return Ok(Some((*d, format!("{pg} still maps it (up or acting)"))));
-            }
-            let (history, _) = catalog.get_pg_history(pg).await?;
-            let named = history.intervals.iter().flat_map(|i| &i.members);
-            if let Some(d) = named.into_iter().find(|d| ids.contains(d)) {
-                let why = format!("{pg}'s history still names it (the PG is not clean yet)");
-                return Ok(Some((*d, why)));
-            }
+            (pg, entry)
+        })
+    })
+}
+
+/// Each placement group whose history (intervals since it was last clean) names one of `ids`,
+/// with the first such device; every PG's history is read once.
+async fn named_in_histories(
+    catalog: &Catalog,
+    map: &ClusterMap,
+    ids: &[DeviceId],
+) -> Result<Vec<(PgId, DeviceId)>, ClientError> {
+    let mut found = Vec::new();
+    for (pg, _) in pgs(map) {
+        let (history, _) = catalog.get_pg_history(pg).await?;
+        let mut named = history.intervals.iter().flat_map(|i| &i.members);
+        if let Some(d) = named.find(|d| ids.contains(d)) {
+            found.push((pg, *d));
         }
     }
-    Ok(None)
+    Ok(found)
 }
