@@ -175,11 +175,18 @@ pub async fn run(mut args: NodeArgs) -> anyhow::Result<()> {
     }
     let node = Node::start(config, Arc::new(store), false).await?;
     println!("node {} serving on {}", node.id(), node.status().addr);
-    signals.recv().await;
+    let removed = tokio::select! {
+        _ = signals.recv() => None,
+        why = node.removed() => Some(why),
+    };
     // A clean stop leaves the cluster at once: requests in flight finish, then the lease is
     // revoked (the leader marks the node's devices down now, not when the lease would expire).
     node.shutdown().await;
-    Ok(())
+    match removed {
+        // Removed while it was cut off from the metadata store: it can never serve again.
+        Some(why) => bail!("{why}"),
+        None => Ok(()),
+    }
 }
 
 /// `--join DIR`: the etcd of the local cluster in DIR, and defaults for what was not given.

@@ -135,8 +135,16 @@ pub(crate) async fn maintain(
             keep.lease()
         );
         drop(keep);
-        let Some(again) = register_again(&catalog, &record, ttl, &mut stop).await else {
-            return;
+        let again = match register_again(&catalog, &record, ttl, &mut stop).await {
+            Again::Registered(keep) => keep,
+            Again::Stopped => return,
+            Again::Removed(why) => {
+                // Removed while its lease had run out (cut off): it never serves again, and
+                // the process is told to stop ([`crate::Node::removed`]).
+                tracing::error!(node = %record.id, "{why}");
+                shared.removed.send_replace(Some(why));
+                return;
+            }
         };
         keep = again;
         if !catch_up(&catalog, &shared, &mut stop).await {
@@ -147,38 +155,43 @@ pub(crate) async fn maintain(
     }
 }
 
-/// Registers until it succeeds (each attempt bounded by the TTL), or `None` on stop.
+/// How [`register_again`] ended.
+enum Again {
+    Registered(KeepAlive),
+    /// The node is stopping.
+    Stopped,
+    /// The node was removed from the cluster (`basalt node remove`): why, to tell the operator.
+    Removed(String),
+}
+
+/// Registers until it succeeds (each attempt bounded by the TTL), the node stops, or the
+/// cluster says the node was removed.
 async fn register_again(
     catalog: &Catalog,
     record: &NodeRecord,
     ttl: Duration,
     stop: &mut watch::Receiver<bool>,
-) -> Option<KeepAlive> {
+) -> Again {
     let mut backoff = Duration::from_millis(100);
-    let mut told = false;
     loop {
         let attempt = tokio::time::timeout(ttl, catalog.register_node(record, ttl));
         let failure = tokio::select! {
             biased;
             r = attempt => match r {
-                Ok(Ok(keep)) => return Some(keep),
+                Ok(Ok(keep)) => return Again::Registered(keep),
                 Ok(Err(e @ basalt_meta::MetaError::NodeRemoved { .. })) => {
-                    // Removed while its lease had run out (cut off): it never serves again.
-                    if !std::mem::replace(&mut told, true) {
-                        tracing::error!(node = %record.id, "{e}");
-                    }
-                    e.to_string()
+                    return Again::Removed(e.to_string());
                 }
                 Ok(Err(e)) => e.to_string(),
                 Err(_) => format!("no answer within {ttl:?}"),
             },
-            _ = stop.wait_for(|s| *s) => return None,
+            _ = stop.wait_for(|s| *s) => return Again::Stopped,
         };
         tracing::debug!(node = %record.id, "registering again failed: {failure}; retrying");
         tokio::select! {
             biased;
             _ = tokio::time::sleep(backoff) => {}
-            _ = stop.wait_for(|s| *s) => return None,
+            _ = stop.wait_for(|s| *s) => return Again::Stopped,
         }
         backoff = (backoff * 2).min(ttl / 3);
     }

@@ -206,6 +206,7 @@ impl Node {
             collector: Default::default(),
             hung: watch::channel(BTreeSet::new()).0,
             latency: Default::default(),
+            removed: watch::channel(None).0,
         });
         if let Some((map, _)) = catalog.get_map::<ClusterMap>().await? {
             shared.maps.offer(map);
@@ -435,6 +436,19 @@ impl Node {
 
     pub fn epoch(&self) -> Epoch {
         self.shared.maps.epoch()
+    }
+
+    /// Resolves once the cluster removed this node (`basalt node remove`) while it was cut off
+    /// from the metadata store, with why: it acknowledges nothing from then on (its lease is
+    /// gone and it cannot register again), and its process should stop.
+    pub async fn removed(&self) -> String {
+        let mut rx = self.shared.removed.subscribe();
+        let why = rx.wait_for(|r| r.is_some()).await.map(|r| r.clone());
+        match why {
+            Ok(Some(why)) => why,
+            // The sender lives as long as the node.
+            _ => std::future::pending().await,
+        }
     }
 
     pub fn status(&self) -> NodeStatus {

@@ -40,6 +40,9 @@ pub(crate) struct NodeShared {
     pub(crate) hung: watch::Sender<BTreeSet<DeviceId>>,
     /// Each local device's recent latency (`latency.rs`), for `basalt status`.
     pub(crate) latency: crate::latency::Latencies,
+    /// Why the node must stop for good: it was removed from the cluster while cut off from
+    /// the metadata store (`lease.rs`; [`crate::Node::removed`]).
+    pub(crate) removed: watch::Sender<Option<String>>,
 }
 
 /// The node as a [`Service`]: the TCP server calls it for each decoded frame, and a client in the

@@ -82,6 +82,7 @@ pub(crate) fn shared(
         collector: Default::default(),
         hung: tokio::sync::watch::channel(Default::default()).0,
         latency: Default::default(),
+        removed: tokio::sync::watch::channel(None).0,
     })
 }
 

@@ -432,7 +432,7 @@ impl Pg {
     }
 
     /// Persists the target's backfill state (and lets it accept the term's writes).
-    async fn mark_target(
+    pub(super) async fn mark_target(
         &self,
         ctx: &Arc<Ctx>,
         map: &ClusterMap,

@@ -688,11 +688,18 @@ impl Pg {
             if !map.is_up(dev) || !holdings.contains_key(&dev) {
                 continue;
             }
-            let cursor = holdings[&dev]
-                .info
+            let info = holdings[&dev].info;
+            let cursor = info
                 .backfill
                 .filter(|b| b.term == term)
                 .and_then(|b| b.cursor);
+            // Complete in this interval (an older term's backfill of it finished), it is a
+            // witness of the interval (`completed_in`) while its record says so; but this
+            // term's writes reach it only once its backfill here covers them. So it is marked
+            // backfilling before the PG serves.
+            if info.backfill.is_none() && info.les == term.interval {
+                self.mark_target(ctx, map, term, dev, None).await?;
+            }
             let link = ctx.peers.link(map, dev).await.map_err(|e| e.to_string())?;
             out.push(Target {
                 member: Member { dev, link },
@@ -779,6 +786,7 @@ fn check_answers(
 /// primary activates every serving member before it serves), so it needs nobody. A suspect
 /// member (its store dropped a journal tail: it may lack acknowledged writes, even its
 /// activation) is neither, unless every member of the interval answered (nobody knows more).
+/// A backfill target that completed in the interval is a witness too ([`completed_in`]).
 fn check_history(
     history: &PgHistory,
     holdings: &BTreeMap<DeviceId, Holding>,
@@ -790,7 +798,8 @@ fn check_history(
         let witness = answered
             .iter()
             .filter(counts)
-            .any(|h| h.info.backfill.is_none() && h.info.les >= i.epoch);
+            .any(|h| h.info.backfill.is_none() && h.info.les >= i.epoch)
+            || holdings.iter().any(|(d, h)| completed_in(i, *d, h));
         let never_active = answered.iter().filter(counts).any(|h| h.info.les < i.epoch);
         if !witness && !never_active {
             return Err(format!(
@@ -801,6 +810,22 @@ fn check_history(
         }
     }
     Ok(())
+}
+
+/// Whether `dev`, not a member of interval `i`, completed a backfill in it: its last activation
+/// is exactly `i` and its data is complete (`backfill.rs::backfill_one` activates a target so
+/// once it holds the primary's objects and every write of the term reaches it), and it is not
+/// suspect. It holds every write acknowledged in `i`: those before its completion it got
+/// from the backfill, those after it in the same term as any member (a write it fails is not
+/// acknowledged), and a later term of `i` marks it backfilling again before it serves
+/// ([`Pg::targets`]), which ends its claim. Without it, a PG moved by a backfill onto new
+/// devices stays incomplete when every member of its old interval dies before the new ones
+/// peer (one copy: the node drained, killed as the move completed).
+fn completed_in(i: &PgInterval, dev: DeviceId, h: &Holding) -> bool {
+    !i.members.contains(&dev)
+        && !h.info.suspect
+        && h.info.backfill.is_none()
+        && h.info.les == i.epoch
 }
 
 /// The devices whose data counts: they answered, hold complete data (no backfill under way),
@@ -969,6 +994,25 @@ mod tests {
             &holdings(&[(2, holding(5, false)), (3, holding(7, false))]),
         )
         .unwrap();
+    }
+
+    #[test]
+    fn a_backfill_target_complete_in_an_interval_is_its_witness() {
+        // Interval 5 ran on device 1 alone; device 2 was backfilled in it and is complete.
+        let h = history(&[(5, &[1])]);
+        check_history(&h, &holdings(&[(2, holding(5, false))])).unwrap();
+        // Still backfilling, suspect, or last activated in another interval: no witness.
+        let mut suspect = holding(5, false);
+        suspect.info.suspect = true;
+        for h2 in [
+            holding(5, true),
+            suspect,
+            holding(4, false),
+            holding(6, false),
+        ] {
+            let err = check_history(&h, &holdings(&[(2, h2)])).unwrap_err();
+            assert!(err.contains("interval e5"), "{err}");
+        }
     }
 
     #[test]

@@ -15,6 +15,7 @@
 mod cluster;
 mod config;
 mod model;
+mod scenario;
 mod trace;
 mod workload;
 
@@ -75,18 +76,24 @@ fn drawn(seed: u64, faults: bool) -> Config {
 
 /// Runs one drawn (maybe adjusted) configuration on a runtime of its own.
 pub fn run_config(cfg: Config, pool_first: bool) -> Report {
+    let seed = cfg.seed;
+    on_sim_runtime(seed, run(cfg, pool_first))
+}
+
+/// Runs `f` to its end on a current-thread runtime in virtual time, seeded by `seed`.
+pub fn on_sim_runtime<T>(seed: u64, f: impl std::future::Future<Output = T>) -> T {
     let mut builder = tokio::runtime::Builder::new_current_thread();
     builder.enable_time().start_paused(true);
     // tokio draws random numbers of its own (the order in which a watch channel wakes its
     // receivers, `select!` without `biased`) from a seed per runtime: fixed here, so that a
     // seed replays exactly (`.cargo/config.toml` builds with `--cfg tokio_unstable`).
     #[cfg(tokio_unstable)]
-    builder.rng_seed(tokio::runtime::RngSeed::from_bytes(&cfg.seed.to_le_bytes()));
+    builder.rng_seed(tokio::runtime::RngSeed::from_bytes(&seed.to_le_bytes()));
     let rt = builder.build().expect("runtime");
-    let report = rt.block_on(run(cfg, pool_first));
+    let out = rt.block_on(f);
     drop(rt);
     basalt_meta::clock::simulate(None);
-    report
+    out
 }
 
 async fn run(cfg: Config, pool_first: bool) -> Report {

@@ -1,0 +1,233 @@
+//! Scripted schedules: a fault placed at one exact moment, which random schedules reach only
+//! by chance, on the same simulated cluster as the swarm.
+
+use crate::cluster::SimCluster;
+use crate::config::Config;
+use crate::model::BLOCK;
+use crate::{init_log, on_sim_runtime};
+use basalt_placement::ClusterMap;
+use basalt_types::{DeviceId, ObjectId, PgId};
+use bytes::Bytes;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// The content of block `i` in this test.
+fn block(i: u64) -> Bytes {
+    let mut b = vec![0u8; BLOCK];
+    for (k, byte) in b.iter_mut().enumerate() {
+        *byte = (i as u8).wrapping_mul(31).wrapping_add(k as u8);
+    }
+    Bytes::from(b)
+}
+
+/// One copy per PG (three nodes of one device): a device is marked out and its PGs are
+/// backfilled onto the others; its node is killed the moment the first of them completes (its
+/// primary wrote the ready report), before the new device peered. The PG's history then names
+/// only the dead device, and the new one, complete in that interval, serves the PG alone: it
+/// goes active and every block reads back. Before, the PG stayed incomplete until the dead node
+/// returned (peering counted only members of an interval as its witnesses).
+#[test]
+fn a_pg_whose_old_device_dies_as_its_backfill_completes_serves_from_the_new_one() {
+    init_log();
+    let mut cfg = Config::draw(7, false);
+    cfg.nodes = 3;
+    cfg.devices_per_node = 1;
+    cfg.replicas = 1;
+    cfg.min_size = 1;
+    cfg.pg_count = 8;
+    cfg.blocks = 64;
+    cfg.lease_ttl = Duration::from_secs(4);
+    on_sim_runtime(cfg.seed, scenario(cfg));
+}
+
+async fn scenario(cfg: Config) {
+    let (mut c, volume) = SimCluster::start(&cfg, false).await;
+    for i in 0..cfg.blocks {
+        let at = i * BLOCK as u64;
+        volume.write(at, block(i), false).await.expect("write");
+    }
+    let old = c.slots[0].devices[0];
+    let (map, _) = c
+        .catalog
+        .get_map::<ClusterMap>()
+        .await
+        .expect("map")
+        .expect("a map");
+    let on_old: Vec<PgId> = pgs_on(&map, old);
+    assert!(!on_old.is_empty(), "{old} leads no PG: {map:?}");
+    c.set_out(old, true).await;
+    // Once every node knows the device is out, the other two take no newer map: the PGs
+    // backfilled onto them move there in the leader's map, but their new primaries do not
+    // peer yet.
+    let out_map = until(Duration::from_secs(60), || async {
+        let (now, _) = c.catalog.get_map::<ClusterMap>().await.ok()??;
+        (now.epoch > map.epoch).then_some(now)
+    })
+    .await
+    .expect("a map with the device out");
+    let knows = until(Duration::from_secs(60), || async {
+        let nodes = c.slots.iter().filter_map(|s| s.node.as_ref());
+        nodes
+            .clone()
+            .all(|n| n.epoch() >= out_map.epoch)
+            .then_some(())
+    })
+    .await;
+    assert!(knows.is_some(), "the nodes did not learn the device is out");
+    for s in &c.slots[1..] {
+        s.node.as_ref().expect("running").hold_back_maps(true);
+    }
+    let moved = until(Duration::from_secs(120), || async {
+        let (now, _) = c.catalog.get_map::<ClusterMap>().await.ok()??;
+        let moved: Vec<PgId> = on_old
+            .iter()
+            .copied()
+            .filter(|pg| !pgs_on(&now, old).contains(pg))
+            .collect();
+        moved.first().copied()
+    })
+    .await
+    .expect("a PG of the device out backfilled");
+    c.kill(0);
+    for s in &c.slots[1..] {
+        s.node.as_ref().expect("running").hold_back_maps(false);
+    }
+    let (history, _) = c.catalog.get_pg_history(moved).await.expect("history");
+    let last = history.intervals.last().expect("an interval");
+    assert_eq!(
+        last.members,
+        vec![old],
+        "{moved} peered on its new device before the kill: the schedule missed its moment"
+    );
+    let active = until(Duration::from_secs(60), || async {
+        let pgs = c
+            .slots
+            .iter()
+            .filter_map(|s| s.node.as_ref())
+            .flat_map(|n| n.status().pgs);
+        pgs.filter(|p| p.pg == moved && p.device != old)
+            .find(|p| p.status.state == "active")
+    })
+    .await;
+    assert!(
+        active.is_some(),
+        "{moved} is not active without its old device: {:?}",
+        c.slots[1..]
+            .iter()
+            .filter_map(|s| s.node.as_ref())
+            .flat_map(|n| n.status().pgs)
+            .filter(|p| p.pg == moved)
+            .map(|p| (p.device, p.status))
+            .collect::<Vec<_>>()
+    );
+    let volume_id = c.volume.expect("volume");
+    let pool = c.pool.expect("pool");
+    let per_object = u64::from(cfg.object_size) / BLOCK as u64;
+    for i in 0..cfg.blocks {
+        let oid = ObjectId::new(pool, volume_id, i / per_object);
+        if map.locate(&oid).map(|(pg, _)| pg) == Some(moved) {
+            let got = volume.read(i * BLOCK as u64, BLOCK as u32).await;
+            assert!(got.expect("read") == block(i), "block {i} of {moved}");
+        }
+    }
+    // The dead node back: every PG settles and every block reads back.
+    c.restart(0).await;
+    c.set_out(old, false).await;
+    c.settled().await.expect("settled");
+    for i in 0..cfg.blocks {
+        let got = volume.read(i * BLOCK as u64, BLOCK as u32).await;
+        assert!(got.expect("read") == block(i), "block {i}");
+    }
+    c.stop();
+}
+
+/// The PGs whose acting set is `dev` alone.
+fn pgs_on(map: &ClusterMap, dev: DeviceId) -> Vec<PgId> {
+    map.pools
+        .iter()
+        .flat_map(|(pool, p)| {
+            p.pgs
+                .iter()
+                .enumerate()
+                .filter(|(_, e)| e.acting == [dev])
+                .map(|(i, _)| PgId {
+                    pool: *pool,
+                    pg: i as u32,
+                })
+        })
+        .collect()
+}
+
+/// Polls `f` every virtual millisecond until it gives something or `limit` passed.
+async fn until<T, F, Fut>(limit: Duration, mut f: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if let Some(x) = f().await {
+            return Some(x);
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    None
+}
+
+/// A node cut off from the metadata store is removed meanwhile (its device out, its lease run
+/// out, no PG needing it: `basalt node remove`): when it reaches the store again it does not
+/// register, and it says it was removed ([`basalt_node::Node::removed`], which makes
+/// `basalt node` exit). Before, it retried its registration for good, serving nothing.
+#[test]
+fn a_node_removed_while_cut_off_learns_it_when_it_reaches_the_store_again() {
+    init_log();
+    let mut cfg = Config::draw(8, false);
+    cfg.nodes = 3;
+    cfg.devices_per_node = 1;
+    cfg.replicas = 2;
+    cfg.min_size = 1;
+    cfg.pg_count = 8;
+    cfg.blocks = 64;
+    cfg.lease_ttl = Duration::from_secs(4);
+    on_sim_runtime(cfg.seed, removed_while_cut_off(cfg));
+}
+
+async fn removed_while_cut_off(cfg: Config) {
+    let (mut c, volume) = SimCluster::start(&cfg, false).await;
+    for i in 0..cfg.blocks {
+        volume
+            .write(i * BLOCK as u64, block(i), false)
+            .await
+            .expect("write");
+    }
+    let gone = c.slots[2].id.expect("registered");
+    let dev = c.slots[2].devices[0];
+    c.set_out(dev, true).await;
+    c.slots[2].meta.set_reachable(false);
+    let removal = until(Duration::from_secs(300), || async {
+        c.client.remove_node(gone).await.ok()
+    })
+    .await;
+    assert!(removal.is_some(), "{gone} was never removed");
+    let node = c.slots[2].node.as_ref().expect("running");
+    assert!(
+        tokio::time::timeout(Duration::from_secs(1), node.removed())
+            .await
+            .is_err(),
+        "{gone} knew it was removed while cut off"
+    );
+    c.slots[2].meta.set_reachable(true);
+    let why = tokio::time::timeout(Duration::from_secs(30), node.removed())
+        .await
+        .expect("the node learns it was removed");
+    assert!(why.contains("was removed from the cluster"), "{why}");
+    assert!(
+        c.catalog.get_node(gone).await.expect("catalog").is_none(),
+        "{gone} registered again"
+    );
+    for i in 0..cfg.blocks {
+        let got = volume.read(i * BLOCK as u64, BLOCK as u32).await;
+        assert!(got.expect("read") == block(i), "block {i}");
+    }
+    c.stop();
+}
