@@ -1,15 +1,17 @@
 //! The checks `basalt node drain` and `basalt device out` make before they mark devices out:
 //! refused, unless `--force`, when placement would then leave a pool's placement groups short
 //! of copies (their move never finishes: they keep serving from where they are) or with copies
-//! sharing a failure domain (`basalt_placement::shortfalls_if_out`), or when the data the
-//! devices hold would not fit in the room the other devices have below the backfill-full
-//! limit (the moves would stop at full devices: `backfill_toofull`).
+//! sharing a failure domain (`basalt_placement::shortfalls_if_out`), or when a device placement
+//! would move copies to has too little room for them below the backfill-full limit (the moves
+//! would stop at that full device: `backfill_toofull`).
 
 use anyhow::bail;
 use basalt_client::Cluster;
-use basalt_placement::{ClusterMap, FailureDomain, Shortfall, shortfalls_if_out};
-use basalt_types::size::format_size;
-use basalt_types::{DeviceId, NodeId, PoolId};
+use basalt_node::{AdminRequest, HeldPg, NodeStatus};
+use basalt_placement::{ClusterMap, FailureDomain, Shortfall, arrivals_if_out, shortfalls_if_out};
+use basalt_proto::{Request, Response};
+use basalt_types::size::format_size_approx;
+use basalt_types::{DeviceId, NodeId, PgId, PoolId};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -67,48 +69,99 @@ async fn placement(
         .collect())
 }
 
-/// What the devices going out hold, against the room the other devices that are in have below
-/// their node's backfill-full limit, from the reports of the nodes that answer (a device whose
-/// node does not answer counts for nothing on either side); `None` when it fits.
+/// Where placement would move copies were `out` marked out (`arrivals_if_out`), against the
+/// room each receiving device has below its node's backfill-full limit, from the reports of
+/// the nodes that answer (a device whose node does not answer counts for nothing); `None`
+/// when every device has room for what it would receive. A PG's size is estimated from a
+/// device serving it: that device's used bytes shared among its PGs by their object counts
+/// (the largest such estimate).
 async fn room(cluster: &Cluster, map: &ClusterMap, out: &[DeviceId]) -> Option<String> {
     let mut asked = tokio::task::JoinSet::new();
     for node in map.nodes.keys().copied() {
         let cluster = cluster.clone();
-        asked.spawn(async move {
-            let status =
-                tokio::time::timeout(ASK_LIMIT, crate::status::node_status(&cluster, node)).await;
-            (node, status)
-        });
+        asked.spawn(async move { tokio::time::timeout(ASK_LIMIT, report(&cluster, node)).await });
     }
-    let mut reports: BTreeMap<NodeId, _> = BTreeMap::new();
+    let mut devices: BTreeMap<DeviceId, Room> = BTreeMap::new();
+    let mut sizes: BTreeMap<PgId, u64> = BTreeMap::new();
     while let Some(joined) = asked.join_next().await {
-        if let Ok((node, Ok(Ok(status)))) = joined {
-            reports.insert(node, status);
-        }
-    }
-    let (mut moving, mut free, mut limit) = (0u64, 0u64, 0u8);
-    for status in reports.values() {
+        let Ok(Ok(Some((status, held)))) = joined else {
+            continue;
+        };
         let full = status.recovery.limits.backfill_full_percent;
-        limit = limit.max(full);
         for d in &status.devices {
-            let is_in = map.devices.get(&d.id).is_some_and(|i| i.r#in);
-            if out.contains(&d.id) {
-                moving += if is_in { d.used_bytes } else { 0 };
-            } else if is_in {
-                let cap = d.capacity_bytes / 100 * u64::from(full);
-                free += cap.saturating_sub(d.used_bytes);
+            let room = Room {
+                used: d.used_bytes,
+                limit: d.capacity_bytes / 100 * u64::from(full),
+                full,
+            };
+            devices.insert(d.id, room);
+            let Some(pgs) = held.get(&d.id) else {
+                continue;
+            };
+            let objects: u64 = pgs.iter().map(|h| h.objects).sum();
+            for h in pgs {
+                let share =
+                    d.used_bytes as u128 * u128::from(h.objects) / u128::from(objects.max(1));
+                let size = sizes.entry(h.pg).or_default();
+                *size = (*size).max(u64::try_from(share).unwrap_or(u64::MAX));
             }
         }
     }
-    (moving > free).then(|| {
+    let mut short: Vec<String> = Vec::new();
+    for (dest, pgs) in arrivals_if_out(map, out) {
+        let Some(room) = devices.get(&dest) else {
+            continue;
+        };
+        let incoming: u64 = pgs.iter().filter_map(|pg| sizes.get(pg)).sum();
+        let free = room.limit.saturating_sub(room.used);
+        if incoming > free {
+            short.push(format!(
+                "{dest} would receive about {} ({} placement groups) with {} free below its \
+                 backfill-full limit ({}%)",
+                format_size_approx(incoming),
+                pgs.len(),
+                format_size_approx(free),
+                room.full
+            ));
+        }
+    }
+    (!short.is_empty()).then(|| {
         format!(
-            "too little room: its devices hold {} and the other devices have {} free below \
-             the backfill-full limit ({limit}%), so placement groups would stop moving at full \
-             devices (backfill_toofull)",
-            format_size(moving),
-            format_size(free)
+            "too little room: {}; placement groups would stop moving at full devices \
+             (backfill_toofull)",
+            short.join(", ")
         )
     })
+}
+
+/// A node's report and, for each of its devices, what it holds of each PG; `None` when the
+/// node does not answer.
+async fn report(
+    cluster: &Cluster,
+    node: NodeId,
+) -> Option<(NodeStatus, BTreeMap<DeviceId, Vec<HeldPg>>)> {
+    let status = crate::status::node_status(cluster, node).await.ok()?;
+    let mut held = BTreeMap::new();
+    for d in &status.devices {
+        let body = serde_json::to_vec(&AdminRequest::DevicePgs { device: d.id }).ok()?;
+        let answer = cluster
+            .call_node(node, Request::Admin { body: body.into() })
+            .await;
+        if let Ok(Response::Admin { body }) = answer
+            && let Ok(pgs) = serde_json::from_slice::<Vec<HeldPg>>(&body)
+        {
+            held.insert(d.id, pgs);
+        }
+    }
+    Some((status, held))
+}
+
+/// A device's use and room from its node's report.
+struct Room {
+    used: u64,
+    /// Bytes it may hold below its node's backfill-full limit.
+    limit: u64,
+    full: u8,
 }
 
 fn describe(s: &Shortfall, name: Option<&String>) -> String {

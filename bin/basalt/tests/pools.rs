@@ -215,6 +215,86 @@ fn a_drain_the_other_devices_have_no_room_for_is_refused() {
     up.stop();
 }
 
+/// The room check counts only the devices the data would move to: a pool of one device class
+/// drained off one of its two devices is refused when the other has too little room, although
+/// a device of another class, which the pool does not use, has plenty (before, the room of
+/// every device was summed, and the drain was accepted and then never finished).
+#[test]
+fn a_drain_counts_only_the_room_of_the_devices_its_data_would_move_to() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = Up::start(
+        dir.path(),
+        &UpOptions {
+            device_size: "64MiB",
+            volume_size: "16MiB",
+            extra: ["--nodes", "2", "--replicas", "1"]
+                .map(String::from)
+                .to_vec(),
+        },
+    );
+    up.cli_json(&[
+        "pool",
+        "create",
+        "fast",
+        "--replicas",
+        "1",
+        "--device-class",
+        "ssd",
+        "--pgs",
+        "16",
+    ]);
+    up.cli_json(&[
+        "volume", "create", "v", "--size", "128MiB", "--pool", "fast",
+    ]);
+    let status = up.cli_json(&["status"]);
+    let device = |n: usize| &status["nodes"][n]["status"]["devices"][0];
+    let capacity = device(0)["capacity_bytes"].as_u64().unwrap();
+    let mut c = NbdClient::connect(&up.nbd, "v").unwrap();
+    let chunk = vec![0x3C; 1 << 20];
+    for off in (0..capacity * 11 / 10).step_by(1 << 20) {
+        assert_eq!(c.write(off, &chunk, 0).unwrap(), 0, "write at {off}");
+    }
+    // A third node with a large device of another class.
+    let data = dir.path().join("node3");
+    std::fs::create_dir_all(&data).unwrap();
+    let big = format!("{}:1GiB:hdd", data.join("big.img").display());
+    let log = std::fs::File::create(data.join("node.log")).unwrap();
+    let _node3 = common::Proc(
+        std::process::Command::new(common::BASALT)
+            .args(["node", "--join"])
+            .arg(&up.dir)
+            .arg("--data")
+            .arg(&data)
+            .args(["--device", &big])
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
+    wait_until("the hdd device up", Duration::from_secs(60), || {
+        let devices = up.cli_json(&["device", "list"]);
+        devices
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d["class"] == "hdd" && d["up"] == true)
+    });
+    let node = status["nodes"][1]["id"].as_u64().unwrap().to_string();
+    fails_with(
+        &up,
+        &["node", "drain", &node, "--timeout", "20s"],
+        "too little room",
+    );
+    let devices = up.cli_json(&["device", "list"]);
+    for d in devices.as_array().unwrap() {
+        assert!(d["out"].is_null(), "marked out: {d}");
+    }
+    assert_eq!(c.read(0, 4096).unwrap(), Ok(vec![0x3C; 4096]));
+    c.disconnect();
+    up.stop();
+}
+
 /// A node of a local `basalt up --nodes` cluster drained, killed and removed: `basalt status`
 /// no longer lists it (the cluster file still names it) and health is back to ok.
 #[test]

@@ -42,4 +42,4 @@ pub use compute::{PlacementInput, PoolSpec, compute, is_candidate};
 pub use hash::{PG_HASH_SEED, pg_of};
 pub use liveness::{DownOut, down_out};
 pub use map::{ClusterMap, DeviceInfo, FailureDomain, NodeInfo, PgMap, PoolMap};
-pub use project::{Shortfall, shortfalls_if_out};
+pub use project::{Shortfall, arrivals_if_out, shortfalls_if_out};

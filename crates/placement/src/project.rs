@@ -7,8 +7,8 @@
 
 use crate::compute::{PlacementInput, PoolSpec, compute};
 use crate::map::{ClusterMap, FailureDomain, PoolMap};
-use basalt_types::{DeviceId, PoolId};
-use std::collections::BTreeSet;
+use basalt_types::{DeviceId, PgId, PoolId};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// How one pool would fare, after the change, where it fares worse than before.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -49,6 +49,29 @@ pub fn shortfalls_if_out(map: &ClusterMap, out: &[DeviceId]) -> Vec<Shortfall> {
         }
     }
     found
+}
+
+/// Where copies would move were `out` marked out: for each device, the PGs placement would
+/// give it (in their new `up` set) that it does not serve now (not in their `acting` set), so
+/// it would receive each by a backfill.
+pub fn arrivals_if_out(map: &ClusterMap, out: &[DeviceId]) -> BTreeMap<DeviceId, Vec<PgId>> {
+    let after = compute(Some(map), &input_of(map, out));
+    let mut arrivals: BTreeMap<DeviceId, Vec<PgId>> = BTreeMap::new();
+    for (id, pool) in &after.pools {
+        let Some(now) = map.pools.get(id) else {
+            continue;
+        };
+        for (i, (then, now)) in pool.pgs.iter().zip(&now.pgs).enumerate() {
+            let pg = PgId {
+                pool: *id,
+                pg: i as u32,
+            };
+            for d in then.up.iter().filter(|d| !now.acting.contains(d)) {
+                arrivals.entry(*d).or_default().push(pg);
+            }
+        }
+    }
+    arrivals
 }
 
 /// The placement input `map` was computed from, as far as the map tells it, with `out`
@@ -184,6 +207,34 @@ mod tests {
         assert_eq!(shortfalls_if_out(&map, &[DeviceId(100)]), []);
         let s = shortfalls_if_out(&map, &host(1, 3));
         assert_eq!((s[0].domains, s[0].short), (1, 64), "{s:?}");
+    }
+
+    #[test]
+    fn the_copies_of_a_device_out_arrive_on_the_others() {
+        // Four hosts of one device, two copies: every PG on the device out gets a new device
+        // (one it did not use), and nothing else moves to a device that served the PG.
+        let map = cluster(4, 1, 2, FailureDomain::Host);
+        let out = DeviceId(300);
+        let arrivals = arrivals_if_out(&map, &[out]);
+        assert!(!arrivals.contains_key(&out), "{arrivals:?}");
+        let pool = &map.pools[&PoolId(1)];
+        let on_out: Vec<u32> = (0..pool.pg_count)
+            .filter(|i| pool.pgs[*i as usize].acting.contains(&out))
+            .collect();
+        let mut arrived: Vec<u32> = arrivals.values().flatten().map(|pg| pg.pg).collect();
+        arrived.sort_unstable();
+        assert_eq!(arrived, on_out);
+        for (d, pgs) in &arrivals {
+            for pg in pgs {
+                assert!(!pool.pgs[pg.pg as usize].acting.contains(d), "{pg} on {d}");
+            }
+        }
+        // A device of another class, which the pool does not use, moves nothing.
+        let mut map = map;
+        map.devices
+            .insert(DeviceId(99), DeviceInfo::new(NodeId(9), "hdd", 100, 131072));
+        map.pools.get_mut(&PoolId(1)).unwrap().device_class = Some("ssd".into());
+        assert_eq!(arrivals_if_out(&map, &[DeviceId(99)]), BTreeMap::new());
     }
 
     #[test]
