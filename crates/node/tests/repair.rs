@@ -956,3 +956,79 @@ async fn repeated_checksum_errors_mark_a_device_down() {
         n.shutdown().await;
     }
 }
+
+/// A member holds a newer copy of an object that was never acknowledged (divergent), and every
+/// copy, of the acknowledged version and of the newer one, fails its checksum (a double media
+/// fault). Peering can roll back to nothing and forward to nothing: the divergent copy goes,
+/// the object is unfound (its read fails with the reason), and the rest of its PG goes active
+/// and serves. Before, the PG stayed incomplete ("no newer copy verifies") until a good copy
+/// came back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_divergent_object_with_no_good_copy_leaves_its_pg_serving() {
+    let mut t = three(|_| {}).await;
+    let client = t.c.client(Duration::from_secs(10)).await;
+    let objects = 24;
+    let vol = t.c.volume(&client, "v", objects * OBJECT).await;
+    write_all(&vol, objects, 1).await;
+    let map = t.c.map().await;
+    let bad = oid(&vol, 3);
+    let (pg, entry) = map.locate(&bad).unwrap();
+    let primary = map.primary(&bad).unwrap();
+    let k = |dev: DeviceId| (0..3).find(|k| device_of(&t.nodes[*k]) == dev).unwrap();
+    let r = k(*entry.acting.iter().find(|d| **d != primary).unwrap());
+    // The replica gets a newer version that nobody acknowledged, then every copy goes bad.
+    let dev_r = device_of(&t.nodes[r]);
+    let store = t.nodes[r].store_for_test(dev_r).unwrap();
+    let info = store.object_info(bad).await.unwrap().unwrap();
+    let newer = ObjectImage {
+        version: Version::new(info.version.epoch, info.version.seq + 1),
+        content: ObjectContent::Data {
+            data: pattern(3, 2),
+            // Every block of the object holds data.
+            allocated: vec![(1u64 << (OBJECT / 4096)) - 1],
+        },
+    };
+    store
+        .install(bad, newer, WriteOptions::durable().in_pg(pg.pg))
+        .await
+        .unwrap();
+    corrupt(&t.disks[r], 3, 2);
+    for (i, disk) in t.disks.iter().enumerate().filter(|(i, _)| *i != r) {
+        assert!(corrupt(disk, 3, 1) > 0, "disk {i}");
+    }
+    // The primary stops: its PGs peer on the other two.
+    let p = k(primary);
+    let stopped = t.nodes.remove(p);
+    stopped.shutdown().await;
+    t.c.map_where("the primary down", |m| !m.is_up(primary))
+        .await;
+    until("every PG active on the other two", || {
+        all_active(&t.nodes, false)
+    })
+    .await;
+    let read = vol.read(3 * OBJECT, OBJECT as u32).await;
+    assert!(
+        matches!(&read, Err(ClientError::Checksum(m)) if m.contains("unfound")),
+        "{:?}",
+        read.map(|b| (b.len(), b.iter().filter(|x| **x != 0).count()))
+    );
+    let in_pg: Vec<u64> = (0..objects)
+        .filter(|i| *i != 3 && map.locate(&oid(&vol, *i)).unwrap().0 == pg)
+        .collect();
+    assert!(!in_pg.is_empty(), "no other object in {pg}");
+    for i in in_pg {
+        let got = vol.read(i * OBJECT, OBJECT as u32).await.unwrap();
+        assert!(got == pattern(i, 1), "object {i} read back wrong");
+    }
+    let unfound: u64 = t
+        .nodes
+        .iter()
+        .flat_map(|n| n.status().pgs)
+        .filter(|s| s.pg == pg)
+        .map(|s| s.unfound_objects)
+        .sum();
+    assert_eq!(unfound, 1, "{pg} lists the object unfound");
+    for n in t.nodes {
+        n.shutdown().await;
+    }
+}

@@ -486,7 +486,8 @@ impl Pg {
     /// verifies becomes the authority instead, installed on every serving member that lacks it.
     /// Keeping a write that was never acknowledged is allowed (the client retries it anyway),
     /// and a divergent copy holds every acknowledged write (a member applies a PG's writes to
-    /// an object in order, and serves only once current).
+    /// an object in order, and serves only once current). When no divergent copy verifies
+    /// either, they are dropped and the object is left unfound.
     #[allow(clippy::too_many_arguments)]
     async fn roll_forward(
         &self,
@@ -539,11 +540,25 @@ impl Pg {
             v.behind.clear();
             return Ok(());
         }
+        // No copy of the object verifies anywhere: it is unfound (recovery lists it, its reads
+        // fail, the operator may give it up: `lost.rs`), and the rest of the PG serves. The
+        // divergent copies (never acknowledged, and bad or out of reach) go, so that no later
+        // peering trusts them; their members lack the object like any member behind. (Before,
+        // the PG stayed incomplete until a good copy came back.)
         self.repairs.unrepairable(1);
-        Err(format!(
-            "{oid}: every copy of {} fails its checksum and no newer copy verifies",
+        tracing::error!(
+            pg = %self.id, %oid, divergent = ?v.divergent,
+            "every copy of {} fails its checksum and no newer copy verifies: the divergent copies \
+             go and the object is unfound",
             v.auth.version()
-        ))
+        );
+        let (meta, data) = self.image(ctx, map, oid, &Auth::Absent).await?;
+        for d in std::mem::take(&mut v.divergent) {
+            self.put(ctx, map, d, term, oid, meta.clone(), data.clone())
+                .await?;
+            v.behind.push(d);
+        }
+        Ok(())
     }
 
     /// The authoritative image of `oid`.
