@@ -72,9 +72,9 @@ async fn placement(
 /// Where placement would move copies were `out` marked out (`arrivals_if_out`), against the
 /// room each receiving device has below its node's backfill-full limit, from the reports of
 /// the nodes that answer (a device whose node does not answer counts for nothing); `None`
-/// when every device has room for what it would receive. A PG's size is estimated from a
-/// device serving it: that device's used bytes shared among its PGs by their object counts
-/// (the largest such estimate).
+/// when every device has room for what it would receive. A PG's size is estimated from each
+/// device holding it: that device's used bytes shared among the PGs it holds by their object
+/// counts (the largest such estimate).
 async fn room(cluster: &Cluster, map: &ClusterMap, out: &[DeviceId]) -> Option<String> {
     let mut asked = tokio::task::JoinSet::new();
     for node in map.nodes.keys().copied() {

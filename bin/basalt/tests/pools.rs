@@ -164,36 +164,43 @@ fn pool_device_and_pg_commands() {
     up.stop();
 }
 
-/// `basalt node drain` refuses to move more data than the other devices have room for below
-/// the backfill-full limit (its placement groups would stop at full devices), saying how
-/// much; nothing is marked out. Forced, it goes ahead.
-#[test]
-fn a_drain_the_other_devices_have_no_room_for_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let up = Up::start(
-        dir.path(),
+/// `basalt up --nodes 2 --replicas 1` on 64 MiB devices, its default volume `volume_size`.
+fn two_small_nodes(dir: &std::path::Path, volume_size: &'static str) -> Up {
+    Up::start(
+        dir,
         &UpOptions {
             device_size: "64MiB",
-            volume_size: "128MiB",
+            volume_size,
             extra: ["--nodes", "2", "--replicas", "1"]
                 .map(String::from)
                 .to_vec(),
         },
-    );
+    )
+}
+
+/// Fills volume `name` with `byte` up to 1.1x a device's capacity: more than both devices
+/// hold below the backfill-full limit (90%) together. Returns the client and the status read
+/// before.
+fn fill_past_a_device(up: &Up, name: &str, byte: u8) -> (NbdClient, serde_json::Value) {
     let status = up.cli_json(&["status"]);
-    let device = |n: usize| &status["nodes"][n]["status"]["devices"][0];
-    let capacity = device(0)["capacity_bytes"].as_u64().unwrap();
-    // 1.1x a device's capacity: more than both devices hold below the limit (90%) together,
-    // so neither's data fits in the other's room, whichever way it is spread.
-    let mut c = NbdClient::connect(&up.nbd, "vol0").unwrap();
-    let chunk = vec![0x5A; 1 << 20];
+    let capacity = status["nodes"][0]["status"]["devices"][0]["capacity_bytes"]
+        .as_u64()
+        .unwrap();
+    let mut c = NbdClient::connect(&up.nbd, name).unwrap();
+    let chunk = vec![byte; 1 << 20];
     for off in (0..capacity * 11 / 10).step_by(1 << 20) {
         assert_eq!(c.write(off, &chunk, 0).unwrap(), 0, "write at {off}");
     }
+    (c, status)
+}
+
+/// Drains the second node of `status`: refused for too little room, nothing marked out.
+/// Returns the node's id. (Without the check the drain would wait for good: bounded here so
+/// that it fails.)
+fn drain_refused_for_room(up: &Up, status: &serde_json::Value) -> String {
     let node = status["nodes"][1]["id"].as_u64().unwrap().to_string();
-    // (Without the check the drain would wait for good: bounded here so that it fails.)
     fails_with(
-        &up,
+        up,
         &["node", "drain", &node, "--timeout", "20s"],
         "too little room",
     );
@@ -201,6 +208,19 @@ fn a_drain_the_other_devices_have_no_room_for_is_refused() {
     for d in devices.as_array().unwrap() {
         assert!(d["out"].is_null(), "marked out: {d}");
     }
+    node
+}
+
+/// `basalt node drain` refuses to move more data than the other devices have room for below
+/// the backfill-full limit (its placement groups would stop at full devices), saying how
+/// much; nothing is marked out. Forced, it goes ahead.
+#[test]
+fn a_drain_the_other_devices_have_no_room_for_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = two_small_nodes(dir.path(), "128MiB");
+    // Neither device's data fits in the other's room, whichever way it is spread.
+    let (mut c, status) = fill_past_a_device(&up, "vol0", 0x5A);
+    let node = drain_refused_for_room(&up, &status);
     // Forced: its devices are out (the moves stop at the backfill-full limit).
     up.cli_json(&["node", "drain", &node, "--force", "--no-wait"]);
     let devices = up.cli_json(&["device", "list"]);
@@ -222,16 +242,7 @@ fn a_drain_the_other_devices_have_no_room_for_is_refused() {
 #[test]
 fn a_drain_counts_only_the_room_of_the_devices_its_data_would_move_to() {
     let dir = tempfile::tempdir().unwrap();
-    let up = Up::start(
-        dir.path(),
-        &UpOptions {
-            device_size: "64MiB",
-            volume_size: "16MiB",
-            extra: ["--nodes", "2", "--replicas", "1"]
-                .map(String::from)
-                .to_vec(),
-        },
-    );
+    let up = two_small_nodes(dir.path(), "16MiB");
     up.cli_json(&[
         "pool",
         "create",
@@ -246,14 +257,7 @@ fn a_drain_counts_only_the_room_of_the_devices_its_data_would_move_to() {
     up.cli_json(&[
         "volume", "create", "v", "--size", "128MiB", "--pool", "fast",
     ]);
-    let status = up.cli_json(&["status"]);
-    let device = |n: usize| &status["nodes"][n]["status"]["devices"][0];
-    let capacity = device(0)["capacity_bytes"].as_u64().unwrap();
-    let mut c = NbdClient::connect(&up.nbd, "v").unwrap();
-    let chunk = vec![0x3C; 1 << 20];
-    for off in (0..capacity * 11 / 10).step_by(1 << 20) {
-        assert_eq!(c.write(off, &chunk, 0).unwrap(), 0, "write at {off}");
-    }
+    let (mut c, status) = fill_past_a_device(&up, "v", 0x3C);
     // A third node with a large device of another class.
     let data = dir.path().join("node3");
     std::fs::create_dir_all(&data).unwrap();
@@ -280,16 +284,7 @@ fn a_drain_counts_only_the_room_of_the_devices_its_data_would_move_to() {
             .iter()
             .any(|d| d["class"] == "hdd" && d["up"] == true)
     });
-    let node = status["nodes"][1]["id"].as_u64().unwrap().to_string();
-    fails_with(
-        &up,
-        &["node", "drain", &node, "--timeout", "20s"],
-        "too little room",
-    );
-    let devices = up.cli_json(&["device", "list"]);
-    for d in devices.as_array().unwrap() {
-        assert!(d["out"].is_null(), "marked out: {d}");
-    }
+    drain_refused_for_room(&up, &status);
     assert_eq!(c.read(0, 4096).unwrap(), Ok(vec![0x3C; 4096]));
     c.disconnect();
     up.stop();

@@ -21,6 +21,30 @@ use serde::{Deserialize, Serialize};
 pub struct PgInterval {
     pub epoch: Epoch,
     pub members: Vec<DeviceId>,
+    /// The round of the interval's latest term that went active: each records itself here
+    /// before it serves (absent in records written before this field: 0).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub round: u64,
+    /// Backfill targets (not members) that completed in term `round`: each got every write
+    /// that term acknowledged. A later term clears the list before it serves.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backfilled: Vec<DeviceId>,
+}
+
+impl PgInterval {
+    /// An interval of `members` at `epoch`, recorded by its term of round `round`.
+    pub fn new(epoch: Epoch, members: Vec<DeviceId>, round: u64) -> PgInterval {
+        PgInterval {
+            epoch,
+            members,
+            round,
+            backfilled: Vec::new(),
+        }
+    }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The history of one PG.

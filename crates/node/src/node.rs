@@ -440,7 +440,8 @@ impl Node {
 
     /// Resolves once the cluster removed this node (`basalt node remove`) while it was cut off
     /// from the metadata store, with why: it acknowledges nothing from then on (its lease is
-    /// gone and it cannot register again), and its process should stop.
+    /// gone and it cannot register again), and its process should stop (`basalt node` does; a
+    /// program that embeds a node must watch this itself).
     pub async fn removed(&self) -> String {
         let mut rx = self.shared.removed.subscribe();
         let why = rx.wait_for(|r| r.is_some()).await.map(|r| r.clone());

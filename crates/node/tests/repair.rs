@@ -1028,6 +1028,14 @@ async fn a_divergent_object_with_no_good_copy_leaves_its_pg_serving() {
         .map(|s| s.unfound_objects)
         .sum();
     assert_eq!(unfound, 1, "{pg} lists the object unfound");
+    // The divergent copy went; its member lacks the object, and is suspect for the PG (what
+    // it lacks proves nothing) until the object is recovered or given up.
+    let r = t.nodes.iter().position(|n| device_of(n) == dev_r).unwrap();
+    assert!(
+        store.object_info(bad).await.unwrap().is_none(),
+        "the divergent copy is still there: peering did not drop it"
+    );
+    assert!(t.nodes[r].status().devices[0].suspect_pgs >= 1);
     for n in t.nodes {
         n.shutdown().await;
     }

@@ -3,7 +3,10 @@
 //! `up` says where a PG should live; `acting` says where its data is. They differ after a
 //! placement change until the PG's primary reports the PG complete on its new `up` set (a
 //! ready record): only then does `acting` become `up`. So a PG is never served by a device
-//! that does not hold its data; a PG whose acting devices are all down is unavailable.
+//! that does not hold its data, with one exception: when every acting device is down and
+//! out (gone for good as far as placement knows), `acting` becomes `up` and the new primary's
+//! peering finds the data through the PG's history (or waits for it). A PG whose acting
+//! devices are all down but some still in is unavailable until one returns.
 
 use crate::compute::PlacementInput;
 use crate::map::{ClusterMap, PgMap, PoolMap};
@@ -43,7 +46,17 @@ fn pg_map(
                 .collect()
         })
         .unwrap_or_default();
-    let acting = if kept.is_empty() || ready == Some(&up) {
+    // Every device holding the data is gone for good as far as placement knows (down and
+    // out: a dead drive the operator or the down-out interval gave up on): the PG moves to its
+    // up set, whose primary peers with every device of the PG's history (the history names
+    // every device that served an interval that went active, and peering waits for one of each
+    // interval: data the out devices alone held stays out of reach, never lost, until one
+    // returns, and is then recovered from it). Before, such a PG waited for good for a device
+    // that no longer counted, although the devices of its last active interval held its data
+    // (an undersized PG that had moved onto one device, whose drive then died: cluster
+    // simulation seed 562635).
+    let gone = |d: &DeviceId| !next.is_up(*d) && next.devices.get(d).is_some_and(|i| !i.r#in);
+    let acting = if kept.iter().all(gone) || ready == Some(&up) {
         up.clone()
     } else {
         kept

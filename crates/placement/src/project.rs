@@ -52,8 +52,8 @@ pub fn shortfalls_if_out(map: &ClusterMap, out: &[DeviceId]) -> Vec<Shortfall> {
 }
 
 /// Where copies would move were `out` marked out: for each device, the PGs placement would
-/// give it (in their new `up` set) that it does not serve now (not in their `acting` set), so
-/// it would receive each by a backfill.
+/// give it (in their new `up` set) that it neither serves now nor is placed on already (not in
+/// their `acting` or `up` set), so it would receive each by a backfill this change starts.
 pub fn arrivals_if_out(map: &ClusterMap, out: &[DeviceId]) -> BTreeMap<DeviceId, Vec<PgId>> {
     let after = compute(Some(map), &input_of(map, out));
     let mut arrivals: BTreeMap<DeviceId, Vec<PgId>> = BTreeMap::new();
@@ -66,7 +66,8 @@ pub fn arrivals_if_out(map: &ClusterMap, out: &[DeviceId]) -> BTreeMap<DeviceId,
                 pool: *id,
                 pg: i as u32,
             };
-            for d in then.up.iter().filter(|d| !now.acting.contains(d)) {
+            let new = |d: &&DeviceId| !now.acting.contains(d) && !now.up.contains(d);
+            for d in then.up.iter().filter(new) {
                 arrivals.entry(*d).or_default().push(pg);
             }
         }

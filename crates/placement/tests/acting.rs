@@ -192,9 +192,18 @@ proptest! {
             if !may_move_up {
                 prop_assert_eq!(ups(&next), ups(&map), "{:?} moved up sets", ev);
             }
+            // Every device holding a PG's data down and out: placement gives it up, and the PG
+            // moves to its up set (its peering finds the data through its history).
+            let gone = |acting: &[DeviceId]| {
+                acting.iter().all(|d| {
+                    !next.is_up(*d) && next.devices.get(d).is_none_or(|i| !i.r#in)
+                })
+            };
             if matches!(ev, Event::Out(_) | Event::AddHost | Event::In(_)) {
                 for (a, b) in pgs(&map).iter().zip(pgs(&next)) {
-                    prop_assert_eq!(&a.acting, &b.acting, "{:?} moved an acting set", ev);
+                    if !gone(&a.acting) {
+                        prop_assert_eq!(&a.acting, &b.acting, "{:?} moved an acting set", ev);
+                    }
                 }
             }
             let spec = &inp.pools[&POOL];
@@ -205,10 +214,12 @@ proptest! {
                     holders[i] = after.up.iter().copied().collect();
                     prop_assert_eq!(&after.acting, &after.up, "a matching report flips acting");
                 } else if after.acting != before.acting {
+                    let held: Vec<DeviceId> = holders[i].iter().copied().collect();
                     prop_assert!(
-                        holders[i].is_empty(),
+                        gone(&held),
                         "pg {} moved acting {:?} -> {:?} with no report", i, before.acting, after.acting
                     );
+                    prop_assert_eq!(&after.acting, &after.up);
                     holders[i] = after.acting.iter().copied().collect();
                 }
                 prop_assert!(
@@ -249,6 +260,31 @@ fn a_down_device_keeps_up_and_acting_and_its_pgs_become_unavailable() {
     let third = compute(Some(&second), &inp);
     assert_eq!(ups(&third), ups(&first));
     assert_eq!(third.pools[&POOL].unavailable(&third), 0);
+}
+
+#[test]
+fn a_pg_whose_every_acting_device_is_down_and_out_moves_to_its_up_set() {
+    let inp = cluster(3, 1, 16, 1, FailureDomain::Host);
+    let first = compute(None, &inp);
+    // Device 300's node dies: its PGs stay on it, unavailable.
+    let mut down = inp.clone();
+    down.nodes.remove(&NodeId(3));
+    let second = compute(Some(&first), &down);
+    let on_300: Vec<usize> = (0..pgs(&second).len())
+        .filter(|i| pgs(&second)[*i].acting == [DeviceId(300)])
+        .collect();
+    assert!(!on_300.is_empty());
+    // Marked out too (the operator, or the down-out interval): they move to their up sets.
+    let mut out = down.clone();
+    out.devices.get_mut(&DeviceId(300)).expect("device").r#in = false;
+    let third = compute(Some(&second), &out);
+    for &i in &on_300 {
+        let pg = &pgs(&third)[i];
+        assert!(!pg.up.contains(&DeviceId(300)), "{pg:?}");
+        assert_eq!(pg.acting, pg.up, "pg {i}");
+        assert!(third.pg_primary(pg).is_some(), "pg {i} has a primary again");
+        assert_eq!(pg.since, third.epoch);
+    }
 }
 
 #[test]

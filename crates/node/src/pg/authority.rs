@@ -298,10 +298,7 @@ mod tests {
         PgHistory {
             intervals: intervals
                 .iter()
-                .map(|(e, m)| PgInterval {
-                    epoch: Epoch(*e),
-                    members: m.to_vec(),
-                })
+                .map(|(e, m)| PgInterval::new(Epoch(*e), m.to_vec(), 0))
                 .collect(),
             clean: Epoch(0),
             strays: Vec::new(),

@@ -12,7 +12,7 @@ use super::messages::{Held, ImageMeta, PeerAnswer, PeerMsg};
 use super::peering::{ask, entry_of};
 use super::{Ctx, Member, Pg};
 use basalt_engine::EngineError;
-use basalt_meta::PgReadyRecord;
+use basalt_meta::{MetaError, PgReadyRecord};
 use basalt_placement::ClusterMap;
 use basalt_types::{DeviceId, ObjectId, Term, Version};
 use std::collections::BTreeMap;
@@ -240,8 +240,44 @@ impl Pg {
             info,
         };
         ask(ctx, &map, dev, &msg).await?;
+        self.record_completion(ctx, term, dev).await;
         tracing::info!(pg = %self.id, device = %dev, "backfill of one target done");
         Ok(())
+    }
+
+    /// Lists `dev` in the history as complete in `term` (`peering.rs::completed_in`: it is then
+    /// a witness of the interval), while the history names `term` as the interval's last to
+    /// go active; else (a later term served, or `term` went no further than peered, below
+    /// `min_size`: its interval is not recorded) leaves it out, which only keeps it from being
+    /// a witness. By compare-and-swap, read again after a race.
+    async fn record_completion(&self, ctx: &Arc<Ctx>, term: Term, dev: DeviceId) {
+        for _ in 0..4 {
+            let Ok((mut history, revision)) = ctx.catalog.get_pg_history(self.id).await else {
+                return;
+            };
+            let Some(last) = history.intervals.last_mut() else {
+                return;
+            };
+            if last.epoch != term.interval
+                || last.round != term.round
+                || last.backfilled.contains(&dev)
+            {
+                return;
+            }
+            last.backfilled.push(dev);
+            match ctx
+                .catalog
+                .put_pg_history(self.id, &history, revision)
+                .await
+            {
+                Err(MetaError::HistoryChanged(_)) => continue,
+                Err(e) => {
+                    tracing::warn!(pg = %self.id, device = %dev, "recording the backfill's completion: {e}");
+                    return;
+                }
+                Ok(_) => return,
+            }
+        }
     }
 
     /// Copies again the objects written past the target's cursor that are now at or below
@@ -432,7 +468,7 @@ impl Pg {
     }
 
     /// Persists the target's backfill state (and lets it accept the term's writes).
-    pub(super) async fn mark_target(
+    async fn mark_target(
         &self,
         ctx: &Arc<Ctx>,
         map: &ClusterMap,

@@ -449,7 +449,11 @@ impl Pgs {
                 store,
                 st: Mutex::new(PgState {
                     generation: 0,
-                    promised: Term::new(info.promised_floor(), 0),
+                    // No older term than the one backfilling it (its record says so): a
+                    // message of an older generation still in flight cannot change it after a
+                    // restart.
+                    promised: Term::new(info.promised_floor(), 0)
+                        .max(info.backfill.map_or(Term::default(), |b| b.term)),
                     accepting: Term::default(),
                     led: Term::default(),
                     info,

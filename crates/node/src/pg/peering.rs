@@ -131,11 +131,12 @@ impl Pg {
                 "peering found objects to reconcile"
             );
         }
-        self.reset_divergent(ctx, &map, term, &serving, &copies, &mut verdicts)
+        let dropped = self
+            .reset_divergent(ctx, &map, term, &serving, &copies, &mut verdicts)
             .await?;
         // An interval below min_size acknowledges nothing: it needs no witness later.
         let new_history = match undersized {
-            None => extend(&history, interval, &serving),
+            None => extend(&history, term, &serving)?,
             Some(_) => history.clone(),
         };
         if new_history != history {
@@ -176,8 +177,10 @@ impl Pg {
                     backfill: None,
                     activated: interval,
                     // Suspect until it holds every authoritative version: recovery's
-                    // `publish_complete` clears it once nothing is missing.
-                    suspect: needs && holdings[dev].info.suspect,
+                    // `publish_complete` clears it once nothing is missing. So is a member
+                    // whose divergent copy of an object with no good copy went (`roll_forward`):
+                    // what it lacks then proves nothing.
+                    suspect: needs && (holdings[dev].info.suspect || dropped.contains(dev)),
                 },
             };
             self.activate(ctx, &map, *dev, term, info).await?;
@@ -439,7 +442,8 @@ impl Pg {
         serving: &[DeviceId],
         copies: &BTreeMap<ObjectId, authority::Copies>,
         verdicts: &mut BTreeMap<ObjectId, Verdict>,
-    ) -> Result<(), String> {
+    ) -> Result<BTreeSet<DeviceId>, String> {
+        let mut dropped = BTreeSet::new();
         for (oid, v) in verdicts.iter_mut().filter(|(_, v)| !v.divergent.is_empty()) {
             let c = &copies[oid];
             let (meta, data) = match v.auth {
@@ -458,8 +462,10 @@ impl Pg {
                     match search.found {
                         Some((_, meta, data)) => (meta, data),
                         None if search.bad.len() == holders.len() => {
-                            self.roll_forward(ctx, map, term, serving, c, *oid, v)
-                                .await?;
+                            dropped.extend(
+                                self.roll_forward(ctx, map, term, serving, c, *oid, v)
+                                    .await?,
+                            );
                             continue;
                         }
                         None => {
@@ -478,7 +484,7 @@ impl Pg {
                     .await?;
             }
         }
-        Ok(())
+        Ok(dropped)
     }
 
     /// Every copy of the authoritative version of `oid` fails its checksum (a partial-block
@@ -486,8 +492,9 @@ impl Pg {
     /// verifies becomes the authority instead, installed on every serving member that lacks it.
     /// Keeping a write that was never acknowledged is allowed (the client retries it anyway),
     /// and a divergent copy holds every acknowledged write (a member applies a PG's writes to
-    /// an object in order, and serves only once current). When no divergent copy verifies
-    /// either, they are dropped and the object is left unfound.
+    /// an object in order, and serves only once current). When every divergent copy fails its
+    /// checksum too, they are dropped and the object is left unfound; returns the devices they
+    /// were dropped from.
     #[allow(clippy::too_many_arguments)]
     async fn roll_forward(
         &self,
@@ -498,7 +505,8 @@ impl Pg {
         copies: &authority::Copies,
         oid: ObjectId,
         v: &mut Verdict,
-    ) -> Result<(), String> {
+    ) -> Result<Vec<DeviceId>, String> {
+        let mut bad = Vec::new();
         let mut newer: Vec<(Version, bool, DeviceId)> = v
             .divergent
             .iter()
@@ -516,7 +524,9 @@ impl Pg {
                 };
                 (meta, Bytes::new())
             } else {
-                match self.search(ctx, map, &[dev], &[], oid, version).await.found {
+                let search = self.search(ctx, map, &[dev], &[], oid, version).await;
+                bad.extend(search.bad);
+                match search.found {
                     Some((_, meta, data)) => (meta, data),
                     None => continue,
                 }
@@ -538,14 +548,22 @@ impl Pg {
             };
             v.divergent.clear();
             v.behind.clear();
-            return Ok(());
+            return Ok(Vec::new());
+        }
+        self.repairs.unrepairable(1);
+        if v.divergent.iter().any(|d| !bad.contains(d)) {
+            // A divergent copy that did not answer may be good: wait for it.
+            return Err(format!(
+                "{oid}: every copy of {} fails its checksum and no newer copy verifies",
+                v.auth.version()
+            ));
         }
         // No copy of the object verifies anywhere: it is unfound (recovery lists it, its reads
         // fail, the operator may give it up: `lost.rs`), and the rest of the PG serves. The
-        // divergent copies (never acknowledged, and bad or out of reach) go, so that no later
-        // peering trusts them; their members lack the object like any member behind. (Before,
-        // the PG stayed incomplete until a good copy came back.)
-        self.repairs.unrepairable(1);
+        // divergent copies (never acknowledged, and bad) go, so that no later peering trusts
+        // them; their members lack the object like any member behind, and are suspect
+        // (`peer`) so that what they lack proves nothing. (Before, the PG stayed incomplete
+        // until a good copy came back.)
         tracing::error!(
             pg = %self.id, %oid, divergent = ?v.divergent,
             "every copy of {} fails its checksum and no newer copy verifies: the divergent copies \
@@ -553,12 +571,13 @@ impl Pg {
             v.auth.version()
         );
         let (meta, data) = self.image(ctx, map, oid, &Auth::Absent).await?;
-        for d in std::mem::take(&mut v.divergent) {
-            self.put(ctx, map, d, term, oid, meta.clone(), data.clone())
+        let dropped = std::mem::take(&mut v.divergent);
+        for d in &dropped {
+            self.put(ctx, map, *d, term, oid, meta.clone(), data.clone())
                 .await?;
-            v.behind.push(d);
+            v.behind.push(*d);
         }
-        Ok(())
+        Ok(dropped)
     }
 
     /// The authoritative image of `oid`.
@@ -703,18 +722,11 @@ impl Pg {
             if !map.is_up(dev) || !holdings.contains_key(&dev) {
                 continue;
             }
-            let info = holdings[&dev].info;
-            let cursor = info
+            let cursor = holdings[&dev]
+                .info
                 .backfill
                 .filter(|b| b.term == term)
                 .and_then(|b| b.cursor);
-            // Complete in this interval (an older term's backfill of it finished), it is a
-            // witness of the interval (`completed_in`) while its record says so; but this
-            // term's writes reach it only once its backfill here covers them. So it is marked
-            // backfilling before the PG serves.
-            if info.backfill.is_none() && info.les == term.interval {
-                self.mark_target(ctx, map, term, dev, None).await?;
-            }
             let link = ctx.peers.link(map, dev).await.map_err(|e| e.to_string())?;
             out.push(Target {
                 member: Member { dev, link },
@@ -827,20 +839,23 @@ fn check_history(
     Ok(())
 }
 
-/// Whether `dev`, not a member of interval `i`, completed a backfill in it: its last activation
-/// is exactly `i` and its data is complete (`backfill.rs::backfill_one` activates a target so
-/// once it holds the primary's objects and every write of the term reaches it), and it is not
-/// suspect. It holds every write acknowledged in `i`: those before its completion it got
-/// from the backfill, those after it in the same term as any member (a write it fails is not
-/// acknowledged), and a later term of `i` marks it backfilling again before it serves
-/// ([`Pg::targets`]), which ends its claim. Without it, a PG moved by a backfill onto new
-/// devices stays incomplete when every member of its old interval dies before the new ones
-/// peer (one copy: the node drained, killed as the move completed).
+/// Whether `dev`, not a member of interval `i`, completed a backfill in the interval's last
+/// term that went active: the history lists it (`backfill.rs::record_completion`, by the
+/// primary of that term once the target was activated complete, and only while the history
+/// names that term: a later term clears the list before it serves, `extend`), and its own
+/// record does not contradict it (activated in `i` or later, complete, not suspect). It holds
+/// every write acknowledged in `i`: those of earlier terms and of this one before its
+/// completion it got from the backfill, the later ones of this term as any member (a write
+/// it fails is not acknowledged), and no later term of `i` served; what it got since only
+/// adds to that (an activation in a later interval, or a later backfill completed). Without it, a PG moved by a
+/// backfill onto new devices stays incomplete when every member of its old interval dies
+/// before the new ones peer (one copy: the node drained, killed as the move completed).
 fn completed_in(i: &PgInterval, dev: DeviceId, h: &Holding) -> bool {
-    !i.members.contains(&dev)
+    i.backfilled.contains(&dev)
+        && !i.members.contains(&dev)
         && !h.info.suspect
         && h.info.backfill.is_none()
-        && h.info.les == i.epoch
+        && h.info.les >= i.epoch
 }
 
 /// The devices whose data counts: they answered, hold complete data (no backfill under way),
@@ -872,7 +887,9 @@ fn sources(history: &PgHistory, holdings: &BTreeMap<DeviceId, Holding>) -> Vec<D
 /// complete when the history began); activated last before it, it proves the interval never
 /// went active (nothing was acknowledged in it). Else none is stale, and peering refuses them as
 /// before (a stale member's copy may then be the only one: one copy, or every other member
-/// suspect too).
+/// suspect too). A serving member still backfilling is stale too: a PG whose every acting
+/// device went down and out moved to its up set (`placement/src/acting.rs`), which may name a
+/// target whose backfill had not finished; it holds part of the data, none of it authoritative.
 fn stale(
     history: &PgHistory,
     serving: &[DeviceId],
@@ -885,7 +902,7 @@ fn stale(
         .filter(|d| {
             holdings
                 .get(d)
-                .is_some_and(|h| h.info.suspect && h.info.backfill.is_none())
+                .is_some_and(|h| h.info.suspect || h.info.backfill.is_some())
         })
         .copied()
         .collect();
@@ -913,16 +930,33 @@ fn used_round(holdings: &BTreeMap<DeviceId, Holding>, interval: Epoch) -> Option
         .max()
 }
 
-/// The history with `interval` appended (unless it is already the last).
-fn extend(history: &PgHistory, interval: Epoch, serving: &[DeviceId]) -> PgHistory {
+/// The history with the interval of `term` appended (unless it is already the last) and
+/// recorded as served by `term`: a later round of the same interval clears the backfill
+/// targets an earlier round saw complete (`completed_in`), since this term's writes reach
+/// them only as its own backfill covers them. Fails if a newer round recorded itself already.
+fn extend(history: &PgHistory, term: Term, serving: &[DeviceId]) -> Result<PgHistory, String> {
     let mut h = history.clone();
-    if h.last().is_none_or(|l| l.epoch < interval) {
-        h.intervals.push(PgInterval {
-            epoch: interval,
-            members: serving.to_vec(),
-        });
+    match h.intervals.last_mut() {
+        Some(l) if l.epoch == term.interval => {
+            if l.round > term.round {
+                return Err(format!(
+                    "round {} of interval {} went active already",
+                    l.round, l.epoch
+                ));
+            }
+            if l.round < term.round {
+                l.round = term.round;
+                l.backfilled.clear();
+            }
+        }
+        Some(l) if l.epoch > term.interval => {
+            return Err(format!("the history has a newer interval {}", l.epoch));
+        }
+        _ => h
+            .intervals
+            .push(PgInterval::new(term.interval, serving.to_vec(), term.round)),
     }
-    h
+    Ok(h)
 }
 
 /// What members lack, by object, and which devices hold the authoritative version.
@@ -965,9 +999,8 @@ mod tests {
         PgHistory {
             intervals: intervals
                 .iter()
-                .map(|(e, m)| PgInterval {
-                    epoch: Epoch(*e),
-                    members: m.iter().map(|d| DeviceId(*d)).collect(),
+                .map(|(e, m)| {
+                    PgInterval::new(Epoch(*e), m.iter().map(|d| DeviceId(*d)).collect(), 0)
                 })
                 .collect(),
             clean: Epoch(0),
@@ -1013,21 +1046,43 @@ mod tests {
 
     #[test]
     fn a_backfill_target_complete_in_an_interval_is_its_witness() {
-        // Interval 5 ran on device 1 alone; device 2 was backfilled in it and is complete.
-        let h = history(&[(5, &[1])]);
+        // Interval 5 ran on device 1 alone; device 2 was backfilled in its last term.
+        let mut h = history(&[(5, &[1])]);
+        let err = check_history(&h, &holdings(&[(2, holding(5, false))])).unwrap_err();
+        assert!(err.contains("interval e5"), "not listed: {err}");
+        h.intervals[0].backfilled = vec![DeviceId(2)];
         check_history(&h, &holdings(&[(2, holding(5, false))])).unwrap();
-        // Still backfilling, suspect, or last activated in another interval: no witness.
+        // Activated later (a member of a later interval): still holds what it got.
+        check_history(&h, &holdings(&[(2, holding(6, false))])).unwrap();
+        // Backfilling again, suspect, or last activated before the interval: no witness.
         let mut suspect = holding(5, false);
         suspect.info.suspect = true;
-        for h2 in [
-            holding(5, true),
-            suspect,
-            holding(4, false),
-            holding(6, false),
-        ] {
+        for h2 in [holding(5, true), suspect, holding(4, false)] {
             let err = check_history(&h, &holdings(&[(2, h2)])).unwrap_err();
             assert!(err.contains("interval e5"), "{err}");
         }
+    }
+
+    #[test]
+    fn a_later_term_of_an_interval_clears_its_completed_backfills() {
+        let term = |round| Term::new(Epoch(5), round);
+        let mut h = extend(&PgHistory::default(), term(1), &[DeviceId(1)]).unwrap();
+        assert_eq!(h.intervals[0].round, 1);
+        h.intervals[0].backfilled = vec![DeviceId(2)];
+        // The same term again: unchanged.
+        assert_eq!(extend(&h, term(1), &[DeviceId(1)]).unwrap(), h);
+        // A later round: recorded, the list cleared.
+        let later = extend(&h, term(2), &[DeviceId(1)]).unwrap();
+        assert_eq!(later.intervals.len(), 1);
+        assert_eq!(later.intervals[0].round, 2);
+        assert!(later.intervals[0].backfilled.is_empty());
+        // An older round, or an older interval than the history's last: refused.
+        assert!(extend(&later, term(1), &[DeviceId(1)]).is_err());
+        assert!(extend(&later, Term::new(Epoch(4), 9), &[DeviceId(1)]).is_err());
+        // A newer interval: appended with its round.
+        let next = extend(&later, Term::new(Epoch(7), 0), &[DeviceId(2)]).unwrap();
+        assert_eq!(next.intervals.len(), 2);
+        assert_eq!(next.intervals[0].backfilled, Vec::<DeviceId>::new());
     }
 
     #[test]

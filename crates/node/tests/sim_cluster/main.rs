@@ -491,3 +491,16 @@ fn a_backfill_takes_a_good_copy_from_a_target() {
     let r = check_config(cfg, false);
     assert!(r.acked > 0 && r.flips > 0, "{r:?}");
 }
+
+/// Seed 562635 (soak of 2026-11-27): a PG below `min_size` moved onto one device (the
+/// backfill of an up set of one while the other devices were down), whose drive then died and
+/// was replaced. Its acting set named only that dead, out device for good, though the devices
+/// of its last active interval held its data: no device served it after every fault healed.
+/// Now a PG whose every acting device is down and out moves to its up set
+/// (`placement/src/acting.rs`), and peering finds the data through its history.
+#[test]
+fn a_pg_whose_only_acting_device_died_for_good_peers_with_its_history() {
+    init_log();
+    let r = check_seed(562635, true);
+    assert!(r.acked > 0 && r.replacements == 1, "{r:?}");
+}

@@ -11,6 +11,20 @@ use bytes::Bytes;
 use std::time::Duration;
 use tokio::time::Instant;
 
+/// Three nodes of one device each, no faults drawn, a pool of `replicas` copies (`min_size`
+/// 1, 8 PGs), 64 blocks, 4 s leases.
+fn three_nodes(seed: u64, replicas: u8) -> Config {
+    let mut cfg = Config::draw(seed, false);
+    cfg.nodes = 3;
+    cfg.devices_per_node = 1;
+    cfg.replicas = replicas;
+    cfg.min_size = 1;
+    cfg.pg_count = 8;
+    cfg.blocks = 64;
+    cfg.lease_ttl = Duration::from_secs(4);
+    cfg
+}
+
 /// The content of block `i` in this test.
 fn block(i: u64) -> Bytes {
     let mut b = vec![0u8; BLOCK];
@@ -29,14 +43,7 @@ fn block(i: u64) -> Bytes {
 #[test]
 fn a_pg_whose_old_device_dies_as_its_backfill_completes_serves_from_the_new_one() {
     init_log();
-    let mut cfg = Config::draw(7, false);
-    cfg.nodes = 3;
-    cfg.devices_per_node = 1;
-    cfg.replicas = 1;
-    cfg.min_size = 1;
-    cfg.pg_count = 8;
-    cfg.blocks = 64;
-    cfg.lease_ttl = Duration::from_secs(4);
+    let cfg = three_nodes(7, 1);
     on_sim_runtime(cfg.seed, scenario(cfg));
 }
 
@@ -181,14 +188,7 @@ where
 #[test]
 fn a_node_removed_while_cut_off_learns_it_when_it_reaches_the_store_again() {
     init_log();
-    let mut cfg = Config::draw(8, false);
-    cfg.nodes = 3;
-    cfg.devices_per_node = 1;
-    cfg.replicas = 2;
-    cfg.min_size = 1;
-    cfg.pg_count = 8;
-    cfg.blocks = 64;
-    cfg.lease_ttl = Duration::from_secs(4);
+    let cfg = three_nodes(8, 2);
     on_sim_runtime(cfg.seed, removed_while_cut_off(cfg));
 }
 
