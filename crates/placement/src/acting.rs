@@ -4,7 +4,7 @@
 //! placement change until the PG's primary reports the PG complete on its new `up` set (a
 //! ready record): only then does `acting` become `up`. So a PG is never served by a device
 //! that does not hold its data, with one exception: when every acting device is down and
-//! out (gone for good as far as placement knows), `acting` becomes `up` and the new primary's
+//! marked out by the operator (gone for good as far as placement knows), `acting` becomes `up` and the new primary's
 //! peering finds the data through the PG's history (or waits for it). A PG whose acting
 //! devices are all down but some still in is unavailable until one returns.
 
@@ -47,7 +47,8 @@ fn pg_map(
         })
         .unwrap_or_default();
     // Every device holding the data is gone for good as far as placement knows (down and
-    // out: a dead drive the operator or the down-out interval gave up on): the PG moves to its
+    // marked out by the operator: a dead drive given up on; not the automatic down-out, after
+    // which a device that returns goes back in and serves its PGs at once): the PG moves to its
     // up set, whose primary peers with every device of the PG's history (the history names
     // every device that served an interval that went active, and peering waits for one of each
     // interval: data the out devices alone held stays out of reach, never lost, until one
@@ -55,7 +56,9 @@ fn pg_map(
     // that no longer counted, although the devices of its last active interval held its data
     // (an undersized PG that had moved onto one device, whose drive then died: cluster
     // simulation seed 562635).
-    let gone = |d: &DeviceId| !next.is_up(*d) && next.devices.get(d).is_some_and(|i| !i.r#in);
+    let gone = |d: &DeviceId| {
+        !next.is_up(*d) && next.devices.get(d).is_some_and(|i| !i.r#in && !i.auto_out)
+    };
     let acting = if kept.iter().all(gone) || ready == Some(&up) {
         up.clone()
     } else {

@@ -48,7 +48,8 @@ pub struct PgMap {
     /// The serving set is the acting members whose device is up, in acting order; the first
     /// of them is the primary. Empty serving set = PG unavailable (I/O waits, then fails);
     /// it is never handed to devices without its data, unless every acting device is down
-    /// and out (`acting.rs`: then the up set's primary finds the data by peering).
+    /// and marked out by the operator (`acting.rs`: then the up set's primary finds the data
+    /// by peering).
     pub acting: Vec<DeviceId>,
     /// The interval: the map epoch at which this PG's serving set (members and order) last
     /// changed. Replication fences sub-operations by it.

@@ -888,8 +888,9 @@ fn sources(history: &PgHistory, holdings: &BTreeMap<DeviceId, Holding>) -> Vec<D
 /// went active (nothing was acknowledged in it). Else none is stale, and peering refuses them as
 /// before (a stale member's copy may then be the only one: one copy, or every other member
 /// suspect too). A serving member still backfilling is stale too: a PG whose every acting
-/// device went down and out moved to its up set (`placement/src/acting.rs`), which may name a
-/// target whose backfill had not finished; it holds part of the data, none of it authoritative.
+/// device went down and was marked out moved to its up set (`placement/src/acting.rs`), which
+/// may name a target whose backfill had not finished; it holds part of the data, none of it
+/// authoritative.
 fn stale(
     history: &PgHistory,
     serving: &[DeviceId],

@@ -496,8 +496,8 @@ fn a_backfill_takes_a_good_copy_from_a_target() {
 /// backfill of an up set of one while the other devices were down), whose drive then died and
 /// was replaced. Its acting set named only that dead, out device for good, though the devices
 /// of its last active interval held its data: no device served it after every fault healed.
-/// Now a PG whose every acting device is down and out moves to its up set
-/// (`placement/src/acting.rs`), and peering finds the data through its history.
+/// Now a PG whose every acting device is down and marked out by the operator moves to its up
+/// set (`placement/src/acting.rs`), and peering finds the data through its history.
 #[test]
 fn a_pg_whose_only_acting_device_died_for_good_peers_with_its_history() {
     init_log();
