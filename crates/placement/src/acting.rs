@@ -4,9 +4,9 @@
 //! placement change until the PG's primary reports the PG complete on its new `up` set (a
 //! ready record): only then does `acting` become `up`. So a PG is never served by a device
 //! that does not hold its data, with one exception: when every acting device is down and
-//! marked out by the operator (gone for good as far as placement knows), `acting` becomes `up` and the new primary's
-//! peering finds the data through the PG's history (or waits for it). A PG whose acting
-//! devices are all down but some still in is unavailable until one returns.
+//! marked out by the operator (gone for good as far as placement knows), `acting` becomes
+//! `up` and the new primary's peering finds the data through the PG's history (or waits for
+//! it). Any other PG whose acting devices are all down is unavailable until one returns.
 
 use crate::compute::PlacementInput;
 use crate::map::{ClusterMap, PgMap, PoolMap};

@@ -847,9 +847,10 @@ fn check_history(
 /// every write acknowledged in `i`: those of earlier terms and of this one before its
 /// completion it got from the backfill, the later ones of this term as any member (a write
 /// it fails is not acknowledged), and no later term of `i` served; what it got since only
-/// adds to that (an activation in a later interval, or a later backfill completed). Without it, a PG moved by a
-/// backfill onto new devices stays incomplete when every member of its old interval dies
-/// before the new ones peer (one copy: the node drained, killed as the move completed).
+/// adds to that (an activation in a later interval, or a later backfill completed). Without
+/// it, a PG moved by a backfill onto new devices stays incomplete when every member of its old
+/// interval dies before the new ones peer (one copy: the node drained, killed as the move
+/// completed).
 fn completed_in(i: &PgInterval, dev: DeviceId, h: &Holding) -> bool {
     i.backfilled.contains(&dev)
         && !i.members.contains(&dev)
