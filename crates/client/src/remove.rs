@@ -163,9 +163,8 @@ async fn named_in_histories(
     let mut found = Vec::new();
     for (pg, _) in pgs(map) {
         let (history, _) = catalog.get_pg_history(pg).await?;
-        let mut named = history.intervals.iter().flat_map(|i| &i.members);
-        if let Some(d) = named.find(|d| ids.contains(d)) {
-            found.push((pg, *d));
+        if let Some(d) = history.devices().into_iter().find(|d| ids.contains(d)) {
+            found.push((pg, d));
         }
     }
     Ok(found)

@@ -66,12 +66,13 @@ impl PgHistory {
         self.intervals.last()
     }
 
-    /// Every device named by an interval.
+    /// Every device named by an interval: its members and the backfill targets listed complete
+    /// in it (they may be needed as its witnesses).
     pub fn devices(&self) -> Vec<DeviceId> {
         let mut all: Vec<DeviceId> = self
             .intervals
             .iter()
-            .flat_map(|i| i.members.iter().copied())
+            .flat_map(|i| i.members.iter().chain(&i.backfilled).copied())
             .collect();
         all.sort_unstable();
         all.dedup();

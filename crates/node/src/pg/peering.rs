@@ -64,6 +64,14 @@ impl Pg {
             .get_pg_history(self.id)
             .await
             .map_err(|e| e.to_string())?;
+        // A term in a round past every round of this interval that went active: after a
+        // restart this primary forgot its rounds, and the history's record of the interval
+        // (its round, the backfills it saw complete) belongs to an older term.
+        if let Some(last) = history.last().filter(|l| l.epoch == interval)
+            && self.term_of(generation)?.round <= last.round
+        {
+            self.raise_round(generation, last.round + 1)?;
+        }
         let mut candidates: BTreeSet<DeviceId> = serving.iter().copied().collect();
         candidates.extend(entry.up.iter().copied().filter(|d| map.is_up(*d)));
         candidates.extend(history.devices().into_iter().filter(|d| map.is_up(*d)));
@@ -550,7 +558,6 @@ impl Pg {
             v.behind.clear();
             return Ok(Vec::new());
         }
-        self.repairs.unrepairable(1);
         if v.divergent.iter().any(|d| !bad.contains(d)) {
             // A divergent copy that did not answer may be good: wait for it.
             return Err(format!(
@@ -558,6 +565,7 @@ impl Pg {
                 v.auth.version()
             ));
         }
+        self.repairs.unrepairable(1);
         // No copy of the object verifies anywhere: it is unfound (recovery lists it, its reads
         // fail, the operator may give it up: `lost.rs`), and the rest of the PG serves. The
         // divergent copies (never acknowledged, and bad) go, so that no later peering trusts
@@ -888,10 +896,12 @@ fn sources(history: &PgHistory, holdings: &BTreeMap<DeviceId, Holding>) -> Vec<D
 /// complete when the history began); activated last before it, it proves the interval never
 /// went active (nothing was acknowledged in it). Else none is stale, and peering refuses them as
 /// before (a stale member's copy may then be the only one: one copy, or every other member
-/// suspect too). A serving member still backfilling is stale too: a PG whose every acting
+/// suspect too). So is any other serving member that is not a source: a PG whose every acting
 /// device went down and was marked out moved to its up set (`placement/src/acting.rs`), which
-/// may name a target whose backfill had not finished; it holds part of the data, none of it
-/// authoritative.
+/// may name a target whose backfill had not finished, or a device that held the PG before its
+/// history began and was never made a target (a stray back in the up set); what it holds is
+/// not authoritative. A backfill target listed complete in an interval (`completed_in`) is a
+/// witness of it here too.
 fn stale(
     history: &PgHistory,
     serving: &[DeviceId],
@@ -900,12 +910,7 @@ fn stale(
 ) -> Vec<DeviceId> {
     let stale: Vec<DeviceId> = serving
         .iter()
-        .filter(|d| !sources.contains(d))
-        .filter(|d| {
-            holdings
-                .get(d)
-                .is_some_and(|h| h.info.suspect || h.info.backfill.is_some())
-        })
+        .filter(|d| !sources.contains(d) && holdings.contains_key(d))
         .copied()
         .collect();
     let witnessed = |i: &PgInterval| {
@@ -914,7 +919,9 @@ fn stale(
                 && holdings
                     .get(m)
                     .is_some_and(|h| !h.info.suspect && h.info.backfill.is_none())
-        })
+        }) || holdings
+            .iter()
+            .any(|(d, h)| !stale.contains(d) && completed_in(i, *d, h))
     };
     match history.intervals.iter().all(witnessed) {
         true => stale,
@@ -1185,6 +1192,39 @@ mod tests {
         let never = history(&[(14, &[40, 31, 11]), (47, &[40, 31, 11])]);
         let src = sources(&never, &all);
         assert_eq!(stale(&never, &serving, &src, &all), vec![DeviceId(11)]);
+    }
+
+    #[test]
+    fn a_serving_member_that_is_no_source_is_stale_while_every_interval_is_witnessed() {
+        // Interval 14 on 40 and 31; serving now (the up set, after every acting device was
+        // marked out): 50, part way through a backfill, and 60, a stray that held the PG before
+        // its history began. Both are compared and made current while 40 witnesses 14.
+        let mut part = holding(14, true);
+        part.objects = 2;
+        let mut stray = holding(9, false);
+        stray.objects = 3;
+        stray.last_update = Term::new(Epoch(9), 0).version(5).unwrap();
+        let h = history(&[(14, &[40, 31])]);
+        let all = holdings(&[(40, holding(14, false)), (50, part), (60, stray)]);
+        let serving = [DeviceId(50), DeviceId(60)];
+        let src = sources(&h, &all);
+        assert_eq!(src, vec![DeviceId(40)]);
+        assert_eq!(
+            stale(&h, &serving, &src, &all),
+            vec![DeviceId(50), DeviceId(60)]
+        );
+        // Nobody of interval 14 answered: nothing is reset.
+        let alone = holdings(&[(50, part), (60, stray)]);
+        assert!(stale(&h, &serving, &sources(&h, &alone), &alone).is_empty());
+        // A backfill target listed complete in 14 witnesses it instead.
+        let mut listed = h.clone();
+        listed.intervals[0].backfilled = vec![DeviceId(70)];
+        let with_target = holdings(&[(50, part), (60, stray), (70, holding(14, false))]);
+        let src = sources(&listed, &with_target);
+        assert_eq!(
+            stale(&listed, &serving, &src, &with_target),
+            vec![DeviceId(50), DeviceId(60)]
+        );
     }
 
     #[test]
