@@ -4,11 +4,12 @@
 use crate::connect::Common;
 use crate::output;
 use anyhow::Context;
+use basalt_client::Cluster;
 use basalt_meta::{DeviceRecord, OutReason};
 use basalt_node::{AdminRequest, HeldPg};
 use basalt_proto::{Request, Response};
-use basalt_types::DeviceId;
 use basalt_types::size::format_size_approx;
+use basalt_types::{DeviceId, NodeId};
 use clap::Subcommand;
 use serde::Serialize;
 
@@ -151,6 +152,23 @@ pub async fn run(cmd: DeviceCommand) -> anyhow::Result<()> {
     }
 }
 
+/// What device `id` of `node` holds of each PG (the node's `DevicePgs` answer).
+pub(crate) async fn held_pgs(
+    cluster: &Cluster,
+    node: NodeId,
+    id: DeviceId,
+) -> anyhow::Result<Vec<HeldPg>> {
+    let body = serde_json::to_vec(&AdminRequest::DevicePgs { device: id })?;
+    let answer = cluster
+        .call_node(node, Request::Admin { body: body.into() })
+        .await
+        .with_context(|| format!("asking {node} (the node of {id})"))?;
+    let Response::Admin { body } = answer else {
+        anyhow::bail!("unexpected answer from {node}: {answer:?}");
+    };
+    Ok(serde_json::from_slice(&body)?)
+}
+
 async fn pgs(id: DeviceId, common: Common) -> anyhow::Result<()> {
     let cluster = common.cluster.connect().await?;
     let record = cluster
@@ -160,15 +178,7 @@ async fn pgs(id: DeviceId, common: Common) -> anyhow::Result<()> {
         .into_iter()
         .find(|d| d.id == id)
         .with_context(|| format!("no device {id}; `basalt device list` shows the ids"))?;
-    let body = serde_json::to_vec(&AdminRequest::DevicePgs { device: id })?;
-    let answer = cluster
-        .call_node(record.node, Request::Admin { body: body.into() })
-        .await
-        .with_context(|| format!("asking {} (the node of {id})", record.node))?;
-    let Response::Admin { body } = answer else {
-        anyhow::bail!("unexpected answer from {}: {answer:?}", record.node);
-    };
-    let held: Vec<HeldPg> = serde_json::from_slice(&body)?;
+    let held = held_pgs(&cluster, record.node, id).await?;
     if common.json {
         return output::json(&held);
     }

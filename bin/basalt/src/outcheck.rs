@@ -7,9 +7,8 @@
 
 use anyhow::bail;
 use basalt_client::Cluster;
-use basalt_node::{AdminRequest, HeldPg, NodeStatus};
+use basalt_node::{HeldPg, NodeStatus};
 use basalt_placement::{ClusterMap, FailureDomain, Shortfall, arrivals_if_out, shortfalls_if_out};
-use basalt_proto::{Request, Response};
 use basalt_types::size::format_size_approx;
 use basalt_types::{DeviceId, NodeId, PgId, PoolId};
 use std::collections::BTreeMap;
@@ -143,13 +142,7 @@ async fn report(
     let status = crate::status::node_status(cluster, node).await.ok()?;
     let mut held = BTreeMap::new();
     for d in &status.devices {
-        let body = serde_json::to_vec(&AdminRequest::DevicePgs { device: d.id }).ok()?;
-        let answer = cluster
-            .call_node(node, Request::Admin { body: body.into() })
-            .await;
-        if let Ok(Response::Admin { body }) = answer
-            && let Ok(pgs) = serde_json::from_slice::<Vec<HeldPg>>(&body)
-        {
+        if let Ok(pgs) = crate::device::held_pgs(cluster, node, d.id).await {
             held.insert(d.id, pgs);
         }
     }
