@@ -1,4 +1,4 @@
-//! `basalt device list|out|in|clear-fault|remove|pgs|reweight`: the operator's side of device
+//! `basalt device list|out|in|clear-fault|lost|remove|pgs|reweight`: the operator's side of device
 //! state.
 
 use crate::connect::Common;
@@ -48,6 +48,21 @@ pub enum DeviceCommand {
     ClearFault {
         #[arg(value_parser = parse_device_id)]
         id: DeviceId,
+        #[command(flatten)]
+        common: Common,
+    },
+    /// Declare a device that is down lost for good (its drive destroyed, its host gone):
+    /// placement groups no longer wait for it when it held writes no device that answers
+    /// has, and serve from the devices left, GIVING UP those writes (an object reads as its
+    /// newest version on the devices left, or as zeros). Placement groups whose every other
+    /// copy is gone too still wait (`basalt pg mark-lost`). The device stays down and out for
+    /// good; to use the drive again, remove the device and erase it.
+    Lost {
+        #[arg(value_parser = parse_device_id)]
+        id: DeviceId,
+        /// Required: you accept that writes only this device held are lost.
+        #[arg(long)]
+        yes_i_really_mean_it: bool,
         #[command(flatten)]
         common: Common,
     },
@@ -139,6 +154,11 @@ pub async fn run(cmd: DeviceCommand) -> anyhow::Result<()> {
                 None => done(&common, &rec, "not faulty: nothing to clear"),
             }
         }
+        DeviceCommand::Lost {
+            id,
+            yes_i_really_mean_it,
+            common,
+        } => lost(id, yes_i_really_mean_it, common).await,
         DeviceCommand::Remove { id, common } => {
             let cluster = common.cluster.connect().await?;
             let rec = cluster.remove_device(id).await?;
@@ -150,6 +170,39 @@ pub async fn run(cmd: DeviceCommand) -> anyhow::Result<()> {
             done(&common, &rec, &format!("weight {weight}"))
         }
     }
+}
+
+/// `basalt device lost`: refused for a device the map has up (a device that serves is not
+/// lost) and without the confirmation.
+async fn lost(id: DeviceId, confirmed: bool, common: Common) -> anyhow::Result<()> {
+    if !confirmed {
+        anyhow::bail!(
+            "declaring {id} lost gives up every write only it holds: placement groups stop \
+             waiting for it and serve older data from the devices left; run again with \
+             --yes-i-really-mean-it if it is gone for good"
+        );
+    }
+    let cluster = common.cluster.connect().await?;
+    let rec = cluster
+        .catalog()
+        .get_device(id)
+        .await?
+        .with_context(|| format!("no device {id}; `basalt device list` shows the ids"))?;
+    if rec.lost {
+        return done(&common, &rec, "lost already");
+    }
+    if cluster.map().is_up(id) {
+        anyhow::bail!(
+            "{id} is up: only a device that is down may be declared lost (stop its node, or \
+             wait until the map marks it down)"
+        );
+    }
+    let rec = cluster.catalog().mark_device_lost(id).await?;
+    done(
+        &common,
+        &rec,
+        "lost: placement groups no longer wait for it; writes only it held are given up",
+    )
 }
 
 /// What device `id` of `node` holds of each PG (the node's `DevicePgs` answer).
@@ -250,6 +303,9 @@ async fn list(common: Common) -> anyhow::Result<()> {
         });
         if let Some(since) = v.down_since {
             state.push_str(&format!(" since {}", output::utc(since)));
+        }
+        if r.lost {
+            state.push_str(", lost");
         }
         if let Some(why) = &r.fault {
             state.push_str(&format!(", faulty: {why}"));

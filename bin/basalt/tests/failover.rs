@@ -214,6 +214,16 @@ fn a_dead_nodes_data_is_unavailable_never_zeros_and_comes_back_whole() {
 
     // kill -9 node b; its lease expires and the leader (a, or a after taking over) marks its
     // device down.
+    // Nor declared lost: not without the confirmation, and not while it is up.
+    let unconfirmed = c.cli(&["device", "lost", &db.to_string()]);
+    let err = String::from_utf8_lossy(&unconfirmed.stderr);
+    assert!(
+        !unconfirmed.status.success() && err.contains("--yes-i-really-mean-it"),
+        "{err}"
+    );
+    let up = c.cli(&["device", "lost", &db.to_string(), "--yes-i-really-mean-it"]);
+    let err = String::from_utf8_lossy(&up.stderr);
+    assert!(!up.status.success() && err.contains("is up"), "{err}");
     drop(b);
     wait_until("b's device down", Duration::from_secs(60), || !c.is_up(db));
     for &i in &on_b[..2] {

@@ -109,6 +109,11 @@ pub enum MetaError {
     )]
     DeviceRemoved { device: String, by: String, at: u64 },
     #[error(
+        "{0} was declared lost (`basalt device lost`): it stays down and out for good; to use \
+         the drive again, remove the device (`basalt device remove`) and erase it"
+    )]
+    DeviceLost(String),
+    #[error(
         "{node} was removed from the cluster (`{by}`, at unix time {at}): it may not register \
          again, its devices' data is stale; to use this host again start it as a new node: an \
          empty --data directory, and each device erased (at least its first and last MiB: a \

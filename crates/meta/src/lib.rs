@@ -55,8 +55,8 @@ pub use leader::{LeaderRecord, Leadership};
 pub use lease::KeepAlive;
 pub use map::{MAP_TXN_BYTES, StoredMap};
 pub use node::{
-    DeviceRecord, DeviceRegistration, DeviceState, LEFT_BEHIND, NodeRecord, OutReason,
-    default_weight,
+    DECLARED_LOST, DeviceRecord, DeviceRegistration, DeviceState, LEFT_BEHIND, NodeRecord,
+    OutReason, default_weight,
 };
 pub use pg_history::{PgHistory, PgInterval};
 pub use pg_ready::PgReadyRecord;

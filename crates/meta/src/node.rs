@@ -69,11 +69,20 @@ pub struct DeviceRecord {
     /// operator clears it (`basalt device clear-fault`, [`Catalog::clear_device_fault`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fault: Option<String>,
+    /// An operator declared the device lost for good (`basalt device lost`,
+    /// [`Catalog::mark_device_lost`]): peering no longer waits for it, giving up the writes
+    /// only it held. It stays down and out for good (its fault says why); to use the drive
+    /// again, remove the device and erase it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lost: bool,
 }
 
 /// How the fault of a device its node started without begins (`basalt_node`'s
 /// `devices.rs::report_missing`); only such a device may be removed (`basalt device remove`).
 pub const LEFT_BEHIND: &str = "not among the devices of its node when the node started";
+
+/// The fault of a device an operator declared lost ([`Catalog::mark_device_lost`]).
+pub const DECLARED_LOST: &str = "declared lost by an operator (`basalt device lost`)";
 
 impl DeviceRecord {
     /// Whether its node started without it (its drive removed or replaced), by its fault.
@@ -292,9 +301,15 @@ impl Catalog {
 
     /// The operator's `basalt device clear-fault`: the device (replaced, or checked) is trusted
     /// again: no fault, and up (its node reports it down again at once if it still finds it
-    /// faulty). A device without a fault is left as it is.
+    /// faulty). A device without a fault is left as it is; one declared lost is refused.
     pub async fn clear_device_fault(&self, id: DeviceId) -> Result<DeviceRecord, MetaError> {
+        if self.get_device(id).await?.is_some_and(|d| d.lost) {
+            return Err(MetaError::DeviceLost(id.to_string()));
+        }
         self.change_device(id, |d| {
+            if d.lost {
+                return false;
+            }
             let changed = d.fault.is_some();
             if changed {
                 d.fault = None;
@@ -305,13 +320,38 @@ impl Catalog {
         .await
     }
 
+    /// The operator's `basalt device lost`: the device is gone for good. It is marked lost,
+    /// down, out by the operator and faulty (so a registration keeps it down); peering stops
+    /// waiting for it (`basalt_node`'s `pg/peering.rs::check_history`). The caller checks that
+    /// the map has it down; its node reports a device that still works up again, which the
+    /// fault prevents, so a lost device never serves again. A fault its node reported stays
+    /// (a device its node started without may then be removed: [`DeviceRecord::left_behind`]).
+    pub async fn mark_device_lost(&self, id: DeviceId) -> Result<DeviceRecord, MetaError> {
+        self.change_device(id, |d| {
+            let changed = !d.lost;
+            d.lost = true;
+            d.state = DeviceState::Down;
+            d.out = Some(OutReason::Operator);
+            d.fault.get_or_insert_with(|| DECLARED_LOST.to_string());
+            changed
+        })
+        .await
+    }
+
     /// Marks a device out (`Some(reason)`) or in (`None`): the operator's `device out|in`.
+    /// A device declared lost stays out.
     pub async fn set_device_out(
         &self,
         id: DeviceId,
         out: Option<OutReason>,
     ) -> Result<DeviceRecord, MetaError> {
+        if out.is_none() && self.get_device(id).await?.is_some_and(|d| d.lost) {
+            return Err(MetaError::DeviceLost(id.to_string()));
+        }
         self.change_device(id, |d| {
+            if d.lost && out.is_none() {
+                return false;
+            }
             if d.state == DeviceState::Out {
                 d.state = DeviceState::Up;
             }
@@ -399,6 +439,7 @@ fn registered(
             state: DeviceState::Up,
             out: None,
             fault: None,
+            lost: false,
         });
     };
     if d.node != reg.node {

@@ -41,6 +41,11 @@ impl PgInterval {
             backfilled: Vec::new(),
         }
     }
+
+    /// Its members and the backfill targets listed complete in it (each may be its witness).
+    pub fn devices(&self) -> impl Iterator<Item = DeviceId> + Clone + '_ {
+        self.members.iter().chain(&self.backfilled).copied()
+    }
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -72,7 +77,7 @@ impl PgHistory {
         let mut all: Vec<DeviceId> = self
             .intervals
             .iter()
-            .flat_map(|i| i.members.iter().chain(&i.backfilled).copied())
+            .flat_map(PgInterval::devices)
             .collect();
         all.sort_unstable();
         all.dedup();

@@ -1040,3 +1040,64 @@ async fn a_divergent_object_with_no_good_copy_leaves_its_pg_serving() {
         n.shutdown().await;
     }
 }
+
+/// Every device of an interval dies for good (two copies: one node stopped, writes went on on
+/// the other, which then died too). The first node returns: its PGs wait, incomplete, since
+/// the dead device may hold writes no other has. The operator declares that device lost
+/// (`basalt device lost`): the PGs serve again from the node left, with the data it holds
+/// (the writes only the lost device held are given up), and take new writes. Before, the only
+/// way out was `basalt pg mark-lost`, which serves the PG empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pg_waiting_for_a_device_lost_for_good_serves_once_the_operator_declares_it_lost() {
+    let c = Cluster::new().await;
+    let disks: Vec<SimDisk> = (0..2).map(|_| SimDisk::new(DISK)).collect();
+    let mut nodes = vec![
+        c.node("a", &disks[0], |_| {}).await,
+        c.node("b", &disks[1], |_| {}).await,
+    ];
+    c.pool(2, 1).await;
+    until("every PG clean", || all_active(&nodes, true)).await;
+    let b = nodes.pop().unwrap();
+    let a = nodes.pop().unwrap();
+    let client = c.client(Duration::from_secs(10)).await;
+    let objects = 8;
+    let vol = c.volume(&client, "v", objects * OBJECT).await;
+    write_all(&vol, objects, 1).await;
+    let (dev_a, dev_b) = (device_of(&a), device_of(&b));
+    a.shutdown().await;
+    c.map_where("a's device down", |m| !m.is_up(dev_a)).await;
+    write_all(&vol, objects, 2).await;
+    b.shutdown().await;
+    // With no node left nobody leads: a, back, marks b's device down.
+    let a = c.node("a", &disks[0], |_| {}).await;
+    c.map_where("b's device down", |m| !m.is_up(dev_b) && m.is_up(dev_a))
+        .await;
+    until("every PG incomplete, waiting for b's device", || {
+        let pgs = a.status().pgs;
+        pgs.len() == PGS as usize
+            && pgs.iter().all(|p| {
+                p.status.state == "incomplete"
+                    && p.status.why.as_ref().is_some_and(|w| {
+                        w.contains(&format!("{dev_b}")) && w.contains("basalt device lost")
+                    })
+            })
+    })
+    .await;
+    c.catalog.mark_device_lost(dev_b).await.unwrap();
+    until("every PG active on a", || {
+        all_active(std::slice::from_ref(&a), false)
+    })
+    .await;
+    for i in 0..objects {
+        let got = vol.read(i * OBJECT, OBJECT as u32).await.unwrap();
+        assert!(got == pattern(i, 1), "object {i}: not what a held");
+    }
+    write_all(&vol, objects, 3).await;
+    for i in 0..objects {
+        let got = vol.read(i * OBJECT, OBJECT as u32).await.unwrap();
+        assert!(got == pattern(i, 3), "object {i}: the new write");
+    }
+    let rec = c.catalog.get_device(dev_b).await.unwrap().unwrap();
+    assert!(rec.lost && !rec.is_in() && rec.state == DeviceState::Down);
+    a.shutdown().await;
+}

@@ -323,6 +323,7 @@ pub(crate) async fn catalog_nodes_live_under_a_lease_and_devices_persist(h: Harn
         state: DeviceState::Up,
         out: None,
         fault: None,
+        lost: false,
     };
     c.put_device(&dev).await?;
     ensure!(dev.weight == 100);
@@ -338,5 +339,33 @@ pub(crate) async fn catalog_nodes_live_under_a_lease_and_devices_persist(h: Harn
         "the node record goes with its lease"
     );
     ensure!(c.list_devices().await?.len() == 1, "device records stay");
+    // Declared lost: down, out and faulty for good; neither clear-fault nor `in` undoes it,
+    // and registering it again keeps it down.
+    let lost = c.mark_device_lost(DeviceId(7)).await?;
+    ensure!(lost.lost && lost.state == DeviceState::Down && !lost.is_in());
+    ensure!(lost.fault.as_deref() == Some(basalt_meta::DECLARED_LOST));
+    ensure!(matches!(
+        c.clear_device_fault(DeviceId(7)).await,
+        Err(MetaError::DeviceLost(_))
+    ));
+    ensure!(matches!(
+        c.set_device_out(DeviceId(7), None).await,
+        Err(MetaError::DeviceLost(_))
+    ));
+    let reg = basalt_meta::DeviceRegistration {
+        id: DeviceId(7),
+        node: NodeId(3),
+        path: "/dev/vdb".into(),
+        class: "ssd".into(),
+        capacity: 100 << 30,
+        object_size: 131072,
+    };
+    let again = c.register_device(&reg).await?;
+    ensure!(again.lost && again.state == DeviceState::Down && !again.is_in());
+    // A fault its node reported (it started without the device) stays: it may be removed.
+    let missing = format!("{} (it was at /dev/vdb)", basalt_meta::LEFT_BEHIND);
+    c.report_device_fault(DeviceId(7), &missing).await?;
+    let kept = c.mark_device_lost(DeviceId(7)).await?;
+    ensure!(kept.lost && kept.left_behind(), "{kept:?}");
     Ok(())
 }

@@ -77,7 +77,17 @@ impl Pg {
         candidates.extend(history.devices().into_iter().filter(|d| map.is_up(*d)));
         let (term, holdings) = self.query_all(ctx, &map, generation, &candidates).await?;
         check_answers(&map, &history, &serving, &holdings, interval)?;
-        check_history(&history, &holdings)?;
+        if let Err(why) = check_history(&history, &holdings, &BTreeSet::new()) {
+            let lost = lost_devices(ctx, &history, &holdings).await?;
+            if lost.is_empty() {
+                return Err(why);
+            }
+            for i in check_history(&history, &holdings, &lost)? {
+                tracing::warn!(pg = %self.id, interval = %i.epoch, members = ?i.members,
+                    "every device of the interval that was not reached is declared lost: writes \
+                     acknowledged only there are given up");
+            }
+        }
         let sources = sources(&history, &holdings);
         let stale = stale(&history, &serving, &sources, &holdings);
         if let Some(d) = serving
@@ -822,10 +832,21 @@ fn check_answers(
 /// member (its store dropped a journal tail: it may lack acknowledged writes, even its
 /// activation) is neither, unless every member of the interval answered (nobody knows more).
 /// A backfill target that completed in the interval is a witness too ([`completed_in`]).
-fn check_history(
-    history: &PgHistory,
+///
+/// An interval with neither is given up (returned) when every device it names that did not
+/// answer is in `lost` (an operator declared it gone for good: `basalt device lost`), so long
+/// as a device that answered took part in the history (else nothing holds the PG's data, and
+/// serving it empty is `basalt pg mark-lost`'s decision, not this one's).
+fn check_history<'h>(
+    history: &'h PgHistory,
     holdings: &BTreeMap<DeviceId, Holding>,
-) -> Result<(), String> {
+    lost: &BTreeSet<DeviceId>,
+) -> Result<Vec<&'h PgInterval>, String> {
+    let first = history.intervals.first().map_or(Epoch(0), |i| i.epoch);
+    let survivor = holdings
+        .values()
+        .any(|h| h.info.backfill.is_none() && h.info.les >= first);
+    let mut given_up = Vec::new();
     for i in &history.intervals {
         let answered: Vec<&Holding> = i.members.iter().filter_map(|d| holdings.get(d)).collect();
         let all = answered.len() == i.members.len();
@@ -836,15 +857,59 @@ fn check_history(
             .any(|h| h.info.backfill.is_none() && h.info.les >= i.epoch)
             || holdings.iter().any(|(d, h)| completed_in(i, *d, h));
         let never_active = answered.iter().filter(counts).any(|h| h.info.les < i.epoch);
-        if !witness && !never_active {
+        if witness || never_active {
+            continue;
+        }
+        // Only the devices that did not answer can be lost; when every device answered and
+        // none is a witness, no declaration about other devices gives the interval up.
+        let unreached: Vec<DeviceId> = i.devices().filter(|d| !holdings.contains_key(d)).collect();
+        if unreached.is_empty() || !unreached.iter().all(|d| lost.contains(d)) {
             return Err(format!(
-                "no device of interval {} ({:?}) is reachable: it may hold acknowledged writes no \
-                 other device has",
-                i.epoch, i.members
+                "no device of interval {} ({}) is reachable: it may hold acknowledged writes no \
+                 other device has (if its devices are gone for good, `basalt device lost ID` \
+                 gives those writes up)",
+                i.epoch,
+                names(&i.members)
             ));
         }
+        if !survivor {
+            return Err(format!(
+                "every device of interval {} ({}) that may hold its writes is declared lost, \
+                 and no device that answered took part in the PG's history: none holds its data \
+                 (`basalt pg mark-lost` gives it up)",
+                i.epoch,
+                names(&i.members)
+            ));
+        }
+        given_up.push(i);
     }
-    Ok(())
+    Ok(given_up)
+}
+
+/// `dev.1, dev.2`.
+fn names(devices: &[DeviceId]) -> String {
+    let names: Vec<String> = devices.iter().map(DeviceId::to_string).collect();
+    names.join(", ")
+}
+
+/// The devices named by `history` that did not answer and that an operator declared lost
+/// (their records say so: `basalt device lost`). Read only when peering would otherwise wait.
+async fn lost_devices(
+    ctx: &Ctx,
+    history: &PgHistory,
+    holdings: &BTreeMap<DeviceId, Holding>,
+) -> Result<BTreeSet<DeviceId>, String> {
+    let mut lost = BTreeSet::new();
+    for d in history.devices() {
+        if holdings.contains_key(&d) {
+            continue;
+        }
+        let rec = ctx.catalog.get_device(d).await.map_err(|e| e.to_string())?;
+        if rec.is_some_and(|r| r.lost) {
+            lost.insert(d);
+        }
+    }
+    Ok(lost)
 }
 
 /// Whether `dev`, not a member of interval `i`, completed a backfill in the interval's last
@@ -1043,31 +1108,77 @@ mod tests {
     fn an_interval_needs_a_reachable_witness() {
         // Interval 5 ran on devices 1 and 2; only device 3 (not a member) answers.
         let h = history(&[(5, &[1, 2]), (7, &[3])]);
-        let err = check_history(&h, &holdings(&[(3, holding(7, false))])).unwrap_err();
+        let err = check_history(&h, &holdings(&[(3, holding(7, false))]), &none()).unwrap_err();
         assert!(err.contains("interval e5"), "{err}");
         // Device 2 answers and was activated in 5: a witness.
         check_history(
             &h,
             &holdings(&[(2, holding(5, false)), (3, holding(7, false))]),
+            &none(),
         )
         .unwrap();
+    }
+
+    fn none() -> BTreeSet<DeviceId> {
+        BTreeSet::new()
+    }
+
+    fn lost(ds: &[u32]) -> BTreeSet<DeviceId> {
+        ds.iter().map(|d| DeviceId(*d)).collect()
+    }
+
+    /// An interval no device of which answered is given up only when every such device is
+    /// declared lost, and only while a device that answered took part in the history.
+    #[test]
+    fn an_interval_whose_unreached_devices_are_lost_is_given_up() {
+        // Interval 5 ran on 1 and 2, interval 7 on 2 alone; 1 answers (activated in 5).
+        let h = history(&[(5, &[1, 2]), (7, &[2])]);
+        let one = holdings(&[(1, holding(5, false))]);
+        let err = check_history(&h, &one, &none()).unwrap_err();
+        assert!(
+            err.contains("interval e7") && err.contains("device lost"),
+            "{err}"
+        );
+        let given_up = check_history(&h, &one, &lost(&[2])).unwrap();
+        assert_eq!(
+            given_up.iter().map(|i| i.epoch).collect::<Vec<_>>(),
+            [Epoch(7)]
+        );
+        // A device lost but another of the interval not: still waits for that one.
+        let h2 = history(&[(5, &[1, 2]), (7, &[2, 3])]);
+        let err = check_history(&h2, &one, &lost(&[2])).unwrap_err();
+        assert!(err.contains("interval e7"), "{err}");
+        // A backfill target listed complete in it that did not answer counts as its device.
+        let mut h3 = history(&[(5, &[1, 2]), (7, &[2])]);
+        h3.intervals[1].backfilled.push(DeviceId(4));
+        check_history(&h3, &one, &lost(&[2])).unwrap_err();
+        check_history(&h3, &one, &lost(&[2, 4])).unwrap();
+        // Every device of interval 7 answered, none a witness (backfilling again): a device
+        // lost elsewhere in the history gives nothing up.
+        let h4 = history(&[(5, &[1, 3]), (7, &[2])]);
+        let busy = holdings(&[(1, holding(5, false)), (2, holding(7, true))]);
+        check_history(&h4, &busy, &lost(&[3])).unwrap_err();
+        // Only a device that never took part answered: nothing holds the data.
+        let stranger = holdings(&[(9, holding(0, false))]);
+        let err = check_history(&h, &stranger, &lost(&[1, 2])).unwrap_err();
+        assert!(err.contains("pg mark-lost"), "{err}");
     }
 
     #[test]
     fn a_backfill_target_complete_in_an_interval_is_its_witness() {
         // Interval 5 ran on device 1 alone; device 2 was backfilled in its last term.
         let mut h = history(&[(5, &[1])]);
-        let err = check_history(&h, &holdings(&[(2, holding(5, false))])).unwrap_err();
+        let err = check_history(&h, &holdings(&[(2, holding(5, false))]), &none()).unwrap_err();
         assert!(err.contains("interval e5"), "not listed: {err}");
         h.intervals[0].backfilled = vec![DeviceId(2)];
-        check_history(&h, &holdings(&[(2, holding(5, false))])).unwrap();
+        check_history(&h, &holdings(&[(2, holding(5, false))]), &none()).unwrap();
         // Activated later (a member of a later interval): still holds what it got.
-        check_history(&h, &holdings(&[(2, holding(6, false))])).unwrap();
+        check_history(&h, &holdings(&[(2, holding(6, false))]), &none()).unwrap();
         // Backfilling again, suspect, or last activated before the interval: no witness.
         let mut suspect = holding(5, false);
         suspect.info.suspect = true;
         for h2 in [holding(5, true), suspect, holding(4, false)] {
-            let err = check_history(&h, &holdings(&[(2, h2)])).unwrap_err();
+            let err = check_history(&h, &holdings(&[(2, h2)]), &none()).unwrap_err();
             assert!(err.contains("interval e5"), "{err}");
         }
     }
@@ -1097,7 +1208,7 @@ mod tests {
     #[test]
     fn a_member_still_backfilling_is_no_witness() {
         let h = history(&[(5, &[1, 2])]);
-        let err = check_history(&h, &holdings(&[(2, holding(5, true))])).unwrap_err();
+        let err = check_history(&h, &holdings(&[(2, holding(5, true))]), &none()).unwrap_err();
         assert!(err.contains("interval e5"), "{err}");
     }
 
@@ -1111,12 +1222,12 @@ mod tests {
             h.info.suspect = true;
             h
         };
-        let err = check_history(&h, &holdings(&[(2, suspect(5))])).unwrap_err();
+        let err = check_history(&h, &holdings(&[(2, suspect(5))]), &none()).unwrap_err();
         assert!(err.contains("interval e5"), "{err}");
-        let err = check_history(&h, &holdings(&[(2, suspect(3))])).unwrap_err();
+        let err = check_history(&h, &holdings(&[(2, suspect(3))]), &none()).unwrap_err();
         assert!(err.contains("interval e5"), "{err}");
         // Every member answered, both suspect (a power loss of both): nobody knows more.
-        check_history(&h, &holdings(&[(1, suspect(5)), (2, suspect(5))])).unwrap();
+        check_history(&h, &holdings(&[(1, suspect(5)), (2, suspect(5))]), &none()).unwrap();
     }
 
     #[test]
@@ -1124,7 +1235,7 @@ mod tests {
         // Device 1 was last activated in 3: interval 5, which names it, never activated it,
         // so interval 5 never served a write.
         let h = history(&[(5, &[1, 2])]);
-        check_history(&h, &holdings(&[(1, holding(3, false))])).unwrap();
+        check_history(&h, &holdings(&[(1, holding(3, false))]), &none()).unwrap();
     }
 
     #[test]

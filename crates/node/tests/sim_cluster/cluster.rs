@@ -428,9 +428,11 @@ impl SimCluster {
         Some((dev, byte))
     }
 
-    /// A drive of killed slot `i` dies while its node is down: the operator marks it out and
-    /// puts a blank drive (a new device) in its place, so the copies it held are gone for good
-    /// and must be rebuilt from the others. Only where they can be: every object and tombstone
+    /// A drive of killed slot `i` dies while its node is down: the operator marks it out,
+    /// declares it lost (`basalt device lost`: its data is gone, so PGs must not wait for it
+    /// where it was an interval's one witness that is not suspect) and puts a blank drive (a
+    /// new device) in its place, so the copies it held are gone for good and must be rebuilt
+    /// from the others. Only where they can be: every object and tombstone
     /// of its crash image is held, at its version or newer, by a device of another running
     /// node; no other device had a bit flipped in them or its journal tail damaged (its copies
     /// would be suspect). Once per run. Returns the old and the new device.
@@ -453,6 +455,8 @@ impl SimCluster {
         self.slots[i].disks[k] = self.blank_disk(new);
         self.slots[i].devices[k] = new;
         self.set_out(old, true).await;
+        let lost = self.catalog.mark_device_lost(old).await.is_ok();
+        self.trace.add(4, &[u64::from(old.0), 2, u64::from(lost)]);
         self.replaced.push((old, new));
         Some((old, new))
     }

@@ -504,3 +504,19 @@ fn a_pg_whose_only_acting_device_died_for_good_peers_with_its_history() {
     let r = check_seed(562635, true);
     assert!(r.acked > 0 && r.replacements == 1, "{r:?}");
 }
+
+/// Seed 591284 (soak of 2026-11-27; 3 nodes of two devices, 3 copies, `min_size` 2, drive
+/// replacements): pg.1.10 went active in e4 on dev.10 and dev.30 alone (node 2 was down); the
+/// drive of dev.30 then died and was replaced, and dev.10's node was killed with a record of
+/// the PG in flight, so its store cut that torn tail and dev.10 turned suspect. Interval e4's
+/// one witness left was suspect, its other was gone for good: the PG stayed incomplete after
+/// every fault healed ("no device of interval e4 (dev.10, dev.30) is reachable"). An operator
+/// who replaces a dead drive now declares it lost (`basalt device lost`), and peering gives up
+/// an interval only when every device of it that did not answer is lost: here nothing, since
+/// dev.10 holds every write acknowledged in e4 (the cut tail was never flushed).
+#[test]
+fn an_interval_whose_other_drive_died_serves_from_a_suspect_member() {
+    init_log();
+    let r = check_seed(591284, true);
+    assert!(r.acked > 0 && r.replacements == 1, "{r:?}");
+}
