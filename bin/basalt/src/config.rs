@@ -2,8 +2,9 @@
 //! (`/basalt/settings` in the metadata store; `crates/meta/src/settings.rs`). Today the
 //! recovery throttle, per device driving recovery (`crates/node/src/pg/throttle.rs`):
 //! `recovery-rate` (bytes per second, 0 = unlimited) and `recovery-share` (percent of the
-//! device's time, 100% = unlimited); and `backfill-full` (percent of a device's capacity past
-//! which it takes no more backfill: `crates/node/src/pg/replica.rs`).
+//! device's time, 100% = unlimited); `backfill-full` (percent of a device's capacity past
+//! which it takes no more backfill: `crates/node/src/pg/replica.rs`); and `noout`
+//! (maintenance: no device goes out for being down, `crates/node/src/leader.rs`).
 
 use crate::connect::Common;
 use crate::output;
@@ -25,7 +26,7 @@ pub enum ConfigCommand {
         key: Key,
         /// recovery-rate: bytes per second, e.g. 64MiB (0 or `unlimited`: no limit);
         /// recovery-share: percent of a device's time, 1% to 100%, e.g. 30%; backfill-full:
-        /// percent of a device's capacity, 1% to 100%, e.g. 90%.
+        /// percent of a device's capacity, 1% to 100%, e.g. 90%; noout: on or off.
         value: String,
         #[command(flatten)]
         common: Common,
@@ -46,6 +47,9 @@ pub enum Key {
     RecoveryShare,
     /// Percent of a device's capacity past which it takes no more backfill (default 90%).
     BackfillFull,
+    /// Maintenance: no device is marked out for being down longer than the down-out
+    /// interval, so a planned outage moves no data (default off).
+    Noout,
 }
 
 /// The settings as printed.
@@ -57,6 +61,8 @@ struct View {
     recovery_share: Option<u8>,
     /// Percent; null: unset.
     backfill_full: Option<u8>,
+    /// Devices down past the down-out interval stay in.
+    noout: bool,
 }
 
 pub async fn run(cmd: ConfigCommand) -> anyhow::Result<()> {
@@ -87,6 +93,10 @@ pub async fn run(cmd: ConfigCommand) -> anyhow::Result<()> {
                         .update_settings(|s| s.backfill_full_percent = Some(full))
                         .await?
                 }
+                Key::Noout => {
+                    let on = parse_switch("noout", &value)?;
+                    catalog.update_settings(|s| s.noout = on).await?
+                }
             };
             show(&s, common.json)
         }
@@ -97,6 +107,7 @@ pub async fn run(cmd: ConfigCommand) -> anyhow::Result<()> {
                     Key::RecoveryRate => s.recovery_bytes_per_sec = None,
                     Key::RecoveryShare => s.recovery_share_percent = None,
                     Key::BackfillFull => s.backfill_full_percent = None,
+                    Key::Noout => s.noout = false,
                 })
                 .await?;
             show(&s, common.json)
@@ -109,6 +120,7 @@ fn show(s: &ClusterSettings, json: bool) -> anyhow::Result<()> {
         recovery_rate: s.recovery_bytes_per_sec,
         recovery_share: s.recovery_share_percent,
         backfill_full: s.backfill_full_percent,
+        noout: s.noout,
     };
     if json {
         return output::json(&view);
@@ -125,7 +137,24 @@ fn show(s: &ClusterSettings, json: bool) -> anyhow::Result<()> {
     println!("recovery-rate   {rate}");
     println!("recovery-share  {}", percent(view.recovery_share));
     println!("backfill-full   {}", percent(view.backfill_full));
+    println!(
+        "noout           {}",
+        if view.noout {
+            "on (devices down past the down-out interval stay in)"
+        } else {
+            "off"
+        }
+    );
     Ok(())
+}
+
+/// `on`/`off` (also `true`/`false`, `yes`/`no`, `1`/`0`).
+fn parse_switch(key: &str, value: &str) -> anyhow::Result<bool> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "on" | "true" | "yes" | "1" => Ok(true),
+        "off" | "false" | "no" | "0" => Ok(false),
+        _ => bail!("bad {key} '{value}': give on or off"),
+    }
 }
 
 /// `64MiB`, `64MiB/s`, `0`, `unlimited`.

@@ -113,6 +113,8 @@ pub struct Facts {
     pub used: Vec<(u32, u64)>,
     /// Placement groups whose backfill stopped at a target used past the backfill-full limit.
     pub backfill_toofull: usize,
+    /// Maintenance: no device goes out for being down (`basalt config set noout on`).
+    pub noout: bool,
 }
 
 /// A device used this much (percent) is a warning (`devices_nearfull`), as in Ceph.
@@ -247,6 +249,15 @@ impl Health {
             );
         }
         space(f, &mut add);
+        if f.noout {
+            add(
+                Severity::Warn,
+                "noout",
+                "noout is set: devices down past the down-out interval stay in and their data \
+                 is not rebuilt elsewhere (`basalt config unset noout` after the maintenance)"
+                    .into(),
+            );
+        }
         if !f.devices_out.is_empty() {
             add(
                 Severity::Warn,
@@ -578,6 +589,7 @@ mod tests {
         f.nodes[0].1 = NodeState::Fenced;
         f.nodes[1].1 = NodeState::Unreachable;
         f.devices_out = vec![1];
+        f.noout = true;
         f.checksum_errors = vec![(2, 3)];
         f.stalled_io = vec![(3, 12_345)];
         f.faulty = vec![(4, "its store is poisoned".into())];
@@ -590,6 +602,7 @@ mod tests {
                 "no_node_up",
                 "nodes_fenced",
                 "nodes_unreachable",
+                "noout",
                 "devices_out",
                 "checksum_errors",
                 "device_faulty",
@@ -598,21 +611,21 @@ mod tests {
             ]
         );
         assert!(
-            h.reasons[6]
+            h.reasons[7]
                 .message
                 .starts_with("dev.5: 2 PG(s) may lack writes"),
             "{}",
-            h.reasons[6].message
+            h.reasons[7].message
         );
         assert_eq!(
-            h.reasons[5].message,
+            h.reasons[6].message,
             "dev.4 is faulty (its store is poisoned): it stays down until `basalt device \
              clear-fault 4` (replace or check the drive first; a drive gone for good: take it \
              off its node, `basalt device out 4`, then `basalt device remove 4` once every PG \
              is clean)"
         );
         assert_eq!(
-            h.reasons[7].message,
+            h.reasons[8].message,
             "dev.3: an I/O has waited 12.3 s (the device may hang; its node reports it down \
              past its --device-stall-timeout)"
         );

@@ -236,13 +236,9 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
     let volumes = cluster.list_volumes().await?;
     let (settings, _) = cluster.catalog().get_settings().await?;
     let recovery = RecoveryView::of(&nodes, &settings);
-    let health = Health::judge(&facts(
-        map.epoch.0,
-        &nodes,
-        &devices,
-        pgs,
-        recovery.unfound_objects,
-    ));
+    let mut facts = facts(map.epoch.0, &nodes, &devices, pgs, recovery.unfound_objects);
+    facts.noout = settings.noout;
+    let health = Health::judge(&facts);
     let status = ClusterStatus {
         health,
         epoch: map.epoch.0,
@@ -401,6 +397,7 @@ fn facts(
             .flat_map(|s| &s.pgs)
             .filter(|p| p.backfill_toofull)
             .count(),
+        noout: false,
     }
 }
 

@@ -241,6 +241,22 @@ fn config_sets_the_recovery_throttle_and_refuses_bad_values() {
     let got = up.cli_json(&["config", "unset", "recovery-rate"]);
     assert_eq!(got["recovery_rate"], serde_json::Value::Null, "{got}");
     assert_eq!(got["recovery_share"], 30, "{got}");
+    // Maintenance: `noout` on is a health warning until it is unset.
+    let noout = |s: &serde_json::Value| {
+        s["health"]["reasons"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["check"] == "noout")
+    };
+    assert!(!noout(&up.cli_json(&["status"])));
+    let got = up.cli_json(&["config", "set", "noout", "on"]);
+    assert_eq!(got["noout"], true, "{got}");
+    assert!(noout(&up.cli_json(&["status"])));
+    fails_with(&up, &["config", "set", "noout", "maybe"], "on or off");
+    let got = up.cli_json(&["config", "unset", "noout"]);
+    assert_eq!(got["noout"], false, "{got}");
+    assert!(!noout(&up.cli_json(&["status"])));
 
     let data = up.dir.display().to_string();
     let out = Command::new(BASALT)

@@ -25,6 +25,12 @@ pub struct ClusterSettings {
     /// placement groups wait on their old devices); `None` = the node's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backfill_full_percent: Option<u8>,
+    /// Maintenance (`basalt config set noout on`, Ceph's `noout` flag): the leader marks no
+    /// device out for being down longer than the down-out interval, so a planned outage
+    /// longer than the interval (a host's reboot, a firmware update) moves no data. Devices
+    /// marked out already stay so; an operator's `device out` still works.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub noout: bool,
 }
 
 impl ClusterSettings {

@@ -1,5 +1,5 @@
 //! What wakes the leader: a change under one of the prefixes placement reads (pools, nodes,
-//! devices, PG-ready reports, failure reports). Volume records and the map itself are not watched. A lost watch
+//! devices, PG-ready reports, failure reports) or of the cluster settings (`noout`). Volume records and the map itself are not watched. A lost watch
 //! is re-opened and counts as a change (something may have been missed).
 
 use basalt_meta::{Catalog, MetaStore, WatchEvent, keys};
@@ -8,12 +8,13 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 /// The prefixes whose changes can change placement.
-const PREFIXES: [&str; 5] = [
+const PREFIXES: [&str; 6] = [
     keys::POOLS,
     keys::NODES,
     keys::DEVICES,
     keys::PG_READY,
     keys::FAILURE_REPORTS,
+    keys::SETTINGS,
 ];
 
 /// Watches [`PREFIXES`]; [`Changes::next`] resolves after each burst of changes.

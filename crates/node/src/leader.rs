@@ -235,7 +235,14 @@ async fn publish(
     let Some((map, _)) = current.as_ref() else {
         return Ok(None);
     };
-    let rule = down_out(map, now_secs(), cfg.down_out_interval.as_secs());
+    let mut rule = down_out(map, now_secs(), cfg.down_out_interval.as_secs());
+    if catalog.get_settings().await?.0.noout && !rule.mark_out.is_empty() {
+        // Maintenance: nothing goes out for being down (the settings' watch wakes the leader
+        // when the flag goes).
+        tracing::debug!(devices = ?rule.mark_out, "down past the down-out interval; noout is set");
+        rule.mark_out.clear();
+        rule.next_due = None;
+    }
     for id in rule.mark_out {
         if catalog.auto_out_device(id).await? {
             tracing::warn!(device = %id, "down longer than the down-out interval: marked out");

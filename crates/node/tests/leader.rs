@@ -177,22 +177,28 @@ async fn a_restart_keeps_the_operators_out_and_weight() {
     node.shutdown().await;
 }
 
+/// Nodes a (eligible to lead) and b, down-out interval 1 s, and a pool of `pgs` PGs created
+/// after both devices are up, so its PGs start spread over both.
+async fn two_nodes(pgs: u32) -> (Cluster, Node, Node) {
+    let c = Cluster::new().await;
+    let a = c.node("a", true, Duration::from_secs(1)).await;
+    let b = c.node("b", false, Duration::from_secs(1)).await;
+    c.map_where("both devices up", |m| {
+        m.devices.len() == 2 && m.devices.values().all(|d| d.up)
+    })
+    .await;
+    c.pool(pgs).await;
+    assert!(a.wait_until_placed(WAIT).await && b.wait_until_placed(WAIT).await);
+    (c, a, b)
+}
+
 /// Node b goes away: its device is down, keeps its PGs (unavailable, never handed to a), is
 /// marked out after the down-out interval (up sets move, acting sets stay), and comes back in
 /// with its PGs when b returns. A PG-ready report for the new up set moves one PG's acting set;
 /// a stale one does nothing; both are consumed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_down_device_keeps_its_data_goes_out_after_the_interval_and_comes_back() {
-    let c = Cluster::new().await;
-    let a = c.node("a", true, Duration::from_secs(1)).await;
-    let b = c.node("b", false, Duration::from_secs(1)).await;
-    // The pool comes after both devices, so its PGs start spread over both.
-    c.map_where("both devices up", |m| {
-        m.devices.len() == 2 && m.devices.values().all(|d| d.up)
-    })
-    .await;
-    c.pool(32).await;
-    assert!(a.wait_until_placed(WAIT).await && b.wait_until_placed(WAIT).await);
+    let (c, a, b) = two_nodes(32).await;
     let (da, db) = (only_device(&a), only_device(&b));
     let placed = c
         .map_where("both devices holding PGs", |m| {
@@ -286,6 +292,46 @@ async fn a_down_device_keeps_its_data_goes_out_after_the_interval_and_comes_back
     assert_eq!(acting_on(&back, db), expect);
     assert_eq!(back.pools[&pool_id].unavailable(&back), 0);
     b.shutdown().await;
+    a.shutdown().await;
+}
+
+/// Maintenance (`basalt config set noout on`): a device down past the down-out interval stays
+/// in while the flag is set, and goes out once it is unset (the leader watches the settings).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn noout_keeps_a_down_device_in_until_it_is_unset() {
+    let (c, a, b) = two_nodes(8).await;
+    let (da, db) = (only_device(&a), only_device(&b));
+    c.catalog.update_settings(|s| s.noout = true).await.unwrap();
+    b.shutdown().await;
+    let down = c.map_where("b's device down", |m| !m.is_up(db)).await;
+    let due = down.devices[&db].down_since.expect("down since") + 1;
+    // Past the interval by the leader's clock (whole seconds).
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while basalt_meta::clock::unix_secs() <= due {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the clock stands still"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Two computations after it (each applies the down-out rule after publishing): b stays in.
+    for w in [5, 6] {
+        c.catalog.set_device_weight(da, w).await.unwrap();
+        let m = c
+            .map_where("the new weight", |m| m.devices[&da].weight == w)
+            .await;
+        assert!(m.devices[&db].r#in, "noout: b's device stays in");
+    }
+    let rec = c.catalog.get_device(db).await.unwrap().unwrap();
+    assert_eq!(rec.out, None, "{rec:?}");
+    c.catalog
+        .update_settings(|s| s.noout = false)
+        .await
+        .unwrap();
+    c.map_where("b's device out once noout is unset", |m| {
+        !m.devices[&db].r#in && m.devices[&db].auto_out
+    })
+    .await;
     a.shutdown().await;
 }
 

@@ -234,6 +234,12 @@ impl Net {
         matches!(procs[p.index].try_wait(), Ok(None))
     }
 
+    /// How the process exited, once it has (`None` while it runs).
+    pub fn exit_status(&self, p: &Spawned) -> Option<std::process::ExitStatus> {
+        let mut procs = self.procs.lock().unwrap();
+        procs[p.index].try_wait().ok().flatten()
+    }
+
     /// The process's output so far.
     pub fn log(&self, p: &Spawned) -> String {
         std::fs::read_to_string(&p.log).unwrap_or_default()
