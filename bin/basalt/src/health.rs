@@ -103,6 +103,8 @@ pub struct Facts {
     pub stalled_io: Vec<(u32, u64)>,
     /// `(device, why)` for devices their node found faulty (down until an operator clears it).
     pub faulty: Vec<(u32, String)>,
+    /// Devices an operator declared lost (`basalt device lost`).
+    pub lost: Vec<u32>,
     /// Objects no good copy of was found (every copy fails its checksum).
     pub unfound_objects: u64,
     /// Devices much slower than their peers (`slow.rs`).
@@ -308,6 +310,16 @@ impl Health {
                      {d}` (replace or check the drive first; a drive gone for good: take it off \
                      its node, `basalt device out {d}`, then `basalt device remove {d}` once \
                      every PG is clean)"
+                ),
+            );
+        }
+        for d in &f.lost {
+            add(
+                Severity::Warn,
+                "device_lost",
+                format!(
+                    "dev.{d} was declared lost: it stays down and out; take it off its node \
+                     and run `basalt device remove {d}` once every PG is clean"
                 ),
             );
         }
@@ -593,6 +605,7 @@ mod tests {
         f.checksum_errors = vec![(2, 3)];
         f.stalled_io = vec![(3, 12_345)];
         f.faulty = vec![(4, "its store is poisoned".into())];
+        f.lost = vec![6];
         f.suspect = vec![(5, 2)];
         let h = Health::judge(&f);
         let checks: Vec<&str> = h.reasons.iter().map(|r| r.check).collect();
@@ -606,16 +619,22 @@ mod tests {
                 "devices_out",
                 "checksum_errors",
                 "device_faulty",
+                "device_lost",
                 "device_suspect",
                 "device_stalled"
             ]
         );
         assert!(
-            h.reasons[7]
+            h.reasons[7].message.starts_with("dev.6 was declared lost"),
+            "{}",
+            h.reasons[7].message
+        );
+        assert!(
+            h.reasons[8]
                 .message
                 .starts_with("dev.5: 2 PG(s) may lack writes"),
             "{}",
-            h.reasons[7].message
+            h.reasons[8].message
         );
         assert_eq!(
             h.reasons[6].message,
@@ -625,7 +644,7 @@ mod tests {
              is clean)"
         );
         assert_eq!(
-            h.reasons[8].message,
+            h.reasons[9].message,
             "dev.3: an I/O has waited 12.3 s (the device may hang; its node reports it down \
              past its --device-stall-timeout)"
         );

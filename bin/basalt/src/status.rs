@@ -163,6 +163,9 @@ struct DeviceCounts {
 struct FaultyDevice {
     id: u32,
     fault: String,
+    /// Declared lost by an operator (`basalt device lost`): never cleared.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    lost: bool,
 }
 
 #[derive(Serialize)]
@@ -229,7 +232,14 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
             .list_devices()
             .await?
             .into_iter()
-            .filter_map(|d| d.fault.map(|fault| FaultyDevice { id: d.id.0, fault }))
+            .filter_map(|d| {
+                let lost = d.lost;
+                d.fault.map(|fault| FaultyDevice {
+                    id: d.id.0,
+                    fault,
+                    lost,
+                })
+            })
             .collect(),
         slow: crate::slow::slow_devices(&latencies(&nodes)),
     };
@@ -356,7 +366,14 @@ fn facts(
         faulty: devices
             .faulty
             .iter()
+            .filter(|d| !d.lost)
             .map(|d| (d.id, d.fault.clone()))
+            .collect(),
+        lost: devices
+            .faulty
+            .iter()
+            .filter(|d| d.lost)
+            .map(|d| d.id)
             .collect(),
         pgs,
         checksum_errors: nodes

@@ -114,6 +114,11 @@ pub enum MetaError {
     )]
     DeviceLost(String),
     #[error(
+        "{0} is up: its node is registered and reports it working; only a device that is down \
+         may be declared lost (stop its node, or wait until it reports the device down)"
+    )]
+    DeviceInUse(String),
+    #[error(
         "{node} was removed from the cluster (`{by}`, at unix time {at}): it may not register \
          again, its devices' data is stale; to use this host again start it as a new node: an \
          empty --data directory, and each device erased (at least its first and last MiB: a \

@@ -322,20 +322,45 @@ impl Catalog {
 
     /// The operator's `basalt device lost`: the device is gone for good. It is marked lost,
     /// down, out by the operator and faulty (so a registration keeps it down); peering stops
-    /// waiting for it (`basalt_node`'s `pg/peering.rs::check_history`). The caller checks that
-    /// the map has it down; its node reports a device that still works up again, which the
-    /// fault prevents, so a lost device never serves again. A fault its node reported stays
-    /// (a device its node started without may then be removed: [`DeviceRecord::left_behind`]).
+    /// waiting for it (`basalt_node`'s `pg/peering.rs::check_history`). Refused
+    /// ([`MetaError::DeviceInUse`]) while its node is registered and the record does not say
+    /// the device is down: in the same transaction as the mark, so a node that registers
+    /// meanwhile fails it (and its registration, after the mark, keeps the device down). A
+    /// fault its node reported stays (a device its node started without may then be removed:
+    /// [`DeviceRecord::left_behind`]).
     pub async fn mark_device_lost(&self, id: DeviceId) -> Result<DeviceRecord, MetaError> {
-        self.change_device(id, |d| {
-            let changed = !d.lost;
-            d.lost = true;
-            d.state = DeviceState::Down;
-            d.out = Some(OutReason::Operator);
-            d.fault.get_or_insert_with(|| DECLARED_LOST.to_string());
-            changed
+        for _ in 0..crate::catalog::MAX_ATTEMPTS {
+            let node = self
+                .get_device(id)
+                .await?
+                .ok_or_else(|| MetaError::NoSuchDevice(id.to_string()))?
+                .node;
+            let node_up = self.get_node(node).await?.is_some();
+            let guards = if node_up {
+                Vec::new()
+            } else {
+                vec![Compare::missing(keys::node(node))]
+            };
+            let mut f = |cur: Option<DeviceRecord>| {
+                let mut d = cur.ok_or_else(|| MetaError::NoSuchDevice(id.to_string()))?;
+                if node_up && d.state != DeviceState::Down {
+                    return Err(MetaError::DeviceInUse(id.to_string()));
+                }
+                let changed = !d.lost;
+                d.lost = true;
+                d.state = DeviceState::Down;
+                d.out = Some(OutReason::Operator);
+                d.fault.get_or_insert_with(|| DECLARED_LOST.to_string());
+                Ok((d, changed))
+            };
+            if let Some((record, _)) = self.update_once(&keys::device(id), &guards, &mut f).await? {
+                return Ok(record);
+            }
+        }
+        Err(MetaError::Contention {
+            key: keys::device(id),
+            attempts: crate::catalog::MAX_ATTEMPTS,
         })
-        .await
     }
 
     /// Marks a device out (`Some(reason)`) or in (`None`): the operator's `device out|in`.
@@ -455,7 +480,7 @@ fn registered(
     d.path.clone_from(&reg.path);
     d.capacity = reg.capacity;
     d.object_size = reg.object_size;
-    d.state = if d.fault.is_some() {
+    d.state = if d.fault.is_some() || d.lost {
         DeviceState::Down
     } else {
         DeviceState::Up

@@ -333,6 +333,13 @@ pub(crate) async fn catalog_nodes_live_under_a_lease_and_devices_persist(h: Harn
         c.set_device_state(DeviceId(8), DeviceState::Up).await,
         Err(MetaError::NoSuchDevice(_))
     ));
+    // A device its registered node reports up is not lost.
+    c.set_device_state(DeviceId(7), DeviceState::Up).await?;
+    ensure!(matches!(
+        c.mark_device_lost(DeviceId(7)).await,
+        Err(MetaError::DeviceInUse(_))
+    ));
+    ensure!(!c.get_device(DeviceId(7)).await?.unwrap().lost);
     keep.revoke().await?;
     ensure!(
         c.list_nodes().await?.is_empty(),

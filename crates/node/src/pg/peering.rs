@@ -833,10 +833,12 @@ fn check_answers(
 /// activation) is neither, unless every member of the interval answered (nobody knows more).
 /// A backfill target that completed in the interval is a witness too ([`completed_in`]).
 ///
-/// An interval with neither is given up (returned) when every device it names that did not
-/// answer is in `lost` (an operator declared it gone for good: `basalt device lost`), so long
-/// as a device that answered took part in the history (else nothing holds the PG's data, and
-/// serving it empty is `basalt pg mark-lost`'s decision, not this one's).
+/// An interval with neither, some device of which did not answer, is given up (returned) when
+/// every device that did not answer and is named by it or by a later interval is in `lost`
+/// (an operator declared it gone for good: `basalt device lost`; a member of a later interval
+/// may hold the interval's writes, copied there by recovery, without being its witness), so
+/// long as a device that answered took part in the history (else nothing holds the PG's data,
+/// and serving it empty is `basalt pg mark-lost`'s decision, not this one's).
 fn check_history<'h>(
     history: &'h PgHistory,
     holdings: &BTreeMap<DeviceId, Holding>,
@@ -847,7 +849,7 @@ fn check_history<'h>(
         .values()
         .any(|h| h.info.backfill.is_none() && h.info.les >= first);
     let mut given_up = Vec::new();
-    for i in &history.intervals {
+    for (k, i) in history.intervals.iter().enumerate() {
         let answered: Vec<&Holding> = i.members.iter().filter_map(|d| holdings.get(d)).collect();
         let all = answered.len() == i.members.len();
         let counts = |h: &&&Holding| all || !h.info.suspect;
@@ -860,16 +862,33 @@ fn check_history<'h>(
         if witness || never_active {
             continue;
         }
-        // Only the devices that did not answer can be lost; when every device answered and
-        // none is a witness, no declaration about other devices gives the interval up.
-        let unreached: Vec<DeviceId> = i.devices().filter(|d| !holdings.contains_key(d)).collect();
-        if unreached.is_empty() || !unreached.iter().all(|d| lost.contains(d)) {
+        let unreached = |j: &'h PgInterval| j.devices().filter(|d| !holdings.contains_key(d));
+        if unreached(i).next().is_none() {
+            // Every device of it answered and none is a witness: no declaration helps.
             return Err(format!(
-                "no device of interval {} ({}) is reachable: it may hold acknowledged writes no \
-                 other device has (if its devices are gone for good, `basalt device lost ID` \
-                 gives those writes up)",
+                "no device of interval {} ({}) is a witness: it may hold acknowledged writes no \
+                 other device has",
                 i.epoch,
                 names(&i.members)
+            ));
+        }
+        // A device of a later interval may hold this one's writes (recovery copied them to
+        // it) without being its witness: it must not be waiting either.
+        let mut waiting: Vec<DeviceId> = history.intervals[k..]
+            .iter()
+            .flat_map(unreached)
+            .filter(|d| !lost.contains(d))
+            .collect();
+        waiting.sort_unstable();
+        waiting.dedup();
+        if !waiting.is_empty() {
+            return Err(format!(
+                "no device of interval {} ({}) is reachable: it may hold acknowledged writes no \
+                 other device has; waiting for {} (if they are gone for good, `basalt device \
+                 lost ID` gives up the writes only they hold)",
+                i.epoch,
+                names(&i.members),
+                names(&waiting)
             ));
         }
         if !survivor {
@@ -899,16 +918,17 @@ async fn lost_devices(
     history: &PgHistory,
     holdings: &BTreeMap<DeviceId, Holding>,
 ) -> Result<BTreeSet<DeviceId>, String> {
-    let mut lost = BTreeSet::new();
-    for d in history.devices() {
-        if holdings.contains_key(&d) {
-            continue;
-        }
-        let rec = ctx.catalog.get_device(d).await.map_err(|e| e.to_string())?;
-        if rec.is_some_and(|r| r.lost) {
-            lost.insert(d);
-        }
-    }
+    let named = history.devices();
+    let records = ctx
+        .catalog
+        .list_devices()
+        .await
+        .map_err(|e| e.to_string())?;
+    let lost = records
+        .into_iter()
+        .filter(|r| r.lost && named.contains(&r.id) && !holdings.contains_key(&r.id))
+        .map(|r| r.id)
+        .collect();
     Ok(lost)
 }
 
@@ -1158,6 +1178,15 @@ mod tests {
         let h4 = history(&[(5, &[1, 3]), (7, &[2])]);
         let busy = holdings(&[(1, holding(5, false)), (2, holding(7, true))]);
         check_history(&h4, &busy, &lost(&[3])).unwrap_err();
+        // A member of a later interval that did not answer may hold interval 5's writes
+        // (recovery copied them to it): waited for unless it is lost too (review finding: 4,
+        // complete in 7, lacked what recovery had copied to 3 only).
+        let h5 = history(&[(5, &[2]), (7, &[2, 3, 4])]);
+        let four = holdings(&[(4, holding(7, false))]);
+        let err = check_history(&h5, &four, &lost(&[2])).unwrap_err();
+        assert!(err.contains("waiting for dev.3"), "{err}");
+        let given_up = check_history(&h5, &four, &lost(&[2, 3])).unwrap();
+        assert_eq!(given_up.len(), 1);
         // Only a device that never took part answered: nothing holds the data.
         let stranger = holdings(&[(9, holding(0, false))]);
         let err = check_history(&h, &stranger, &lost(&[1, 2])).unwrap_err();

@@ -455,9 +455,8 @@ impl SimCluster {
         self.slots[i].disks[k] = self.blank_disk(new);
         self.slots[i].devices[k] = new;
         self.set_out(old, true).await;
-        let lost = self.catalog.mark_device_lost(old).await.is_ok();
-        self.trace.add(4, &[u64::from(old.0), 2, u64::from(lost)]);
         self.replaced.push((old, new));
+        self.declare_lost().await;
         Some((old, new))
     }
 
@@ -534,6 +533,22 @@ impl SimCluster {
             .add(4, &[u64::from(dev.0), u64::from(out), u64::from(done)]);
     }
 
+    /// Declares the replaced drives lost (`basalt device lost`), as an operator does once
+    /// the store lets it: refused while the dead drive's node is still registered (its lease
+    /// not yet expired) and has not reported the drive down; tried again at each replacement
+    /// and at the heal.
+    async fn declare_lost(&mut self) {
+        for (old, _) in self.replaced.clone() {
+            if let Ok(Some(rec)) = self.catalog.get_device(old).await
+                && rec.lost
+            {
+                continue;
+            }
+            let lost = self.catalog.mark_device_lost(old).await.is_ok();
+            self.trace.add(4, &[u64::from(old.0), 2, u64::from(lost)]);
+        }
+    }
+
     /// Heals every fault: partitions, cuts from the metadata store, dead nodes, devices out.
     pub async fn heal(&mut self) {
         self.net.heal_all();
@@ -542,6 +557,7 @@ impl SimCluster {
             self.restart(i).await;
             self.slots[i].faulted = false;
         }
+        self.declare_lost().await;
         let devices: Vec<DeviceId> = self.slots.iter().flat_map(|s| s.devices.clone()).collect();
         for dev in devices {
             if let Ok(Some(rec)) = self.catalog.get_device(dev).await
