@@ -334,6 +334,16 @@ fn a_dead_nodes_data_is_unavailable_never_zeros_and_comes_back_whole() {
     );
     drop(b);
     wait_until("b's device down", Duration::from_secs(60), || !c.is_up(db));
+    // Down (and drained): it may be declared lost; it then stays down and out, and nothing
+    // waited for it (every PG is on a).
+    let lost = c.json(&["device", "lost", &db.to_string(), "--yes-i-really-mean-it"]);
+    assert_eq!(lost["lost"], true, "{lost}");
+    let again = c.cli(&["device", "in", &db.to_string()]);
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        !again.status.success() && err.contains("declared lost"),
+        "{err}"
+    );
     for i in 0..OBJECTS {
         let want = if on_b.contains(&i) { 1 } else { 2 };
         let got = nbd.read(i * OBJECT as u64, OBJECT as u32).unwrap();
