@@ -236,7 +236,7 @@ async fn publish(
         return Ok(None);
     };
     let mut rule = down_out(map, now_secs(), cfg.down_out_interval.as_secs());
-    if catalog.get_settings().await?.0.noout && !rule.mark_out.is_empty() {
+    if !rule.mark_out.is_empty() && catalog.get_settings().await?.0.noout {
         // Maintenance: nothing goes out for being down (the settings' watch wakes the leader
         // when the flag goes).
         tracing::debug!(devices = ?rule.mark_out, "down past the down-out interval; noout is set");
