@@ -52,11 +52,12 @@ pub enum DeviceCommand {
         common: Common,
     },
     /// Declare a device that is down lost for good (its drive destroyed, its host gone):
-    /// placement groups no longer wait for it when it held writes no device that answers
-    /// has, and serve from the devices left, GIVING UP those writes (an object reads as its
-    /// newest version on the devices left, or as zeros). Placement groups whose every other
-    /// copy is gone too still wait (`basalt pg mark-lost`). The device stays down and out for
-    /// good; to use the drive again, remove the device and erase it.
+    /// placement groups waiting for it (and only for devices declared lost) serve what the
+    /// devices that answer hold, GIVING UP the writes only the lost devices held (an object
+    /// reads as its newest version there, or as zeros; copies on devices whose backfill had
+    /// not completed are not used). Placement groups no answering device ever held still wait
+    /// (`basalt pg mark-lost`). Refused while its node runs and reports it working. The device
+    /// stays down and out for good; to use the drive again, remove the device and erase it.
     Lost {
         #[arg(value_parser = parse_device_id)]
         id: DeviceId,
@@ -172,8 +173,8 @@ pub async fn run(cmd: DeviceCommand) -> anyhow::Result<()> {
     }
 }
 
-/// `basalt device lost`: refused for a device the map has up (a device that serves is not
-/// lost) and without the confirmation.
+/// `basalt device lost`: refused without the confirmation, and by the catalog while the
+/// device's node is registered and reports it working (`MetaError::DeviceInUse`).
 async fn lost(id: DeviceId, confirmed: bool, common: Common) -> anyhow::Result<()> {
     if !confirmed {
         anyhow::bail!(
@@ -190,12 +191,6 @@ async fn lost(id: DeviceId, confirmed: bool, common: Common) -> anyhow::Result<(
         .with_context(|| format!("no device {id}; `basalt device list` shows the ids"))?;
     if rec.lost {
         return done(&common, &rec, "lost already");
-    }
-    if cluster.map().is_up(id) {
-        anyhow::bail!(
-            "{id} is up: only a device that is down may be declared lost (stop its node, or \
-             wait until the map marks it down)"
-        );
     }
     let rec = cluster.catalog().mark_device_lost(id).await?;
     done(

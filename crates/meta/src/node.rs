@@ -303,19 +303,14 @@ impl Catalog {
     /// again: no fault, and up (its node reports it down again at once if it still finds it
     /// faulty). A device without a fault is left as it is; one declared lost is refused.
     pub async fn clear_device_fault(&self, id: DeviceId) -> Result<DeviceRecord, MetaError> {
-        if self.get_device(id).await?.is_some_and(|d| d.lost) {
-            return Err(MetaError::DeviceLost(id.to_string()));
-        }
-        self.change_device(id, |d| {
-            if d.lost {
-                return false;
-            }
+        self.try_change_device(id, |d| {
+            refuse_lost(d)?;
             let changed = d.fault.is_some();
             if changed {
                 d.fault = None;
                 d.state = DeviceState::Up;
             }
-            changed
+            Ok(changed)
         })
         .await
     }
@@ -370,18 +365,15 @@ impl Catalog {
         id: DeviceId,
         out: Option<OutReason>,
     ) -> Result<DeviceRecord, MetaError> {
-        if out.is_none() && self.get_device(id).await?.is_some_and(|d| d.lost) {
-            return Err(MetaError::DeviceLost(id.to_string()));
-        }
-        self.change_device(id, |d| {
-            if d.lost && out.is_none() {
-                return false;
+        self.try_change_device(id, |d| {
+            if out.is_none() {
+                refuse_lost(d)?;
             }
             if d.state == DeviceState::Out {
                 d.state = DeviceState::Up;
             }
             d.out = out;
-            true
+            Ok(true)
         })
         .await
     }
@@ -435,15 +427,33 @@ impl Catalog {
         id: DeviceId,
         mut f: impl FnMut(&mut DeviceRecord) -> bool,
     ) -> Result<DeviceRecord, MetaError> {
+        self.try_change_device(id, |d| Ok(f(d))).await
+    }
+
+    /// [`Catalog::change_device`] with a refusal: an error from `f` leaves the record as it is.
+    async fn try_change_device(
+        &self,
+        id: DeviceId,
+        mut f: impl FnMut(&mut DeviceRecord) -> Result<bool, MetaError>,
+    ) -> Result<DeviceRecord, MetaError> {
         let (record, _) = self
             .update_if(&keys::device(id), |cur: Option<DeviceRecord>| {
                 let mut d = cur.ok_or_else(|| MetaError::NoSuchDevice(id.to_string()))?;
-                let changed = f(&mut d);
+                let changed = f(&mut d)?;
                 Ok((d, changed))
             })
             .await?;
         Ok(record)
     }
+}
+
+/// A device declared lost may be neither cleared nor marked in (checked inside the
+/// compare-and-swap, so a declaration racing with either wins or fails it).
+fn refuse_lost(d: &DeviceRecord) -> Result<(), MetaError> {
+    if d.lost {
+        return Err(MetaError::DeviceLost(d.id.to_string()));
+    }
+    Ok(())
 }
 
 /// The record of a device registering: new, or `cur` updated (see
