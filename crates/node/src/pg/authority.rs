@@ -42,6 +42,11 @@
 //! (or none) is **behind**: the object is recovered onto it after activation, and writes to the
 //! object wait until then. (An older untrusted version can never win: the authority is newer,
 //! and the history keeps a member of every interval needed to find it.)
+//!
+//! A trusted version that a witness of its own interval lacks was adopted by a peering that
+//! could not reach the witness, and was never acknowledged: the verdict carries the witness's
+//! version as its `floor`, to which peering may fall back when no copy of the authority
+//! verifies (`fallback.rs`).
 
 use super::messages::{Held, Holding};
 use basalt_meta::{PgHistory, PgInterval};
@@ -94,6 +99,12 @@ pub(crate) struct Verdict {
     pub divergent: Vec<DeviceId>,
     /// Serving members lacking the authoritative version: recovered after activation.
     pub behind: Vec<DeviceId>,
+    /// Set when the authority was provably never acknowledged although a peering adopted it
+    /// (a witness of the interval it was written in, unreachable then, lacks it): the newest
+    /// version such a witness holds (`Version::NONE`: it holds nothing). Every acknowledged
+    /// write of the object is in a copy at or past it, so peering may fall back to one when
+    /// every copy of the authority fails its checksum (`fallback.rs`).
+    pub floor: Option<Version>,
 }
 
 /// Decides one object. `sources` are the reachable devices with complete data, `serving` the
@@ -142,14 +153,54 @@ pub(crate) fn decide(
         auth,
         divergent: Vec::new(),
         behind: Vec::new(),
+        floor: floor(history, holdings, sources, copies, auth),
     };
-    for dev in serving {
-        verdict.place(*dev, copies.get(dev));
-    }
+    verdict.place_all(serving, copies);
     verdict
 }
 
+/// The newest copy a witness (a source, not suspect) of the interval the authority was written
+/// in holds, when it is older than the authority: an acknowledged write is on every member of
+/// its interval, so such a witness proves the authority was never acknowledged, and holds
+/// every write that was (the interval's primary wrote the object only once it was current on
+/// every member). `None` when the authority is absent, a tombstone, or no witness lacks it.
+fn floor(
+    history: &PgHistory,
+    holdings: &BTreeMap<DeviceId, Holding>,
+    sources: &[DeviceId],
+    copies: &Copies,
+    auth: Auth,
+) -> Option<Version> {
+    let Auth::Present {
+        version,
+        deleted: false,
+        ..
+    } = auth
+    else {
+        return None;
+    };
+    let own = history
+        .intervals
+        .iter()
+        .find(|i| i.epoch.0 == version.epoch)?;
+    own.members
+        .iter()
+        .filter(|m| sources.contains(m) && witness(holdings, m))
+        .filter(|m| older(copies.get(m), version))
+        .map(|m| copies.get(m).map_or(Version::NONE, |c| c.version))
+        .max()
+}
+
 impl Verdict {
+    /// Files every serving member by its copy (after the authority changed, say).
+    pub(crate) fn place_all(&mut self, serving: &[DeviceId], copies: &Copies) {
+        self.divergent.clear();
+        self.behind.clear();
+        for dev in serving {
+            self.place(*dev, copies.get(dev));
+        }
+    }
+
     /// Files serving member `dev`, whose copy is `copy`, as current, divergent or behind.
     fn place(&mut self, dev: DeviceId, copy: Option<&Held>) {
         if self.auth.matches(copy) {
@@ -605,5 +656,40 @@ mod tests {
         let c = copies(&[(A, v(0, 9), false)]);
         let out = run(&h, &hold, &[A], &c);
         assert_eq!(out.auth, present(v(0, 9), A));
+    }
+    /// A version a peering adopted while a member of its interval was unreachable, which that
+    /// member lacks once back: still the authority (rule 2), but known never acknowledged, and
+    /// the member's copy holds every write that was (seed 633391).
+    #[test]
+    fn an_adopted_version_a_witness_of_its_interval_lacks_has_a_floor() {
+        // 4.11 reached B alone in interval 4 (A, B); interval 5 (B, C) adopted it without A.
+        let h = history(&[(4, &[A, B]), (5, &[B, C])]);
+        let hold = holdings(&[(A, 4, v(4, 0)), (B, 5, v(5, 0)), (C, 5, v(3, 2))]);
+        let c = copies(&[
+            (A, v(3, 2), false),
+            (B, v(4, 11), false),
+            (C, v(3, 2), false),
+        ]);
+        let out = run(&h, &hold, &[A, B, C], &c);
+        assert_eq!(out.auth, present(v(4, 11), B));
+        assert_eq!(out.behind, [A, C]);
+        assert_eq!(out.floor, Some(v(3, 2)));
+        // A witness that holds nothing: no write to the object was ever acknowledged.
+        let c = copies(&[(B, v(4, 11), false)]);
+        assert_eq!(run(&h, &hold, &[A, B, C], &c).floor, Some(Version::NONE));
+        // A suspect member proves nothing.
+        let mut suspect = hold.clone();
+        suspect.get_mut(&A).expect("answered").info.suspect = true;
+        let c = copies(&[(A, v(3, 2), false), (B, v(4, 11), false)]);
+        assert_eq!(run(&h, &suspect, &[A, B, C], &c).floor, None);
+        // A member of its interval that holds it, or no member of it reached: no floor.
+        let c = copies(&[(A, v(4, 11), false), (B, v(4, 11), false)]);
+        assert_eq!(run(&h, &hold, &[A, B, C], &c).floor, None);
+        let unreached = holdings(&[(B, 5, v(5, 0)), (C, 5, v(3, 2))]);
+        let c = copies(&[(B, v(4, 11), false), (C, v(3, 2), false)]);
+        assert_eq!(run(&h, &unreached, &[B, C], &c).floor, None);
+        // A tombstone holds no data to fail a checksum: no floor.
+        let c = copies(&[(A, v(3, 2), false), (B, v(4, 11), true)]);
+        assert_eq!(run(&h, &hold, &[A, B, C], &c).floor, None);
     }
 }

@@ -17,6 +17,7 @@
 mod authority;
 mod backfill;
 pub(crate) mod cut;
+mod fallback;
 pub(crate) mod held;
 pub(crate) mod info;
 pub(crate) mod lost;

@@ -149,6 +149,8 @@ impl Pg {
                 "peering found objects to reconcile"
             );
         }
+        self.fall_back(ctx, &map, &serving, &copies, &stale_copies, &mut verdicts)
+            .await;
         let dropped = self
             .reset_divergent(ctx, &map, term, &serving, &copies, &mut verdicts)
             .await?;

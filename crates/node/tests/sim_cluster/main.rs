@@ -520,3 +520,17 @@ fn an_interval_whose_other_drive_died_serves_from_a_suspect_member() {
     let r = check_seed(591284, true);
     assert!(r.acked > 0 && r.replacements == 1, "{r:?}");
 }
+
+/// Seed 633391 (soak of 2026-11-27; 3 copies, `min_size` 2): a bit flipped in a block of
+/// obj.1.1.0 on dev.21; a later write to another block (v4.11 of interval e4, carrying the bad
+/// block along) reached dev.21 but not dev.10, the interval's other member, so it was never
+/// acknowledged. dev.10's node was then killed, and the next peering, unable to prove v4.11
+/// unacknowledged, adopted it. Its one copy fails its checksum: the object stayed unfound after
+/// every fault healed although dev.10's copy (v4.10) held every acknowledged write. Now
+/// peering falls back to that copy (`pg/fallback.rs`) once dev.10 proves v4.11 never was.
+#[test]
+fn an_adopted_version_with_no_good_copy_falls_back_to_a_witness() {
+    init_log();
+    let r = check_seed(633391, true);
+    assert!(r.acked > 0 && r.flips > 0, "{r:?}");
+}
