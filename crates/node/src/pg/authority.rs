@@ -45,8 +45,9 @@
 //!
 //! A trusted version that a witness of its own interval lacks was adopted by a peering that
 //! could not reach the witness, and was never acknowledged: the verdict carries the witness's
-//! version as its `floor`, to which peering may fall back when no copy of the authority
-//! verifies (`fallback.rs`).
+//! version as the `floor` of a `Fallback`, to which (or to a copy between it and the
+//! authority held by a member of that interval) peering may fall back when no copy of the
+//! authority verifies (`fallback.rs`).
 
 use super::messages::{Held, Holding};
 use basalt_meta::{PgHistory, PgInterval};
@@ -99,12 +100,23 @@ pub(crate) struct Verdict {
     pub divergent: Vec<DeviceId>,
     /// Serving members lacking the authoritative version: recovered after activation.
     pub behind: Vec<DeviceId>,
-    /// Set when the authority was provably never acknowledged although a peering adopted it
-    /// (a witness of the interval it was written in, unreachable then, lacks it): the newest
-    /// version such a witness holds (`Version::NONE`: it holds nothing). Every acknowledged
-    /// write of the object is in a copy at or past it, so peering may fall back to one when
-    /// every copy of the authority fails its checksum (`fallback.rs`).
-    pub floor: Option<Version>,
+    /// Set when the authority was provably never acknowledged although a peering adopted it:
+    /// what peering may fall back to when every copy of it fails its checksum (`fallback.rs`).
+    pub fallback: Option<Fallback>,
+}
+
+/// An authority that a witness of its own interval lacks: a peering adopted it while the
+/// witness was unreachable, and it was never acknowledged (an acknowledged write is on every
+/// member of its interval). The witness holds every write that was: the interval's primary
+/// wrote the object only once it was current on every member.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Fallback {
+    /// The newest version such a witness holds (`Version::NONE`: nothing).
+    pub floor: Version,
+    /// The copies at or past the floor and older than the authority that members of its
+    /// interval hold (each a step of the same run of writes the interval's members applied in
+    /// order), newest first: version, tombstone, device.
+    pub candidates: Vec<(Version, bool, DeviceId)>,
 }
 
 /// Decides one object. `sources` are the reachable devices with complete data, `serving` the
@@ -153,24 +165,23 @@ pub(crate) fn decide(
         auth,
         divergent: Vec::new(),
         behind: Vec::new(),
-        floor: floor(history, holdings, sources, copies, auth),
+        fallback: fallback(history, holdings, sources, copies, auth),
     };
     verdict.place_all(serving, copies);
     verdict
 }
 
-/// The newest copy a witness (a source, not suspect) of the interval the authority was written
-/// in holds, when it is older than the authority: an acknowledged write is on every member of
-/// its interval, so such a witness proves the authority was never acknowledged, and holds
-/// every write that was (the interval's primary wrote the object only once it was current on
-/// every member). `None` when the authority is absent, a tombstone, or no witness lacks it.
-fn floor(
+/// The fallback of an authority a witness (a source, not suspect) of the interval it was
+/// written in lacks. `None` when the authority is absent or a tombstone, no witness lacks it,
+/// or a device named by that interval or a later one did not answer as a source (it may hold
+/// a good copy of the authority, and would bring it back later).
+fn fallback(
     history: &PgHistory,
     holdings: &BTreeMap<DeviceId, Holding>,
     sources: &[DeviceId],
     copies: &Copies,
     auth: Auth,
-) -> Option<Version> {
+) -> Option<Fallback> {
     let Auth::Present {
         version,
         deleted: false,
@@ -183,12 +194,27 @@ fn floor(
         .intervals
         .iter()
         .find(|i| i.epoch.0 == version.epoch)?;
-    own.members
+    let since = history.intervals.iter().filter(|i| i.epoch >= own.epoch);
+    if !since
+        .flat_map(PgInterval::devices)
+        .all(|d| sources.contains(&d))
+    {
+        return None;
+    }
+    let floor = own
+        .members
         .iter()
-        .filter(|m| sources.contains(m) && witness(holdings, m))
-        .filter(|m| older(copies.get(m), version))
+        .filter(|m| witness(holdings, m) && older(copies.get(m), version))
         .map(|m| copies.get(m).map_or(Version::NONE, |c| c.version))
-        .max()
+        .max()?;
+    let mut candidates: Vec<(Version, bool, DeviceId)> = own
+        .members
+        .iter()
+        .filter_map(|m| copies.get(m).map(|c| (c.version, c.deleted, *m)))
+        .filter(|(v, _, _)| *v >= floor && *v < version)
+        .collect();
+    candidates.sort_unstable_by(|a, b| b.cmp(a));
+    Some(Fallback { floor, candidates })
 }
 
 impl Verdict {
@@ -335,6 +361,7 @@ mod tests {
     const A: DeviceId = DeviceId(1);
     const B: DeviceId = DeviceId(2);
     const C: DeviceId = DeviceId(3);
+    const D: DeviceId = DeviceId(4);
     const X: ObjectId = ObjectId {
         pool: PoolId(1),
         volume: VolumeId(1),
@@ -661,35 +688,67 @@ mod tests {
     /// member lacks once back: still the authority (rule 2), but known never acknowledged, and
     /// the member's copy holds every write that was (seed 633391).
     #[test]
-    fn an_adopted_version_a_witness_of_its_interval_lacks_has_a_floor() {
+    fn an_adopted_version_a_witness_of_its_interval_lacks_has_a_fallback() {
+        let floor = |out: Verdict| out.fallback.map(|f| f.floor);
         // 4.11 reached B alone in interval 4 (A, B); interval 5 (B, C) adopted it without A.
         let h = history(&[(4, &[A, B]), (5, &[B, C])]);
         let hold = holdings(&[(A, 4, v(4, 0)), (B, 5, v(5, 0)), (C, 5, v(3, 2))]);
         let c = copies(&[
-            (A, v(3, 2), false),
+            (A, v(4, 10), false),
             (B, v(4, 11), false),
             (C, v(3, 2), false),
         ]);
         let out = run(&h, &hold, &[A, B, C], &c);
         assert_eq!(out.auth, present(v(4, 11), B));
         assert_eq!(out.behind, [A, C]);
-        assert_eq!(out.floor, Some(v(3, 2)));
+        let fallback = out.fallback.expect("A proves 4.11 unacknowledged");
+        assert_eq!(fallback.floor, v(4, 10));
+        // C's 3.2 is older than the floor (and C no member of interval 4): no candidate.
+        assert_eq!(fallback.candidates, [(v(4, 10), false, A)]);
         // A witness that holds nothing: no write to the object was ever acknowledged.
         let c = copies(&[(B, v(4, 11), false)]);
-        assert_eq!(run(&h, &hold, &[A, B, C], &c).floor, Some(Version::NONE));
+        assert_eq!(floor(run(&h, &hold, &[A, B, C], &c)), Some(Version::NONE));
         // A suspect member proves nothing.
         let mut suspect = hold.clone();
         suspect.get_mut(&A).expect("answered").info.suspect = true;
-        let c = copies(&[(A, v(3, 2), false), (B, v(4, 11), false)]);
-        assert_eq!(run(&h, &suspect, &[A, B, C], &c).floor, None);
-        // A member of its interval that holds it, or no member of it reached: no floor.
+        let c = copies(&[(A, v(4, 10), false), (B, v(4, 11), false)]);
+        assert_eq!(floor(run(&h, &suspect, &[A, B, C], &c)), None);
+        // A member of its interval that holds it: none.
         let c = copies(&[(A, v(4, 11), false), (B, v(4, 11), false)]);
-        assert_eq!(run(&h, &hold, &[A, B, C], &c).floor, None);
-        let unreached = holdings(&[(B, 5, v(5, 0)), (C, 5, v(3, 2))]);
-        let c = copies(&[(B, v(4, 11), false), (C, v(3, 2), false)]);
-        assert_eq!(run(&h, &unreached, &[B, C], &c).floor, None);
-        // A tombstone holds no data to fail a checksum: no floor.
-        let c = copies(&[(A, v(3, 2), false), (B, v(4, 11), true)]);
-        assert_eq!(run(&h, &hold, &[A, B, C], &c).floor, None);
+        assert_eq!(floor(run(&h, &hold, &[A, B, C], &c)), None);
+        // A tombstone holds no data to fail a checksum: none.
+        let c = copies(&[(A, v(4, 10), false), (B, v(4, 11), true)]);
+        assert_eq!(floor(run(&h, &hold, &[A, B, C], &c)), None);
+        // A device of its interval or a later one that did not answer (C, which may hold a
+        // good copy of 4.11 that clients read, and would bring it back): none.
+        let without_c = holdings(&[(A, 4, v(4, 0)), (B, 5, v(5, 0))]);
+        let c = copies(&[(A, v(4, 10), false), (B, v(4, 11), false)]);
+        assert_eq!(floor(run(&h, &without_c, &[A, B, C], &c)), None);
+    }
+
+    /// Only copies of members of the authority's own interval are candidates: a copy a device
+    /// of an older interval holds may be a write a peering decided against.
+    #[test]
+    fn a_fallback_takes_no_copy_from_outside_the_authoritys_interval() {
+        // D wrote 3.1 in interval 3 (D, A) and crashed before A had it; interval 4 (A, B)
+        // decided against it; 4.1 reached B alone and interval 5 (B, C) adopted it.
+        let h = history(&[(3, &[D, A]), (4, &[A, B]), (5, &[B, C])]);
+        let hold = holdings(&[
+            (A, 4, v(4, 0)),
+            (B, 5, v(5, 0)),
+            (C, 5, v(5, 0)),
+            (D, 3, v(3, 0)),
+        ]);
+        let c = copies(&[
+            (A, v(2, 4), false),
+            (B, v(4, 1), false),
+            (C, v(4, 1), false),
+            (D, v(3, 1), false),
+        ]);
+        let out = run(&h, &hold, &[B, C], &c);
+        assert_eq!(out.auth, present(v(4, 1), B));
+        let fallback = out.fallback.expect("A proves 4.1 unacknowledged");
+        assert_eq!(fallback.floor, v(2, 4));
+        assert_eq!(fallback.candidates, [(v(2, 4), false, A)]);
     }
 }

@@ -9,8 +9,15 @@
 //! acknowledged write: peering makes the newest good copy at or past the floor the authority
 //! instead, and the holders of the bad version are reset to it before activation like any
 //! divergent member (cluster simulation seed 633391).
+//!
+//! Only when every device the history names from the version's interval on answered (one
+//! that did not may hold a good copy that clients read, and would bring it back:
+//! `authority.rs::fallback`), and only to a copy a member of that interval holds (a step of
+//! the one run of writes its members applied in order; a copy from elsewhere may be a write a
+//! peering decided against). The decision is not recorded: a later peering finds the same
+//! proof and the same bad copies, and decides alike.
 
-use super::authority::{Auth, Copies, Verdict};
+use super::authority::{Auth, Copies, Fallback, Verdict};
 use super::{Ctx, Pg};
 use basalt_placement::ClusterMap;
 use basalt_types::{DeviceId, ObjectId, Version};
@@ -18,11 +25,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 impl Pg {
-    /// Falls back, for every object whose authority was never acknowledged (`floor` set) and
-    /// every copy of whose authority fails its checksum, to its newest good copy at or past the
-    /// floor, and files the serving members again by their copies (`copies` from the sources,
-    /// `stale_copies` from stale members). An object none of whose candidates verifies stays
-    /// as decided (unfound after activation), as does one whose holder did not answer.
+    /// Falls back, for every object whose authority was never acknowledged (`fallback` set)
+    /// and every copy of whose authority on the devices that answered fails its checksum, to the
+    /// newest of its candidates that verifies, and files the serving members again by their
+    /// copies (`copies` from the sources, `stale_copies` from stale members). An object none of
+    /// whose candidates verifies stays as decided (unfound after activation), as does one
+    /// whose holder did not answer the search.
     pub(super) async fn fall_back(
         &self,
         ctx: &Arc<Ctx>,
@@ -33,11 +41,18 @@ impl Pg {
         verdicts: &mut BTreeMap<ObjectId, Verdict>,
     ) {
         for (oid, v) in verdicts.iter_mut() {
-            let (Some(floor), Auth::Present { version, .. }) = (v.floor, v.auth) else {
+            let (Some(fallback), Auth::Present { version, .. }) = (&v.fallback, v.auth) else {
                 continue;
             };
-            let c = &copies[oid];
-            let holders: Vec<DeviceId> = c
+            if !v.divergent.is_empty() {
+                // A member holds a newer copy: `peering.rs::roll_forward` keeps a good one
+                // (it holds every acknowledged write, and more), or drops them all, and the
+                // next peering falls back.
+                continue;
+            }
+            let mut all = copies[oid].clone();
+            all.extend(stale_copies[oid].iter().map(|(d, h)| (*d, *h)));
+            let holders: Vec<DeviceId> = all
                 .iter()
                 .filter(|(_, h)| h.version == version && !h.deleted)
                 .map(|(d, _)| *d)
@@ -46,37 +61,27 @@ impl Pg {
             if search.found.is_some() || search.bad.len() < holders.len() {
                 continue;
             }
-            let Some(auth) = self.good_older(ctx, map, c, *oid, floor, version).await else {
-                tracing::error!(pg = %self.id, %oid, %version, %floor, "every copy of a version never acknowledged fails its checksum, and no older copy at or past what its interval's witness holds verifies");
+            let Some(auth) = self.good_candidate(ctx, map, *oid, fallback).await else {
+                tracing::error!(pg = %self.id, %oid, %version, floor = %fallback.floor, "every copy of a version never acknowledged fails its checksum, and no copy between it and what its interval's witness holds verifies");
                 continue;
             };
             tracing::warn!(pg = %self.id, %oid, from = %version, to = %auth.version(), bad = ?holders,
                 "every copy of a version never acknowledged (a peering adopted it while a member of its interval was unreachable) fails its checksum: falling back to the newest good copy holding every acknowledged write");
             v.auth = auth;
-            let mut all = c.clone();
-            all.extend(stale_copies[oid].iter().map(|(d, h)| (*d, *h)));
             v.place_all(serving, &all);
         }
     }
 
-    /// The newest copy in `copies` at or past `floor` and older than `version` that verifies
-    /// (a tombstone holds nothing to fail); absent when the floor is nothing and none does.
-    async fn good_older(
+    /// The newest candidate that verifies (a tombstone holds nothing to fail); absent when
+    /// the floor is nothing and none does.
+    async fn good_candidate(
         &self,
         ctx: &Arc<Ctx>,
         map: &ClusterMap,
-        copies: &Copies,
         oid: ObjectId,
-        floor: Version,
-        version: Version,
+        fallback: &Fallback,
     ) -> Option<Auth> {
-        let mut older: Vec<(Version, bool, DeviceId)> = copies
-            .iter()
-            .filter(|(_, h)| h.version >= floor && h.version < version)
-            .map(|(d, h)| (h.version, h.deleted, *d))
-            .collect();
-        older.sort_unstable_by(|a, b| b.cmp(a));
-        for (version, deleted, source) in older {
+        for &(version, deleted, source) in &fallback.candidates {
             let present = Auth::Present {
                 version,
                 deleted,
@@ -90,6 +95,6 @@ impl Pg {
                 return Some(present);
             }
         }
-        (floor == Version::NONE).then_some(Auth::Absent)
+        (fallback.floor == Version::NONE).then_some(Auth::Absent)
     }
 }

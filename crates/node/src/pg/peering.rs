@@ -131,7 +131,11 @@ impl Pg {
                 v.place_stale(&stale, &stale_copies[oid]);
                 (*oid, v)
             })
-            .filter(|(_, v)| !v.divergent.is_empty() || !v.behind.is_empty())
+            // An authority with a fallback is kept even when every serving member holds it:
+            // its copies may all be bad (`fallback.rs`).
+            .filter(|(_, v)| {
+                !v.divergent.is_empty() || !v.behind.is_empty() || v.fallback.is_some()
+            })
             .collect();
         if tracing::enabled!(tracing::Level::DEBUG) {
             let infos: Vec<_> = holdings.iter().map(|(d, h)| (*d, h.info)).collect();
