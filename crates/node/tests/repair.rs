@@ -1101,3 +1101,66 @@ async fn a_pg_waiting_for_a_device_lost_for_good_serves_once_the_operator_declar
     assert!(rec.lost && !rec.is_in() && rec.state == DeviceState::Down);
     a.shutdown().await;
 }
+
+/// Three copies, `min_size` 1: c is down while a and b take writes; a goes down, c comes back
+/// and is recovered from b; then b goes down too. c alone holds every acknowledged write (it
+/// was made complete after a and b's interval): the PGs serve from it, with no operator
+/// action. Before, they waited for a or b, the members of that interval
+/// (`peering.rs::complete_after`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_recovered_in_a_later_interval_serves_when_the_earlier_members_are_down() {
+    let c = Cluster::new().await;
+    let disks: Vec<SimDisk> = (0..3).map(|_| SimDisk::new(DISK)).collect();
+    let mut nodes = vec![
+        c.node("a", &disks[0], |_| {}).await,
+        c.node("b", &disks[1], |_| {}).await,
+        c.node("c", &disks[2], |_| {}).await,
+    ];
+    c.pool(3, 1).await;
+    until("every PG clean", || all_active(&nodes, true)).await;
+    let client = c.client(Duration::from_secs(10)).await;
+    let objects = 8;
+    let vol = c.volume(&client, "v", objects * OBJECT).await;
+    write_all(&vol, objects, 1).await;
+    let third = nodes.pop().unwrap();
+    let b = nodes.pop().unwrap();
+    let a = nodes.pop().unwrap();
+    let (dev_a, dev_b, dev_c) = (device_of(&a), device_of(&b), device_of(&third));
+    third.shutdown().await;
+    c.map_where("c's device down", |m| !m.is_up(dev_c)).await;
+    write_all(&vol, objects, 2).await;
+    a.shutdown().await;
+    c.map_where("a's device down", |m| !m.is_up(dev_a)).await;
+    let third = c.node("c", &disks[2], |_| {}).await;
+    c.map_where("c's device up", |m| m.is_up(dev_c)).await;
+    let both = [b, third];
+    until("every PG active on b and c, nothing missing", || {
+        all_active(&both, false)
+            && both
+                .iter()
+                .flat_map(|n| n.status().pgs)
+                .all(|p| p.missing_objects == 0 && p.degraded_objects == 0)
+    })
+    .await;
+    let [b, third] = both;
+    b.shutdown().await;
+    c.map_where("b's device down", |m| !m.is_up(dev_b) && m.is_up(dev_c))
+        .await;
+    until("every PG active on c", || {
+        all_active(std::slice::from_ref(&third), false)
+    })
+    .await;
+    for i in 0..objects {
+        let got = vol.read(i * OBJECT, OBJECT as u32).await.unwrap();
+        assert!(
+            got == pattern(i, 2),
+            "object {i}: not the last acknowledged write"
+        );
+    }
+    write_all(&vol, objects, 3).await;
+    for i in 0..objects {
+        let got = vol.read(i * OBJECT, OBJECT as u32).await.unwrap();
+        assert!(got == pattern(i, 3), "object {i}: the new write");
+    }
+    third.shutdown().await;
+}

@@ -837,7 +837,8 @@ fn check_answers(
 /// primary activates every serving member before it serves), so it needs nobody. A suspect
 /// member (its store dropped a journal tail: it may lack acknowledged writes, even its
 /// activation) is neither, unless every member of the interval answered (nobody knows more).
-/// A backfill target that completed in the interval is a witness too ([`completed_in`]).
+/// A backfill target that completed in the interval is a witness too ([`completed_in`]), as
+/// is a device made complete in a later interval ([`complete_after`]).
 ///
 /// An interval with neither, some device of which did not answer, is given up (returned) when
 /// every device that did not answer and is named by it or by a later interval is in `lost`
@@ -863,7 +864,8 @@ fn check_history<'h>(
             .iter()
             .filter(counts)
             .any(|h| h.info.backfill.is_none() && h.info.les >= i.epoch)
-            || holdings.iter().any(|(d, h)| completed_in(i, *d, h));
+            || holdings.iter().any(|(d, h)| completed_in(i, *d, h))
+            || holdings.values().any(|h| complete_after(i, h));
         let never_active = answered.iter().filter(counts).any(|h| h.info.les < i.epoch);
         if witness || never_active {
             continue;
@@ -956,6 +958,21 @@ fn completed_in(i: &PgInterval, dev: DeviceId, h: &Holding) -> bool {
         && !h.info.suspect
         && h.info.backfill.is_none()
         && h.info.les >= i.epoch
+}
+
+/// Whether a device that answered was made complete in an interval after `i` (its
+/// `last_complete`, set only by the activation of a member that lacked nothing, by recovery
+/// once it lacks nothing, or by a backfill's completion, names a later interval), and lost
+/// nothing since (not suspect, no backfill under way). It holds every write acknowledged in
+/// `i`: the peering of that later interval had a witness of `i` (or the operator gave `i`
+/// up), and the authority it decided, which the device held whole, includes them; what the
+/// device applied since only adds to that. As Ceph's peering, which needs no member of an
+/// interval that ended before the newest activation it finds. Without it, a PG whose old
+/// interval's members are all down waited for one of them although a device held everything
+/// (three copies: interval e4 on A and B while C was down, C back and recovered in e5 on B and
+/// C, then A and B down).
+fn complete_after(i: &PgInterval, h: &Holding) -> bool {
+    !h.info.suspect && h.info.backfill.is_none() && h.info.last_complete.epoch > i.epoch.0
 }
 
 /// The devices whose data counts: they answered, hold complete data (no backfill under way),
@@ -1197,6 +1214,35 @@ mod tests {
         let stranger = holdings(&[(9, holding(0, false))]);
         let err = check_history(&h, &stranger, &lost(&[1, 2])).unwrap_err();
         assert!(err.contains("pg mark-lost"), "{err}");
+    }
+
+    /// A device made complete in a later interval holds every write acknowledged in an
+    /// earlier one whose members are all unreachable.
+    #[test]
+    fn a_device_complete_in_a_later_interval_witnesses_an_earlier_one() {
+        // Interval 4 ran on 1 and 2 (3 down); 3 came back and served interval 5 with 2.
+        let h = history(&[(4, &[1, 2]), (5, &[2, 3])]);
+        let complete = |lc: Version, suspect: bool| {
+            let mut h = holding(5, false);
+            h.info.last_complete = lc;
+            h.info.suspect = suspect;
+            holdings(&[(3, h)])
+        };
+        // Activated in 5 but not yet recovered: it may lack writes acknowledged in 4.
+        let err = check_history(&h, &complete(Version::new(3, 7), false), &none()).unwrap_err();
+        assert!(
+            err.contains("interval e4") && err.contains("dev.1, dev.2"),
+            "{err}"
+        );
+        // Complete in 5: it holds them, and is 5's own witness too.
+        let given_up = check_history(&h, &complete(Version::new(5, 0), false), &none()).unwrap();
+        assert!(given_up.is_empty());
+        // Suspect (its store dropped a journal tail since): it may have lost them.
+        check_history(&h, &complete(Version::new(5, 0), true), &none()).unwrap_err();
+        // Complete in 5 but backfilling again: its data is not whole.
+        let mut busy = holding(5, true);
+        busy.info.last_complete = Version::new(5, 0);
+        check_history(&h, &holdings(&[(3, busy)]), &none()).unwrap_err();
     }
 
     #[test]
