@@ -865,7 +865,7 @@ fn check_history<'h>(
             .filter(counts)
             .any(|h| h.info.backfill.is_none() && h.info.les >= i.epoch)
             || holdings.iter().any(|(d, h)| completed_in(i, *d, h))
-            || holdings.values().any(|h| complete_after(i, h));
+            || holdings.values().any(|h| complete_after(history, i, h));
         let never_active = answered.iter().filter(counts).any(|h| h.info.les < i.epoch);
         if witness || never_active {
             continue;
@@ -960,19 +960,29 @@ fn completed_in(i: &PgInterval, dev: DeviceId, h: &Holding) -> bool {
         && h.info.les >= i.epoch
 }
 
-/// Whether a device that answered was made complete in an interval after `i` (its
-/// `last_complete`, set only by the activation of a member that lacked nothing, by recovery
-/// once it lacks nothing, or by a backfill's completion, names a later interval), and lost
-/// nothing since (not suspect, no backfill under way). It holds every write acknowledged in
-/// `i`: the peering of that later interval had a witness of `i` (or the operator gave `i`
-/// up), and the authority it decided, which the device held whole, includes them; what the
-/// device applied since only adds to that. As Ceph's peering, which needs no member of an
-/// interval that ended before the newest activation it finds. Without it, a PG whose old
-/// interval's members are all down waited for one of them although a device held everything
-/// (three copies: interval e4 on A and B while C was down, C back and recovered in e5 on B and
-/// C, then A and B down).
-fn complete_after(i: &PgInterval, h: &Holding) -> bool {
-    !h.info.suspect && h.info.backfill.is_none() && h.info.last_complete.epoch > i.epoch.0
+/// Whether a device that answered was made complete in an interval the history records after
+/// `i` (its `last_complete`, set only by the activation of a member that lacked nothing, by
+/// recovery once it lacks nothing, or by a backfill's completion, names that interval), and
+/// lost nothing since (not suspect, no backfill under way). It holds every write acknowledged
+/// in `i`: the peering of that later interval read a history holding `i` (an interval is
+/// appended only after every older one it knows of, by compare-and-swap), so it had a witness
+/// of `i` (or the operator gave `i` up), and the authority it decided, which the device held
+/// whole, includes them; what the device applied since only adds to that. The interval must
+/// be recorded: one below `min_size` is not, and a backfill completed in it raises
+/// `last_complete` all the same, while a primary with an older map may still append an
+/// interval older than it (a review found the schedule). As Ceph's peering, which needs no
+/// member of an interval that ended before the newest activation it finds. Without it, a PG
+/// whose old interval's members are all down waited for one of them although a device held
+/// everything (three copies: interval e4 on A and B while C was down, C back and recovered in
+/// e5 on B and C, then A and B down).
+fn complete_after(history: &PgHistory, i: &PgInterval, h: &Holding) -> bool {
+    let lc = h.info.last_complete.epoch;
+    !h.info.suspect
+        && h.info.backfill.is_none()
+        && history
+            .intervals
+            .iter()
+            .any(|j| j.epoch > i.epoch && j.epoch.0 == lc)
 }
 
 /// The devices whose data counts: they answered, hold complete data (no backfill under way),
@@ -1239,6 +1249,9 @@ mod tests {
         assert!(given_up.is_empty());
         // Suspect (its store dropped a journal tail since): it may have lost them.
         check_history(&h, &complete(Version::new(5, 0), true), &none()).unwrap_err();
+        // Complete in 6, an interval the history does not record (below `min_size`, a
+        // backfill completed in it): an older interval may still be appended before it.
+        check_history(&h, &complete(Version::new(6, 0), false), &none()).unwrap_err();
         // Complete in 5 but backfilling again: its data is not whole.
         let mut busy = holding(5, true);
         busy.info.last_complete = Version::new(5, 0);
