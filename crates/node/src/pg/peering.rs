@@ -1019,7 +1019,8 @@ fn sources(history: &PgHistory, holdings: &BTreeMap<DeviceId, Holding>) -> Vec<D
 /// may name a target whose backfill had not finished, or a device that held the PG before its
 /// history began and was never made a target (a stray back in the up set); what it holds is
 /// not authoritative. A backfill target listed complete in an interval (`completed_in`) is a
-/// witness of it here too.
+/// witness of it here too, as is a device made complete in a later interval
+/// (`complete_after`).
 fn stale(
     history: &PgHistory,
     serving: &[DeviceId],
@@ -1037,9 +1038,9 @@ fn stale(
                 && holdings
                     .get(m)
                     .is_some_and(|h| !h.info.suspect && h.info.backfill.is_none())
-        }) || holdings
-            .iter()
-            .any(|(d, h)| !stale.contains(d) && completed_in(i, *d, h))
+        }) || holdings.iter().any(|(d, h)| {
+            !stale.contains(d) && (completed_in(i, *d, h) || complete_after(history, i, h))
+        })
     };
     match history.intervals.iter().all(witnessed) {
         true => stale,
@@ -1392,6 +1393,12 @@ mod tests {
         let two = history(&[(12, &[11, 21]), (14, &[40, 31, 11])]);
         let src = sources(&two, &all);
         assert!(stale(&two, &serving, &src, &all).is_empty());
+        // Unless a source was made complete in the later interval: it holds every write
+        // acknowledged in the older one (`complete_after`).
+        let mut complete = all.clone();
+        complete.get_mut(&DeviceId(40)).unwrap().info.last_complete = Version::new(14, 0);
+        check_history(&two, &complete, &none()).unwrap();
+        assert_eq!(stale(&two, &serving, &src, &complete), vec![DeviceId(11)]);
         // A later interval that never went active (its members were activated last before it,
         // seed 460723's second peering): witnessed by that proof.
         let never = history(&[(14, &[40, 31, 11]), (47, &[40, 31, 11])]);
