@@ -3,7 +3,7 @@
 //! A peering that cannot reach a member of an interval adopts a version written in it that
 //! nothing proves unacknowledged (an acknowledged write must never be dropped on doubt), and
 //! later peerings trust it (`authority.rs` rule 2). When that member comes back it proves the
-//! version never was acknowledged (`Verdict::floor`), but the version stays the authority: a
+//! version never was acknowledged (`Verdict::fallback`), but the version stays the authority: a
 //! client may have read it. If every copy of it fails its checksum, though, no client can read
 //! it again, and the object would be unfound although the member holds a good copy of every
 //! acknowledged write: peering makes the newest good copy at or past the floor the authority
