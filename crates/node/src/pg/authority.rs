@@ -684,6 +684,7 @@ mod tests {
         let out = run(&h, &hold, &[A], &c);
         assert_eq!(out.auth, present(v(0, 9), A));
     }
+
     /// A version a peering adopted while a member of its interval was unreachable, which that
     /// member lacks once back: still the authority (rule 2), but known never acknowledged, and
     /// the member's copy holds every write that was (seed 633391).
