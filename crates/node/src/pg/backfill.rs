@@ -10,7 +10,7 @@
 use super::info::{Backfill, MemberInfo};
 use super::messages::{Held, ImageMeta, PeerAnswer, PeerMsg};
 use super::peering::{ask, entry_of};
-use super::{Ctx, Member, Pg, Status};
+use super::{Ctx, Member, Pg};
 use basalt_engine::EngineError;
 use basalt_meta::{MetaError, PgReadyRecord};
 use basalt_placement::ClusterMap;
@@ -226,8 +226,12 @@ impl Pg {
             return Ok(());
         }
         // Complete now: it holds the primary's objects, and every write since reached it.
-        let Some(info) = self.completed_info(generation, term) else {
-            return Ok(());
+        let info = MemberInfo {
+            les: term.interval,
+            last_complete: Version::new(term.interval.0, 0),
+            backfill: None,
+            activated: term.interval,
+            suspect: false,
         };
         let msg = PeerMsg::Activate {
             device: dev,
@@ -239,32 +243,6 @@ impl Pg {
         self.record_completion(ctx, term, dev).await;
         tracing::info!(pg = %self.id, device = %dev, "backfill of one target done");
         Ok(())
-    }
-
-    /// What a target that now holds the primary's objects records: complete in `term` when the
-    /// term serves I/O; below `min_size` (`Status::Peered`) what the primary itself records,
-    /// as that peering decided nothing for good (`info.rs`): the target's copies are then
-    /// trusted exactly as the primary's are, no further. None when the generation ended.
-    fn completed_info(&self, generation: u64, term: Term) -> Option<MemberInfo> {
-        let st = self.st.lock();
-        let p = st
-            .primary
-            .as_ref()
-            .filter(|_| st.generation == generation)?;
-        Some(match p.status {
-            Status::Peered(_) => MemberInfo {
-                backfill: None,
-                activated: term.interval,
-                ..st.info
-            },
-            _ => MemberInfo {
-                les: term.interval,
-                last_complete: Version::new(term.interval.0, 0),
-                backfill: None,
-                activated: term.interval,
-                suspect: false,
-            },
-        })
     }
 
     /// Lists `dev` in the history as complete in `term` (`peering.rs::completed_in`: it is then
@@ -657,61 +635,6 @@ mod tests {
         assert_eq!(order, vec![d(3), d(5), d(7), d(8), d(9), d(1)]);
         // Alone, with no other complete device: a target, then its own copy.
         assert_eq!(search_order(&[], &[d(1)], d(1), &[d(7)]), vec![d(7), d(1)]);
-    }
-
-    /// A target whose backfill completes below `min_size` records what the primary records
-    /// (that peering decided nothing for good: rule 2 must not trust its copies further than
-    /// the primary's); one completing in a serving term is complete in it.
-    #[tokio::test]
-    async fn a_target_completed_below_min_size_is_trusted_no_further_than_the_primary() {
-        use crate::testing::{Flaky, shared, sim_store};
-        use basalt_types::{Epoch, NodeId, PgId};
-        let dir = tempfile::tempdir().unwrap();
-        let catalog = basalt_meta::Catalog::new(Flaky::open(&dir.path().join("m.redb")).await);
-        let node = shared(
-            NodeId(1),
-            std::time::Duration::from_secs(3600),
-            vec![sim_store(1)],
-            catalog,
-        );
-        let id = PgId {
-            pool: PoolId(1),
-            pg: 0,
-        };
-        let pg = node.pgs.get(DeviceId(1), id).unwrap();
-        pg.serve_alone_for_test(Epoch(9));
-        let (generation, term) = {
-            let mut st = pg.st.lock();
-            st.info = MemberInfo {
-                les: Epoch(4),
-                last_complete: Version::new(4, 17),
-                backfill: None,
-                activated: Epoch(9),
-                suspect: true,
-            };
-            let p = st.primary.as_mut().unwrap();
-            p.status = Status::Peered("1 of 2 members".into());
-            let term = p.term;
-            (st.generation, term)
-        };
-        let below = pg.completed_info(generation, term).unwrap();
-        assert_eq!(
-            below,
-            MemberInfo {
-                les: Epoch(4),
-                last_complete: Version::new(4, 17),
-                backfill: None,
-                activated: Epoch(9),
-                suspect: true,
-            }
-        );
-        pg.st.lock().primary.as_mut().unwrap().status = Status::Active;
-        let serving = pg.completed_info(generation, term).unwrap();
-        assert_eq!(
-            (serving.les, serving.last_complete, serving.suspect),
-            (Epoch(9), Version::new(9, 0), false)
-        );
-        assert_eq!(pg.completed_info(generation + 1, term), None);
     }
 
     #[test]

@@ -27,9 +27,11 @@
 //! An interval below `min_size` serves no I/O, so its peering's decisions are not final: it
 //! raises `activated` (the floor of the member's promises after a restart) but not `les` or
 //! `last_complete`, which make later peerings trust what the member holds (`authority.rs`).
-//! Nor does a backfill that completes in such an interval: its target, a copy of the primary,
-//! records the primary's own `les` and `last_complete` (`backfill.rs::Pg::completed_info`), so
-//! later peerings trust its copies exactly as far as the primary's.
+//! A backfill that completes in such an interval does raise both on its target
+//! (`backfill.rs`), to the interval, which the history does not record: a later peering then
+//! trusts the target's copies from before it (rule 2) and takes it as a source; witnesses of
+//! the history's intervals are counted without it (`peering.rs::complete_after`). A known gap
+//! (docs/design/failure-model.md).
 
 use basalt_engine::PG_BLOB;
 use basalt_types::{Epoch, ObjectId, PoolId, Term, Version, VolumeId};
