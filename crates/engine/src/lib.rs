@@ -263,6 +263,9 @@ pub struct StoreStats {
     pub writeback_batches: u64,
     /// Journal records written (group commit shares one record among concurrent writes).
     pub journal_records: u64,
+    /// Of those, records written durable by themselves (`RWF_DSYNC`: a lone durable write,
+    /// no flush after it).
+    pub durable_records: u64,
     /// Device reads and writes completed, and the microseconds they took in sum (submission
     /// to completion); the mean latency over an interval is the quotient of the differences.
     pub ios_done: u64,

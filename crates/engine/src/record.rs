@@ -273,8 +273,8 @@ impl Entry {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct RecordHeader {
     pub seq: u64,
-    /// Every record with a sequence number up to this one was flushed before this record was
-    /// written; recovery need not re-verify their data.
+    /// Every record with a sequence number up to this one was durable (flushed, or written with
+    /// `RWF_DSYNC`) before this record was written; recovery need not re-verify their data.
     pub durable_seq: u64,
     /// Header CRC of the previous record (chains records so stale ones from before a crash
     /// cannot be mistaken for new ones).

@@ -317,6 +317,7 @@ impl Store {
             bad_blocks: get(&s.bad_blocks),
             writeback_batches: get(&s.writeback_batches),
             journal_records: get(&s.journal_records),
+            durable_records: get(&s.durable_records),
             ios_done: get(&s.ios_done),
             io_micros: get(&s.io_micros),
             flushes_done: get(&s.flushes_done),

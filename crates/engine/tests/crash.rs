@@ -301,7 +301,8 @@ async fn reopen(disk: &SimDisk) -> Store {
     Store::spawn_sim(disk, &OpenOptions::default()).unwrap()
 }
 
-/// A failed flush poisons the store: the waiting durable write fails, every later read, write
+/// A failed flush poisons the store (here the flush of a lone durable write's `RWF_DSYNC`
+/// record: the write fails): the waiting durable write fails, every later read, write
 /// and flush is refused (the cache may hold data of writes that failed), and after reopening
 /// everything that was acknowledged as durable before the failure is there.
 #[tokio::test(start_paused = true)]
@@ -355,6 +356,33 @@ async fn failed_flush_poisons() {
         )
         .await
         .unwrap();
+}
+
+/// A failed flush after a record that was not written alone for a durable writer (a buffered
+/// write, then an explicit flush: the record waits for a real flush, not `RWF_DSYNC`) poisons
+/// the store as well: the flush fails, and so does everything after it.
+#[tokio::test(start_paused = true)]
+async fn a_failed_flush_of_a_buffered_record_poisons() {
+    let disk = small_disk();
+    let store = Store::spawn_sim(&disk, &OpenOptions::default()).unwrap();
+    store
+        .write(
+            oid(1),
+            0,
+            Bytes::from_static(b"b"),
+            WriteOptions::buffered(),
+        )
+        .await
+        .unwrap();
+    let before = store.stats();
+    disk.fail_flushes(true);
+    assert!(matches!(store.flush().await, Err(EngineError::Poisoned(_))));
+    assert_eq!(store.stats().durable_records, before.durable_records);
+    disk.fail_flushes(false);
+    let r = store
+        .write(oid(2), 0, Bytes::from_static(b"x"), WriteOptions::durable())
+        .await;
+    assert!(matches!(r, Err(EngineError::Poisoned(_))), "{r:?}");
 }
 
 /// A failed write poisons the store the same way.

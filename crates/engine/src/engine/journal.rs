@@ -1,7 +1,8 @@
 //! Group commit: operations accumulate in an open batch; a batch is sealed into one journal
 //! record (one vectored write at the ring head); a single flush then covers every record
-//! written before it. Acks go out strictly in journal order, so a crash can only lose a suffix
-//! of unacknowledged records.
+//! written before it. A record written alone for a durable writer is written with `RWF_DSYNC`
+//! instead, durable when its write completes (`Engine::lone`). Acks go out strictly in
+//! journal order, so a crash can only lose a suffix of unacknowledged records.
 
 use super::{Engine, IoCtx, Waiter};
 use crate::buf::{IoBuf, SharedBuf};
@@ -59,6 +60,8 @@ pub(crate) struct Record {
     pub state: RecState,
     /// Number of the first flush issued after this record was written (0: none yet).
     pub cover: u64,
+    /// Written durable by itself (`IoReq::Write::durable`): durable once written, no flush.
+    pub durable: bool,
     pub nd_waiters: Vec<Waiter>,
     pub d_waiters: Vec<Waiter>,
 }
@@ -301,6 +304,12 @@ impl Engine {
         self.shared
             .journal_records
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let durable = self.lone(&b, bufs.len());
+        if durable {
+            self.shared
+                .durable_records
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         let mut pending = 0;
         let mut off = self.sb.ring_offset() + pos;
         let mut rest = bufs;
@@ -309,7 +318,11 @@ impl Engine {
             let chunk_len: u64 = rest.iter().map(|x| x.len() as u64).sum();
             self.submit(
                 IoCtx::Record { seq: b.seq },
-                IoReq::Write { off, bufs: rest },
+                IoReq::Write {
+                    off,
+                    bufs: rest,
+                    durable,
+                },
             );
             off += chunk_len;
             pending += 1;
@@ -326,6 +339,7 @@ impl Engine {
                 IoReq::Write {
                     off,
                     bufs: vec![IoBuf::Shared(data)],
+                    durable: false,
                 },
             );
             pending += 1;
@@ -343,6 +357,7 @@ impl Engine {
             pending,
             state: RecState::Writing,
             cover: 0,
+            durable,
             nd_waiters: nd,
             d_waiters: d,
         });
@@ -350,6 +365,20 @@ impl Engine {
         self.jr.next_seq = b.seq + 1;
         self.jr.prev_crc = crc;
         self.jr.writing += 1;
+    }
+
+    /// Whether batch `b`, sealed into a record of `bufs` buffers, is written durable by itself
+    /// (`RWF_DSYNC`): one device request where a write, a wake-up and a flush were (a
+    /// client's lone durable write). Only when it is alone: nothing else is being written and
+    /// every earlier record is durable (so acks stay in journal order without a flush), it
+    /// carries no whole-object data (written apart, which its durability would not cover),
+    /// and it is one write. Any other record waits for a flush, as before (group commit).
+    fn lone(&self, b: &Batch, bufs: usize) -> bool {
+        self.jr.writing == 0
+            && self.jr.flushed_upto == b.seq
+            && b.fulls.is_empty()
+            && b.waiters.iter().any(|w| w.durable)
+            && bufs <= MAX_IOV
     }
 
     /// The data of the whole-object write of record `seq` into `slot` reached the device:
@@ -378,7 +407,12 @@ impl Engine {
         if r.pending > 0 || r.state != RecState::Writing {
             return;
         }
-        r.state = RecState::Written;
+        // A failed write poisoned the store (above): its record never counts as durable.
+        r.state = if r.durable && self.poisoned.is_none() {
+            RecState::Flushed
+        } else {
+            RecState::Written
+        };
         self.jr.writing = dec(self.jr.writing, 1, "records being written");
         if self.poisoned.is_none() {
             self.advance_acks();

@@ -288,6 +288,7 @@ impl Engine {
                 pending: 0,
                 state: RecState::Flushed,
                 cover: 0,
+                durable: false,
                 nd_waiters: Vec::new(),
                 d_waiters: Vec::new(),
             });

@@ -162,7 +162,12 @@ impl Engine {
                 break;
             };
             self.wb.inflight += 1;
-            self.submit(IoCtx::WriteBack, IoReq::Write { off, bufs });
+            let req = IoReq::Write {
+                off,
+                bufs,
+                durable: false,
+            };
+            self.submit(IoCtx::WriteBack, req);
             fed = true;
         }
         fed
@@ -430,6 +435,7 @@ impl Engine {
             IoReq::Write {
                 off,
                 bufs: vec![IoBuf::Owned(buf)],
+                durable: false,
             },
         );
     }

@@ -26,8 +26,14 @@ use std::time::{Duration, Instant};
 pub(crate) enum IoReq {
     /// Read `buf.len()` bytes at `off`.
     Read { off: u64, buf: AlignedBuf },
-    /// Write the buffers back to back starting at `off` (one vectored write).
-    Write { off: u64, bufs: Vec<IoBuf> },
+    /// Write the buffers back to back starting at `off` (one vectored write). `durable`: the
+    /// write itself is durable when it completes (`RWF_DSYNC`: a FUA write, or the write and
+    /// then a cache flush); nothing is said of other writes.
+    Write {
+        off: u64,
+        bufs: Vec<IoBuf>,
+        durable: bool,
+    },
     /// fdatasync: everything whose write completed before this was issued becomes durable.
     Flush,
 }
@@ -109,7 +115,7 @@ impl IoReq {
                 };
                 (*off, vec![iov])
             }
-            IoReq::Write { off, bufs } => {
+            IoReq::Write { off, bufs, .. } => {
                 let mut skip = done;
                 let mut iov = Vec::with_capacity(bufs.len());
                 for b in bufs.iter() {
@@ -293,8 +299,9 @@ mod tests {
             .collect()
     }
 
-    /// A write of two buffers and a read back, both through `run`, must move every byte.
-    fn round_trip(mut run: impl FnMut(IoReq) -> IoDone) {
+    /// A write of two buffers (durable or not) and a read back, both through `run`, must move
+    /// every byte.
+    fn round_trip(durable: bool, mut run: impl FnMut(IoReq) -> IoDone) {
         let (a, b) = (pattern(1, 8192), pattern(2, 4096));
         let write = IoReq::Write {
             off: 4096,
@@ -302,6 +309,7 @@ mod tests {
                 IoBuf::Owned(AlignedBuf::copy_from(&a)),
                 IoBuf::Owned(AlignedBuf::copy_from(&b)),
             ],
+            durable,
         };
         let done = run(write);
         done.res
@@ -355,7 +363,7 @@ mod tests {
     fn short_transfers_are_completed_by_submitting_the_remainder() {
         for cap in [1, 511, 4096, 5000, 8192, 12287] {
             let mut disk = vec![0u8; 32768];
-            round_trip(|mut req| {
+            round_trip(false, |mut req| {
                 let res = fake_kernel(&mut disk, &mut req, cap);
                 IoDone { token: 0, req, res }
             });
@@ -387,18 +395,20 @@ mod tests {
     /// Drives a real backend over a real file, the backend asking the kernel for at most `limit`
     /// bytes per submission: every request is a chain of short transfers.
     pub(crate) fn backend_round_trip(mut be: Box<dyn Backend>) {
-        round_trip(|req| {
-            be.submit(7, req);
-            let mut out = Vec::new();
-            let waker = be.waker();
-            while out.is_empty() {
-                // As the store's I/O thread does: announce the sleep, then block in poll.
-                waker.set_sleeping();
-                be.poll(&mut out, Some(Some(std::time::Duration::from_secs(5))));
-                waker.clear_sleeping();
-            }
-            out.pop().unwrap()
-        });
+        for durable in [false, true] {
+            round_trip(durable, |req| {
+                be.submit(7, req);
+                let mut out = Vec::new();
+                let waker = be.waker();
+                while out.is_empty() {
+                    // As the store's I/O thread does: announce the sleep, then block in poll.
+                    waker.set_sleeping();
+                    be.poll(&mut out, Some(Some(std::time::Duration::from_secs(5))));
+                    waker.clear_sleeping();
+                }
+                out.pop().unwrap()
+            });
+        }
     }
 
     pub(crate) fn scratch_file() -> (tempfile::TempDir, Arc<std::fs::File>) {

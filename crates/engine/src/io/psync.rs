@@ -84,6 +84,10 @@ fn worker(
 fn transfer_all(fd: i32, req: &mut IoReq, limit: usize) -> io::Result<()> {
     let want = req.len();
     let read = matches!(req, IoReq::Read { .. });
+    let flags = match req {
+        IoReq::Write { durable: true, .. } => libc::RWF_DSYNC,
+        _ => 0,
+    };
     let mut done = 0;
     loop {
         let (off, iov) = req.remainder(done, limit);
@@ -92,7 +96,7 @@ fn transfer_all(fd: i32, req: &mut IoReq, limit: usize) -> io::Result<()> {
             if read {
                 libc::preadv(fd, iov.as_ptr(), iov.len() as i32, off as i64)
             } else {
-                libc::pwritev(fd, iov.as_ptr(), iov.len() as i32, off as i64)
+                libc::pwritev2(fd, iov.as_ptr(), iov.len() as i32, off as i64, flags)
             }
         };
         let result = if n < 0 { -(errno() as isize) } else { n };

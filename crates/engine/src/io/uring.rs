@@ -124,9 +124,12 @@ impl UringBackend {
                         .offset(off)
                         .build()
                 }
-                IoReq::Write { .. } => opcode::Writev::new(fd, iov.as_ptr(), iov.len() as u32)
-                    .offset(off)
-                    .build(),
+                IoReq::Write { durable, .. } => {
+                    opcode::Writev::new(fd, iov.as_ptr(), iov.len() as u32)
+                        .offset(off)
+                        .rw_flags(if *durable { libc::RWF_DSYNC } else { 0 })
+                        .build()
+                }
                 IoReq::Flush => opcode::Fsync::new(fd)
                     .flags(types::FsyncFlags::DATASYNC)
                     .build(),

@@ -400,10 +400,13 @@ fn a_newer_map_does_not_make_an_older_term_whole() {
 /// record had changed counted once the next batch, numbered as the interrupted one, completed.
 /// Now recovery erases such copies (`engine/recover.rs::erase_interrupted_pages`; the engine's
 /// own test: `corruption.rs::an_interrupted_batch_does_not_count_after_a_cut_and_a_later_batch`).
+/// Journal records written alone with `RWF_DSYNC` (2026-11-27) changed the seed's schedule (no
+/// tail flip any more): seed 700178, the first after it with a tail flip and then more kills,
+/// keeps the case covered here.
 #[test]
 fn a_store_opens_after_a_cut_and_a_second_crash() {
     init_log();
-    let mut cfg = Config::draw(700155, true);
+    let mut cfg = Config::draw(700178, true);
     assert!(cfg.faults.journal_tail, "{cfg:?}");
     cfg.faults.replacements = false;
     let r = check_config(cfg, false);

@@ -5,7 +5,9 @@
 //!   store's clock: virtual under a paused tokio runtime), so completions come out of order.
 //!   Reads see the data as it is when they complete; a write is seen once it completes.
 //! - A flush makes durable exactly the writes that had completed before it was issued. Writes
-//!   completing later (even before the flush completes) stay volatile.
+//!   completing later (even before the flush completes) stay volatile. A durable write
+//!   (`IoReq::Write::durable`, `RWF_DSYNC`) is durable itself when it completes, and nothing
+//!   else is (as a FUA write); with flushes failing, it fails and stays volatile.
 //! - [`SimDisk::crash_image`] builds what a power loss now could leave: the durable image plus,
 //!   for each write not yet durable (completed, or still in flight: the middle of a vectored
 //!   write), nothing, all, or any subset of its 512-byte sectors.

@@ -198,7 +198,7 @@ impl SimState {
         self.submitted += 1;
         let (spread, kind) = match &req {
             IoReq::Read { .. } => (self.latency.read, Kind::Read),
-            IoReq::Write { off, bufs } => {
+            IoReq::Write { off, bufs, .. } => {
                 let ok = self.event() && !self.fail_writes;
                 let key = ok.then(|| {
                     let mut data = Vec::with_capacity(bufs.iter().map(|b| b.len()).sum());
@@ -220,11 +220,17 @@ impl SimState {
                 (self.latency.flush, Kind::Flush(self.completions))
             }
         };
-        let due = now + self.draw(spread);
+        let mut due = now + self.draw(spread);
+        if let IoReq::Write { durable: true, .. } = &req {
+            // A write and then a flush of the cache (a disk without FUA).
+            due += self.draw(self.latency.flush);
+        }
         if self.log {
             let (kind, off, len) = match &req {
                 IoReq::Read { off, buf } => ("read", *off, buf.len()),
-                IoReq::Write { off, bufs } => ("write", *off, bufs.iter().map(|b| b.len()).sum()),
+                IoReq::Write { off, bufs, .. } => {
+                    ("write", *off, bufs.iter().map(|b| b.len()).sum())
+                }
                 IoReq::Flush => ("flush", 0, 0),
             };
             eprintln!(
@@ -286,12 +292,24 @@ impl SimState {
         } = r;
         let res = match (&mut req, kind) {
             (IoReq::Read { off, buf }, _) => self.read(*off, buf),
-            (IoReq::Write { .. }, Kind::Write(key)) => {
+            (IoReq::Write { durable, .. }, Kind::Write(key)) => {
                 if !self.event() {
                     // The crash happened first: this write never completes.
                     return None;
                 }
-                self.write_done(key)
+                let res = self.write_done(key);
+                match res {
+                    // A durable write is a write and a flush on a disk without FUA: its flush
+                    // may fail, leaving the write completed but volatile.
+                    Ok(()) if *durable && self.fail_flushes => {
+                        Err(io::Error::other("simulated flush failure"))
+                    }
+                    Ok(()) if *durable => {
+                        self.harden(key.expect("a write that completed has a key"));
+                        Ok(())
+                    }
+                    res => res,
+                }
             }
             (IoReq::Flush, Kind::Flush(covers)) => {
                 if !self.event() {
@@ -332,6 +350,27 @@ impl SimState {
         }
         self.stats.flushes += 1;
         Ok(())
+    }
+
+    /// Makes one completed write durable by itself (a FUA write): no other write is. A real
+    /// cache keeps only the newest data of a sector, so an older write not yet durable over the
+    /// same sectors would be lost, never applied over it later; the store never has one (a
+    /// journal record's place is reused only after a flush), and this disk checks it.
+    fn harden(&mut self, key: u64) {
+        let w = self
+            .volatile
+            .remove(&key)
+            .expect("the write just completed");
+        let (lo, hi) = (w.off, w.off + w.data.len() as u64);
+        assert!(
+            !self
+                .volatile
+                .values()
+                .any(|o| o.off < hi && lo < o.off + o.data.len() as u64),
+            "a durable write over another write not yet durable"
+        );
+        let o = w.off as usize;
+        self.durable[o..o + w.data.len()].copy_from_slice(&w.data);
     }
 
     pub(super) fn write_now(&mut self, off: u64, data: &[u8]) -> io::Result<()> {

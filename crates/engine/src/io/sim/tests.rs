@@ -9,6 +9,7 @@ fn write_req(off: u64, byte: u8, len: usize) -> IoReq {
     IoReq::Write {
         off,
         bufs: vec![IoBuf::Owned(AlignedBuf::copy_from(&vec![byte; len]))],
+        durable: false,
     }
 }
 
@@ -94,6 +95,49 @@ fn flush_covers_only_writes_completed_before_it_was_issued() {
     s.complete_due(t0 + 210 * US, &mut out);
     drop(s);
     assert_eq!(outcomes(&d, 4096, 4096, 0xb), [false, true, false]);
+}
+
+/// A durable write is durable once it completes, and makes no other write durable (a FUA
+/// write); with flushes failing it fails and stays volatile.
+#[test]
+fn a_durable_write_hardens_only_itself() {
+    let d = SimDisk::new(3 * 4096);
+    let t0 = Instant::now();
+    let mut out = Vec::new();
+    let durable = |off, byte| match write_req(off, byte, 4096) {
+        IoReq::Write { off, bufs, .. } => IoReq::Write {
+            off,
+            bufs,
+            durable: true,
+        },
+        other => other,
+    };
+    let mut s = d.lock();
+    s.submit(t0, 1, write_req(0, 0xa, 4096));
+    s.submit(t0, 2, durable(4096, 0xb));
+    s.complete_due(t0, &mut out);
+    assert_eq!(tokens(&out), [1, 2]);
+    assert!(out.iter().all(|d| d.res.is_ok()));
+    drop(s);
+    assert_eq!(
+        outcomes(&d, 4096, 4096, 0xb),
+        [false, true, false],
+        "durable"
+    );
+    assert_eq!(
+        outcomes(&d, 0, 4096, 0xa),
+        [true; 3],
+        "the other one: volatile"
+    );
+    d.fail_flushes(true);
+    let mut s = d.lock();
+    s.submit(t0, 3, durable(8192, 0xc));
+    out.clear();
+    s.complete_due(t0, &mut out);
+    assert!(out[0].res.is_err(), "its flush failed");
+    drop(s);
+    assert_eq!(d.read(8192, 1), [0xc], "completed: seen by reads");
+    assert_eq!(outcomes(&d, 8192, 4096, 0xc), [true; 3], "but volatile");
 }
 
 /// A write in flight (not completed) is invisible to reads and may be absent, whole or torn
