@@ -622,6 +622,7 @@ mod tests {
             bytes_written: 0,
             device_bytes_written: 0,
             journal_records: 0,
+            durable_records: 0,
             checksum_errors: 0,
             oldest_io_ms,
             io_latency_ms: None,

@@ -119,6 +119,10 @@ pub struct DeviceStatus {
     pub device_bytes_written: u64,
     #[serde(default)]
     pub journal_records: u64,
+    /// Of those, records written durable by themselves (`RWF_DSYNC`: a lone durable write, no
+    /// flush after it).
+    #[serde(default)]
+    pub durable_records: u64,
     pub checksum_errors: u64,
     /// How long the oldest I/O in flight on the device has waited, in milliseconds (`None`:
     /// nothing in flight). A device that hangs shows here; past `--device-stall-timeout` its
@@ -234,6 +238,7 @@ impl AdminHandler {
                     bytes_written: st.bytes_written,
                     device_bytes_written: st.device_bytes_written,
                     journal_records: st.journal_records,
+                    durable_records: st.durable_records,
                     checksum_errors: st.checksum_errors,
                     oldest_io_ms: st
                         .oldest_io_age

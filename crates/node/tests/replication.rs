@@ -97,6 +97,16 @@ async fn a_returning_member_is_recovered_and_can_then_serve_alone() {
     let vol = c.volume(&client, "v", objects * OBJECT).await;
     write_all(&vol, objects, 1).await;
     check_all(&vol, objects, |_| 1).await;
+    // One write at a time: each copy's journal record was written alone, with `RWF_DSYNC`.
+    for n in [&a, &b, &d] {
+        let dev = &n.status().devices[0];
+        assert!(
+            dev.durable_records > 0 && dev.durable_records <= dev.journal_records,
+            "{} of {} records written durable by themselves",
+            dev.durable_records,
+            dev.journal_records
+        );
+    }
     for n in [&a, &b, &d] {
         assert_eq!(
             objects_on(&n.status()),
