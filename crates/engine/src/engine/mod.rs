@@ -53,6 +53,7 @@ pub(crate) struct Shared {
     /// Journal records written (each carries one or more writes: `bytes_written` over this
     /// shows how well concurrent writes share records).
     pub journal_records: AtomicU64,
+    /// Of those, records written alone with `RWF_DSYNC` (`journal.rs::Engine::lone`).
     pub durable_records: AtomicU64,
     /// Device requests completed (reads and writes; flushes apart) and the microseconds they
     /// took in sum, from submission to completion: their mean latency over any interval is
