@@ -98,6 +98,8 @@ pub struct Facts {
     pub pgs: PgCounts,
     /// `(device, checksum errors)` for devices that reported some.
     pub checksum_errors: Vec<(u32, u64)>,
+    /// `(device, failed reads)` for devices that reported some (I/O errors reading data).
+    pub read_errors: Vec<(u32, u64)>,
     /// `(device, milliseconds)` for devices whose oldest I/O in flight has waited at least
     /// [`SLOW_IO_MS`].
     pub stalled_io: Vec<(u32, u64)>,
@@ -299,6 +301,16 @@ impl Health {
                 Severity::Warn,
                 "checksum_errors",
                 format!("dev.{d} returned {n} blocks that failed their checksum"),
+            );
+        }
+        for (d, n) in &f.read_errors {
+            add(
+                Severity::Warn,
+                "read_errors",
+                format!(
+                    "dev.{d} failed {n} reads of data (I/O errors: bad sectors or a failing \
+                     drive); copies are repaired from other replicas where one is good"
+                ),
             );
         }
         for (d, why) in &f.faulty {
@@ -603,6 +615,7 @@ mod tests {
         f.devices_out = vec![1];
         f.noout = true;
         f.checksum_errors = vec![(2, 3)];
+        f.read_errors = vec![(2, 1)];
         f.stalled_io = vec![(3, 12_345)];
         f.faulty = vec![(4, "its store is poisoned".into())];
         f.lost = vec![6];
@@ -618,6 +631,7 @@ mod tests {
                 "noout",
                 "devices_out",
                 "checksum_errors",
+                "read_errors",
                 "device_faulty",
                 "device_lost",
                 "device_suspect",
@@ -625,26 +639,33 @@ mod tests {
             ]
         );
         assert!(
-            h.reasons[7].message.starts_with("dev.6 was declared lost"),
+            h.reasons[6]
+                .message
+                .starts_with("dev.2 failed 1 reads of data"),
             "{}",
-            h.reasons[7].message
+            h.reasons[6].message
         );
         assert!(
-            h.reasons[8]
-                .message
-                .starts_with("dev.5: 2 PG(s) may lack writes"),
+            h.reasons[8].message.starts_with("dev.6 was declared lost"),
             "{}",
             h.reasons[8].message
         );
+        assert!(
+            h.reasons[9]
+                .message
+                .starts_with("dev.5: 2 PG(s) may lack writes"),
+            "{}",
+            h.reasons[9].message
+        );
         assert_eq!(
-            h.reasons[6].message,
+            h.reasons[7].message,
             "dev.4 is faulty (its store is poisoned): it stays down until `basalt device \
              clear-fault 4` (replace or check the drive first; a drive gone for good: take it \
              off its node, `basalt device out 4`, then `basalt device remove 4` once every PG \
              is clean)"
         );
         assert_eq!(
-            h.reasons[9].message,
+            h.reasons[10].message,
             "dev.3: an I/O has waited 12.3 s (the device may hang; its node reports it down \
              past its --device-stall-timeout)"
         );

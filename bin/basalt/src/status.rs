@@ -383,6 +383,13 @@ fn facts(
             .filter(|d| d.checksum_errors > 0)
             .map(|d| (d.id.0, d.checksum_errors))
             .collect(),
+        read_errors: nodes
+            .iter()
+            .filter_map(|n| n.status.as_ref())
+            .flat_map(|s| &s.devices)
+            .filter(|d| d.read_errors > 0)
+            .map(|d| (d.id.0, d.read_errors))
+            .collect(),
         stalled_io: stalled_io(
             nodes
                 .iter()
@@ -624,6 +631,7 @@ mod tests {
             journal_records: 0,
             durable_records: 0,
             checksum_errors: 0,
+            read_errors: 0,
             oldest_io_ms,
             io_latency_ms: None,
             recent_ios: 0,

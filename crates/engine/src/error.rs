@@ -24,6 +24,17 @@ pub enum EngineError {
         "checksum mismatch in {oid} at byte offset {offset}; the block is corrupt on disk, repair it from a replica"
     )]
     Checksum { oid: ObjectId, offset: u64 },
+    /// The device failed to read a 4 KiB block of an object (an I/O error: a latent sector
+    /// error, a failing drive). The data is not returned; repair the object from another
+    /// replica (rewriting the block lets a drive remap a bad sector).
+    #[error(
+        "the device could not read {oid} at byte offset {offset} ({detail}); repair it from a replica"
+    )]
+    Unreadable {
+        oid: ObjectId,
+        offset: u64,
+        detail: String,
+    },
     /// A write carried a version that is not newer than the object's current version.
     #[error(
         "stale version: object is at {current}, write asked for {requested}; versions must increase"
@@ -105,6 +116,15 @@ impl EngineError {
         EngineError::InvalidArgument(msg.into())
     }
 
+    /// Whether this copy of an object's data is bad (a block failed its checksum or could not
+    /// be read): another replica's copy may be good, and the object can be repaired from it.
+    pub fn is_bad_copy(&self) -> bool {
+        matches!(
+            self,
+            EngineError::Checksum { .. } | EngineError::Unreadable { .. }
+        )
+    }
+
     /// A cheap copy for fanning one failure out to many waiters (`io::Error` is not `Clone`).
     pub(crate) fn duplicate(&self) -> Self {
         match self {
@@ -116,6 +136,15 @@ impl EngineError {
             EngineError::Checksum { oid, offset } => EngineError::Checksum {
                 oid: *oid,
                 offset: *offset,
+            },
+            EngineError::Unreadable {
+                oid,
+                offset,
+                detail,
+            } => EngineError::Unreadable {
+                oid: *oid,
+                offset: *offset,
+                detail: detail.clone(),
             },
             EngineError::StaleVersion { current, requested } => EngineError::StaleVersion {
                 current: *current,

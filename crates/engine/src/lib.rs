@@ -257,6 +257,9 @@ pub struct StoreStats {
     pub device_bytes_written: u64,
     /// Reads (and read-modify-write reads) that failed their checksum.
     pub checksum_errors: u64,
+    /// Device reads of object data that failed with an I/O error (`EngineError::Unreadable`;
+    /// read-modify-write reads too).
+    pub read_errors: u64,
     /// Distinct blocks behind those failures (a block read again and again counts once): what
     /// a node judges the device's health by (`--checksum-error-limit`).
     pub bad_blocks: u64,
@@ -335,7 +338,7 @@ pub struct ObjectImage {
 }
 
 /// What [`Store::read_object_salvage`] could read of an object: its image with every block
-/// that failed its checksum read as zeros, and those blocks (indexes of 4 KiB blocks,
+/// that failed its checksum or could not be read as zeros, and those blocks (indexes of 4 KiB blocks,
 /// ascending). Copies of one version from several devices can be merged block by block.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Salvage {

@@ -314,6 +314,7 @@ impl Store {
             bytes_written: get(&s.bytes_written),
             device_bytes_written: get(&s.device_bytes_written),
             checksum_errors: get(&s.checksum_errors),
+            read_errors: get(&s.read_errors),
             bad_blocks: get(&s.bad_blocks),
             writeback_batches: get(&s.writeback_batches),
             journal_records: get(&s.journal_records),
@@ -514,8 +515,9 @@ impl Store {
     }
 
     /// The whole object as [`Store::read_object`] reads it, except that blocks failing their
-    /// checksum do not fail the read: they read as zeros and are listed (each still counts as
-    /// a checksum error of the device). For repair by merging copies of one version.
+    /// checksum, or that the device could not read, do not fail the read: they read as zeros
+    /// and are listed (each still counts among the device's distinct bad blocks; the read as
+    /// one checksum or read error). For repair by merging copies of one version.
     pub async fn read_object_salvage(&self, oid: ObjectId) -> Result<Salvage, EngineError> {
         self.submit_msg(|reply| Msg::SalvageObject { oid, reply })
             .await

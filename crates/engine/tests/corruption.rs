@@ -8,7 +8,8 @@ mod common;
 
 use basalt_engine::sim::SimDisk;
 use basalt_engine::{
-    EngineError, FormatOptions, OpenOptions, Store, WriteOptions, format_sim, probe_sim,
+    EngineError, FormatOptions, ObjectContent, OpenOptions, Store, WriteOptions, format_sim,
+    probe_sim,
 };
 use bytes::Bytes;
 use common::{Backend, Dev, OBJ, find_aligned, oid, pattern};
@@ -372,4 +373,101 @@ async fn an_older_format_is_refused_clearly() {
         Err(e) => panic!("expected UnsupportedFormat, got {e}"),
         Ok(_) => panic!("a version 1 store was opened"),
     }
+}
+
+/// A block the device cannot read (a latent sector error: EIO) is a bad copy, as a block
+/// failing its checksum is: a read of it fails with `Unreadable` at that block (never data,
+/// never zeros), a read around it succeeds, a salvage read of the whole object names that
+/// block alone (its run is read again block by block) with zeros there, a partial write into
+/// it is refused; each failure counts once, and the block once among the distinct bad blocks;
+/// a write over the whole block repairs it.
+#[tokio::test(start_paused = true)]
+async fn a_block_the_device_cannot_read_is_a_bad_copy() {
+    let dev = Dev::new(Backend::Sim, 64 << 20, 4 << 20);
+    let store = dev.open().await;
+    let data = pattern(4545, OBJ as usize);
+    store
+        .write(
+            oid(2, 0),
+            0,
+            Bytes::from(data.clone()),
+            WriteOptions::durable(),
+        )
+        .await
+        .unwrap();
+    store.close().await.unwrap();
+    drop(store);
+    // Whole-object writes go straight to the slot, so the pattern is on the device once.
+    let at = find_aligned(&dev.raw(), &data[3 * 4096..4 * 4096]);
+    assert_eq!(at.len(), 1, "block found at {at:?}");
+    sim(&dev).fail_reads(at[0] + 512..at[0] + 1024);
+    let store = dev.open().await;
+    match store.read(oid(2, 0), 3 * 4096 + 100, 10).await {
+        Err(e @ EngineError::Unreadable { oid: o, offset, .. }) => {
+            assert_eq!((o, offset), (oid(2, 0), 3 * 4096));
+            assert!(e.is_bad_copy());
+        }
+        other => panic!("expected an unreadable block, got {other:?}"),
+    }
+    let whole = store.read(oid(2, 0), 0, OBJ).await;
+    assert!(
+        matches!(whole, Err(EngineError::Unreadable { offset, .. }) if offset == 3 * 4096),
+        "{whole:?}"
+    );
+    assert_eq!(
+        store.read(oid(2, 0), 0, 3 * 4096).await.unwrap(),
+        &data[..3 * 4096]
+    );
+    assert_eq!(
+        store.read(oid(2, 0), 4 * 4096, 4096).await.unwrap(),
+        &data[4 * 4096..5 * 4096]
+    );
+    let salvage = store.read_object_salvage(oid(2, 0)).await.unwrap();
+    assert_eq!(salvage.bad_blocks, vec![3]);
+    let ObjectContent::Data { data: got, .. } = salvage.image.content else {
+        panic!("expected data, got {:?}", salvage.image);
+    };
+    let mut expect = data.clone();
+    expect[3 * 4096..4 * 4096].fill(0);
+    assert!(got[..] == expect[..], "salvaged data differs");
+    let before = store.stats();
+    assert!(matches!(
+        store
+            .write(
+                oid(2, 0),
+                3 * 4096 + 5,
+                Bytes::from_static(b"z"),
+                WriteOptions::durable()
+            )
+            .await,
+        Err(EngineError::Unreadable { .. })
+    ));
+    let after = store.stats();
+    assert_eq!(after.read_errors, before.read_errors + 1, "{after:?}");
+    assert_eq!(after.read_errors, 4, "one per failed read: {after:?}");
+    assert_eq!(after.checksum_errors, 0, "{after:?}");
+    assert_eq!(after.bad_blocks, 1, "one unreadable block: {after:?}");
+    // Overwriting the whole block repairs it (the drive remaps the sector it writes).
+    store
+        .write(
+            oid(2, 0),
+            3 * 4096,
+            Bytes::from(vec![5u8; 4096]),
+            WriteOptions::durable(),
+        )
+        .await
+        .unwrap();
+    store.flush().await.unwrap();
+    assert_eq!(
+        store.read(oid(2, 0), 3 * 4096, 4096).await.unwrap(),
+        vec![5u8; 4096]
+    );
+    store.close().await.unwrap();
+    drop(store);
+    let store = dev.open().await;
+    assert_eq!(
+        store.read(oid(2, 0), 3 * 4096, 4096).await.unwrap(),
+        vec![5u8; 4096],
+        "written back over the remapped sector"
+    );
 }

@@ -124,6 +124,11 @@ pub struct DeviceStatus {
     #[serde(default)]
     pub durable_records: u64,
     pub checksum_errors: u64,
+    /// Device reads of object data that failed on the medium (a latent sector error, a
+    /// failing drive): handled as checksum errors (repaired from another copy where one is
+    /// good).
+    #[serde(default)]
+    pub read_errors: u64,
     /// How long the oldest I/O in flight on the device has waited, in milliseconds (`None`:
     /// nothing in flight). A device that hangs shows here; past `--device-stall-timeout` its
     /// node reports it down (`faults.rs`).
@@ -240,6 +245,7 @@ impl AdminHandler {
                     journal_records: st.journal_records,
                     durable_records: st.durable_records,
                     checksum_errors: st.checksum_errors,
+                    read_errors: st.read_errors,
                     oldest_io_ms: st
                         .oldest_io_age
                         .map(|a| u64::try_from(a.as_millis()).unwrap_or(u64::MAX)),

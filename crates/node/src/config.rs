@@ -111,8 +111,9 @@ pub struct NodeConfig {
     /// reads its copy, every member its own; `pg/scrub.rs`); 0 turns it off. Settable at run
     /// time (`AdminRequest::SetScrubRate`, `basalt scrub --background-rate`).
     pub scrub_bytes_per_sec: u64,
-    /// A device on which more than this many distinct blocks fail their checksums within
-    /// `checksum_error_window` is reported down (`faults.rs`); 0: never for checksum errors.
+    /// A device on which more than this many distinct blocks fail their checksums (or cannot
+    /// be read) within `checksum_error_window` is reported down (`faults.rs`); 0: never for
+    /// checksum errors.
     /// (A block read again and again counts once: `StoreStats::bad_blocks`.)
     pub checksum_error_limit: u32,
     pub checksum_error_window: Duration,

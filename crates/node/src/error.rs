@@ -39,7 +39,9 @@ pub fn engine_to_wire(e: EngineError) -> WireError {
     let code = match &e {
         EngineError::InvalidArgument(_) => ErrorCode::InvalidArgument,
         EngineError::OutOfSpace { .. } => ErrorCode::NoSpace,
-        EngineError::Checksum { .. } => ErrorCode::Checksum,
+        // A copy that cannot be read is as bad as one failing its checksum: peers look for
+        // another copy (`pg/repair.rs`); a client's read fails with `Checksum` (NBD: `EIO`).
+        EngineError::Checksum { .. } | EngineError::Unreadable { .. } => ErrorCode::Checksum,
         EngineError::StaleVersion { .. } => ErrorCode::StaleVersion,
         EngineError::Poisoned(_) => ErrorCode::DeviceFailed,
         EngineError::Io(_) => ErrorCode::Io,

@@ -1,6 +1,6 @@
 //! Device faults: a device whose store is poisoned (a write or flush failed: it refuses all I/O
-//! until reopened), on which more distinct blocks failed their checksums than the limit within
-//! the window (a block read again and again counts once), or
+//! until reopened), on which more distinct blocks failed their checksums (or could not be read)
+//! than the limit within the window (a block read again and again counts once), or
 //! whose oldest I/O in flight has waited longer than the stall limit (the device hangs without
 //! returning errors: a firmware stall, a dead path, a hung controller), is reported `down` in
 //! its catalog record. The leader's next map marks it down, its PGs fail over to the other
@@ -138,7 +138,7 @@ fn fault(
     let recent = errors.saturating_sub(oldest);
     (cfg.checksum_limit > 0 && recent > u64::from(cfg.checksum_limit)).then(|| {
         failed(format!(
-            "{recent} blocks failed their checksums within {:?} (limit {})",
+            "{recent} blocks failed their checksums or could not be read within {:?} (limit {})",
             cfg.checksum_window, cfg.checksum_limit
         ))
     })

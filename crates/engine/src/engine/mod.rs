@@ -47,7 +47,10 @@ pub(crate) struct Shared {
     pub bytes_written: AtomicU64,
     pub device_bytes_written: AtomicU64,
     pub checksum_errors: AtomicU64,
-    /// Distinct bad blocks behind those errors ([`Engine::checksum_error`]).
+    /// Device reads of object data that failed (`EngineError::Unreadable`).
+    pub read_errors: AtomicU64,
+    /// Distinct bad blocks behind those errors ([`Engine::checksum_error`],
+    /// [`Engine::read_error`]).
     pub bad_blocks: AtomicU64,
     pub writeback_batches: AtomicU64,
     /// Journal records written (each carries one or more writes: `bytes_written` over this
@@ -245,11 +248,30 @@ pub(crate) struct Waiter {
 
 /// What a device request belongs to.
 pub(crate) enum IoCtx {
-    Read { rid: usize, first: usize, n: usize },
-    Rmw { oid: ObjectId, block: u32, crc: u32 },
-    Record { seq: u64 },
-    FullData { seq: u64, oid: ObjectId, slot: u32 },
-    Flush { no: u64 },
+    /// Blocks `first..first + n` of read `rid`; `alone`: one block read again by itself after
+    /// its run failed (`read.rs::Engine::read_again_alone`).
+    Read {
+        rid: usize,
+        first: usize,
+        n: usize,
+        alone: bool,
+    },
+    Rmw {
+        oid: ObjectId,
+        block: u32,
+        crc: u32,
+    },
+    Record {
+        seq: u64,
+    },
+    FullData {
+        seq: u64,
+        oid: ObjectId,
+        slot: u32,
+    },
+    Flush {
+        no: u64,
+    },
     WriteBack,
 }
 
@@ -364,7 +386,30 @@ pub(crate) fn checksum_error(
     note_bad_block(shared, seen, off, crc);
 }
 
-/// Counts a block that failed its checksum among the distinct bad blocks (once per block).
+/// Whether a failed device request failed on the medium (the data cannot be read there: a
+/// latent sector error, a failing drive), as opposed to a device gone, a refused request or
+/// an interrupted one: only then is the copy there bad.
+pub(crate) fn media_error(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EIO | libc::ENODATA | libc::EILSEQ | libc::EBADMSG)
+    )
+}
+
+/// Counts a failed device read of object data (the block at `off`, whose checksum is `crc`):
+/// a read error, and a distinct bad block.
+pub(crate) fn read_error(
+    shared: &Shared,
+    seen: &mut std::collections::HashSet<(u64, u32)>,
+    off: u64,
+    crc: u32,
+) {
+    shared.read_errors.fetch_add(1, Ordering::Relaxed);
+    note_bad_block(shared, seen, off, crc);
+}
+
+/// Counts a block that failed its checksum (or could not be read) among the distinct bad
+/// blocks (once per block).
 pub(crate) fn note_bad_block(
     shared: &Shared,
     seen: &mut std::collections::HashSet<(u64, u32)>,
@@ -398,6 +443,10 @@ impl Engine {
     /// retrying, recovery trying it as a source) does not look like a dying drive.
     pub fn checksum_error(&mut self, off: u64, crc: u32) {
         checksum_error(&self.shared, &mut self.bad_seen, off, crc);
+    }
+
+    pub fn read_error(&mut self, off: u64, crc: u32) {
+        read_error(&self.shared, &mut self.bad_seen, off, crc);
     }
 
     /// A further bad block met by the same read: a distinct bad block, not another error.
@@ -576,7 +625,12 @@ impl Engine {
         }
         self.count_latency(&ctx, submitted);
         match ctx {
-            IoCtx::Read { rid, first, n } => self.read_done(rid, first, n, d),
+            IoCtx::Read {
+                rid,
+                first,
+                n,
+                alone,
+            } => self.read_done(rid, first, n, alone, d),
             IoCtx::Rmw { oid, block, crc } => self.rmw_done(oid, block, crc, d),
             IoCtx::Record { seq } => self.record_io_done(seq, d.res),
             IoCtx::FullData { seq, oid, slot } => {
@@ -623,5 +677,22 @@ impl Engine {
         }
         self.waiting.clear();
         self.fail_held_reads(&err);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::media_error;
+    use std::io::Error;
+
+    #[test]
+    fn only_errors_of_the_medium_make_a_copy_bad() {
+        for errno in [libc::EIO, libc::ENODATA, libc::EILSEQ, libc::EBADMSG] {
+            assert!(media_error(&Error::from_raw_os_error(errno)), "{errno}");
+        }
+        for errno in [libc::ENXIO, libc::ENODEV, libc::EINVAL, libc::ECANCELED] {
+            assert!(!media_error(&Error::from_raw_os_error(errno)), "{errno}");
+        }
+        assert!(!media_error(&Error::other("not from the kernel")));
     }
 }

@@ -9,7 +9,9 @@
 //!
 //! A CRC mismatch is re-checked against the current index first: if the block moved meanwhile
 //! (write-back or slot reuse raced with the read), the read is simply retried; otherwise it is
-//! a real checksum error and no data is returned.
+//! a real checksum error and no data is returned. A run the medium failed to read (`EIO`) is
+//! read again block by block; a block that fails again is a bad copy too (`Unreadable`), and
+//! any other I/O error fails the read as it is (`Io`).
 
 use super::state::Src;
 use super::{Engine, IoCtx, ReadReply};
@@ -37,8 +39,9 @@ pub(crate) enum Want {
 pub(crate) enum Out {
     Range(ReadReply),
     Image(oneshot::Sender<Result<ObjectImage, EngineError>>),
-    /// A whole-object image in which blocks failing their checksum read as zeros and are
-    /// listed instead of failing the read (`Store::read_object_salvage`).
+    /// A whole-object image in which blocks failing their checksum (or that the device could
+    /// not read) read as zeros and are listed instead of failing the read
+    /// (`Store::read_object_salvage`).
     Salvage(oneshot::Sender<Result<Salvage, EngineError>>),
 }
 
@@ -90,8 +93,10 @@ pub(crate) struct ReadCtx {
     retry: bool,
     failed: Option<EngineError>,
     attempt: u8,
-    /// Salvage reads: blocks (of the object) that failed their checksum.
+    /// Salvage reads: blocks (of the object) that failed their checksum or could not be read.
     bad: Vec<u32>,
+    /// Whether a block could not be read (counted as one read error).
+    unreadable: bool,
 }
 
 impl Engine {
@@ -212,7 +217,12 @@ impl Engine {
         let rid = self.reads.insert(ctx);
         for (i, n, off) in plan {
             self.submit(
-                IoCtx::Read { rid, first: i, n },
+                IoCtx::Read {
+                    rid,
+                    first: i,
+                    n,
+                    alone: false,
+                },
                 IoReq::Read {
                     off,
                     buf: AlignedBuf::for_read(n * B),
@@ -221,7 +231,7 @@ impl Engine {
         }
     }
 
-    pub fn read_done(&mut self, rid: usize, first: usize, n: usize, d: IoDone) {
+    pub fn read_done(&mut self, rid: usize, first: usize, n: usize, alone: bool, d: IoDone) {
         let Some(ctx) = self.reads.get_mut(rid) else {
             return;
         };
@@ -229,18 +239,32 @@ impl Engine {
             .pending
             .checked_sub(1)
             .expect("more read completions than reads");
-        let IoReq::Read { buf, .. } = d.req else {
+        let IoReq::Read { mut buf, .. } = d.req else {
             return;
         };
-        if let Err(e) = d.res {
-            ctx.failed = Some(EngineError::Io(e));
-        } else {
-            self.check_blocks(rid, first, n, &buf);
-            let ctx = self.reads.get_mut(rid).expect("present");
-            match &mut ctx.buf {
-                Some(out) => out[first * B..(first + n) * B].copy_from_slice(&buf),
-                None => ctx.adopted = Some(buf),
+        match d.res {
+            // The medium failed somewhere in the run: each block is read again by itself, so
+            // that only those that fail again count (and a passing error does not).
+            Err(e) if super::media_error(&e) && !alone => {
+                self.read_again_alone(rid, first, n);
+                return;
             }
+            // One block the medium cannot deliver: a bad copy, as a block failing its
+            // checksum is (zeros in a salvage read).
+            Err(e) if super::media_error(&e) => {
+                buf.fill(0);
+                self.bad_blocks(rid, first, vec![0], Some(e));
+            }
+            Err(e) => {
+                buf.fill(0);
+                ctx.failed = Some(EngineError::Io(e));
+            }
+            Ok(()) => self.check_blocks(rid, first, n, &buf),
+        }
+        let ctx = self.reads.get_mut(rid).expect("present");
+        match &mut ctx.buf {
+            Some(out) => out[first * B..(first + n) * B].copy_from_slice(&buf),
+            None => ctx.adopted = Some(buf),
         }
         let ctx = self.reads.get_mut(rid).expect("present");
         if ctx.pending > 0 {
@@ -277,6 +301,42 @@ impl Engine {
 
     /// Verifies the CRCs of `n` blocks read for request `rid` starting at its block `first`:
     /// a block that moved meanwhile makes the read retry, else a mismatch fails it.
+    /// Reads blocks `first..first + n` of read `rid` again, each by itself, into the read's
+    /// assembled buffer (made now if the run was to be adopted whole).
+    fn read_again_alone(&mut self, rid: usize, first: usize, n: usize) {
+        let Some(ctx) = self.reads.get_mut(rid) else {
+            return;
+        };
+        if ctx.buf.is_none() {
+            assert!(
+                ctx.adopted.is_none(),
+                "a run adopted before another completed"
+            );
+            ctx.buf = Some(AlignedBuf::zeroed(ctx.srcs.len() * B));
+        }
+        ctx.pending += n;
+        let plan: Vec<(usize, u64)> = (first..first + n)
+            .map(|i| match ctx.srcs[i] {
+                Src::Disk { slot, block, .. } => (i, self.sb.slot_offset(slot, block)),
+                _ => unreachable!("runs contain disk blocks only"),
+            })
+            .collect();
+        for (i, off) in plan {
+            self.submit(
+                IoCtx::Read {
+                    rid,
+                    first: i,
+                    n: 1,
+                    alone: true,
+                },
+                IoReq::Read {
+                    off,
+                    buf: AlignedBuf::for_read(B),
+                },
+            );
+        }
+    }
+
     fn check_blocks(&mut self, rid: usize, first: usize, n: usize, buf: &[u8]) {
         let Some(ctx) = self.reads.get_mut(rid) else {
             return;
@@ -287,9 +347,24 @@ impl Engine {
                 _ => false,
             })
             .collect();
-        if bad.is_empty() {
-            return;
+        if !bad.is_empty() {
+            self.bad_blocks(rid, first, bad, None);
         }
+    }
+
+    /// Blocks `bad` (indexes from `first` in the read's run) of read `rid` failed their
+    /// checksums, or the device could not read them (`failed`): read again if they moved
+    /// meanwhile; else listed (salvage reads) or the read fails, and counted.
+    fn bad_blocks(
+        &mut self,
+        rid: usize,
+        first: usize,
+        bad: Vec<usize>,
+        failed: Option<std::io::Error>,
+    ) {
+        let Some(ctx) = self.reads.get_mut(rid) else {
+            return;
+        };
         let oid = ctx.oid;
         let fb = ctx.offset as usize / B;
         let expected: Vec<Src> = bad.iter().map(|&k| ctx.srcs[first + k].clone()).collect();
@@ -303,26 +378,38 @@ impl Engine {
         let ctx = self.reads.get_mut(rid).expect("present");
         if now != expected && ctx.attempt + 1 < MAX_ATTEMPTS {
             ctx.retry = true;
-        } else if matches!(ctx.out, Some(Out::Salvage(_))) {
-            ctx.bad.extend(bad.iter().map(|&k| (fb + first + k) as u32));
-            ctx.bad.sort_unstable();
-            // One error per device read, as other reads count; every bad block among the
-            // distinct ones.
-            for (n, src) in expected.into_iter().enumerate() {
+        } else {
+            let salvage = matches!(ctx.out, Some(Out::Salvage(_)));
+            // A read that meets unreadable blocks is one read error, however many blocks.
+            let first_unreadable = failed.is_some() && !ctx.unreadable;
+            ctx.unreadable |= failed.is_some();
+            if salvage {
+                ctx.bad.extend(bad.iter().map(|&k| (fb + first + k) as u32));
+                ctx.bad.sort_unstable();
+                ctx.bad.dedup();
+            } else if ctx.failed.is_none() {
+                let offset = ((fb + first + bad[0]) * B) as u64;
+                ctx.failed = Some(match &failed {
+                    None => EngineError::Checksum { oid, offset },
+                    Some(e) => EngineError::Unreadable {
+                        oid,
+                        offset,
+                        detail: e.to_string(),
+                    },
+                });
+            }
+            // One checksum error per device read, as other reads count; in a salvage read
+            // every bad block among the distinct ones (else the first: the read fails).
+            let count = if salvage { expected.len() } else { 1 };
+            for (n, src) in expected.into_iter().take(count).enumerate() {
                 if let Src::Disk { slot, block, crc } = src {
                     let off = self.sb.slot_offset(slot, block);
-                    match n {
-                        0 => self.checksum_error(off, crc),
+                    match (n, &failed) {
+                        (0, None) => self.checksum_error(off, crc),
+                        (0, Some(_)) if first_unreadable => self.read_error(off, crc),
                         _ => self.note_bad_block(off, crc),
                     }
                 }
-            }
-        } else {
-            let offset = ((fb + first + bad[0]) * B) as u64;
-            ctx.failed = Some(EngineError::Checksum { oid, offset });
-            if let Src::Disk { slot, block, crc } = expected[0] {
-                let off = self.sb.slot_offset(slot, block);
-                self.checksum_error(off, crc);
             }
         }
     }
@@ -344,6 +431,7 @@ fn ctx(oid: ObjectId, offset: u32, len: u32, out: Out) -> ReadCtx {
         failed: None,
         attempt: 0,
         bad: Vec::new(),
+        unreadable: false,
     }
 }
 

@@ -649,7 +649,15 @@ impl Engine {
             return;
         };
         match d.res {
-            Err(e) => op.failed = Some(EngineError::Io(e)),
+            Err(e) if !super::media_error(&e) => op.failed = Some(EngineError::Io(e)),
+            Err(e) => {
+                op.failed = Some(EngineError::Unreadable {
+                    oid,
+                    offset: u64::from(block) * BLOCK,
+                    detail: e.to_string(),
+                });
+                super::read_error(&self.shared, &mut self.bad_seen, off, crc);
+            }
             Ok(()) if crc32c(&buf) != crc => {
                 op.failed = Some(EngineError::Checksum {
                     oid,

@@ -11,7 +11,6 @@ use super::info::{Backfill, MemberInfo};
 use super::messages::{Held, ImageMeta, PeerAnswer, PeerMsg};
 use super::peering::{ask, entry_of};
 use super::{Ctx, Member, Pg};
-use basalt_engine::EngineError;
 use basalt_meta::{MetaError, PgReadyRecord};
 use basalt_placement::ClusterMap;
 use basalt_types::{DeviceId, ObjectId, Term, Version};
@@ -418,7 +417,7 @@ impl Pg {
             // This copy is bad: the serving members', else those of the complete devices
             // peering found (a member of an older interval back up), one of which then
             // replaces it. Without a good copy the backfill cannot go past the object.
-            Err(EngineError::Checksum { .. }) => {
+            Err(e) if e.is_bad_copy() => {
                 let version = mine.map_or(Version::NONE, |m| m.version);
                 let devs: Vec<DeviceId> = {
                     let st = self.st.lock();

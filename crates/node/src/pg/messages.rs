@@ -51,8 +51,8 @@ pub(crate) enum PeerMsg {
         pg: PgId,
         oid: ObjectId,
     },
-    /// The whole object as `Get`, except that blocks failing their checksum read as zeros and
-    /// are named instead of failing the answer (answer: `Salvaged`, data as payload): block-level
+    /// The whole object as `Get`, except that blocks failing their checksum (or unreadable)
+    /// read as zeros and are named instead of failing the answer (answer: `Salvaged`, data as payload): block-level
     /// repair merges such copies of one version (`pg/merge.rs`).
     Salvage {
         device: DeviceId,
@@ -264,7 +264,8 @@ pub(crate) enum PeerAnswer {
         entries: Vec<Held>,
     },
     Image(ImageMeta),
-    /// A salvaged image: the blocks listed failed their checksum and read as zeros.
+    /// A salvaged image: the blocks listed failed their checksum (or could not be read) and
+    /// read as zeros.
     Salvaged {
         image: ImageMeta,
         bad_blocks: Vec<u32>,

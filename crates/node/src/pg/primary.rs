@@ -184,7 +184,7 @@ impl Pg {
                     };
                     let data = match answer {
                         Ok(data) => data,
-                        Err(EngineError::Checksum { .. }) if !repaired => {
+                        Err(e) if e.is_bad_copy() && !repaired => {
                             repaired = true;
                             self.repair_read(ctx, generation, oid).await?;
                             continue;
@@ -415,7 +415,7 @@ impl Pg {
                 // Failed here only (a full device, say): nothing of it exists anywhere.
                 done(self);
             }
-            if to_members && matches!(e, EngineError::Checksum { .. }) {
+            if to_members && e.is_bad_copy() {
                 // A partial-block write into a block bad here: the serving members that
                 // applied it hold a newer version than this copy, so the next term's peering
                 // rolls forward to theirs (`peering.rs::roll_forward`); the client's retry then

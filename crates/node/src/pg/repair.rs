@@ -22,7 +22,6 @@ use super::messages::{ImageKind, ImageMeta, PeerAnswer, PeerMsg};
 use super::{Ctx, Member, Pg, Status};
 use crate::error::engine_to_wire;
 use crate::peers::PeerError;
-use basalt_engine::EngineError;
 use basalt_placement::ClusterMap;
 use basalt_proto::{ErrorCode, WireError};
 use basalt_types::{DeviceId, ObjectId, Term, Version};
@@ -298,7 +297,7 @@ impl Pg {
                             meta.kind, meta.version
                         ));
                     }
-                    Err(e @ EngineError::Checksum { .. }) => {
+                    Err(e) if e.is_bad_copy() => {
                         out.why.push(format!("{dev}: {e}"));
                         out.bad.push(dev);
                     }

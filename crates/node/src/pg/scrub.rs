@@ -18,7 +18,6 @@ use super::peering::ask;
 use super::repair::{Exclusive, bump};
 use super::{Ctx, Pg, Pgs, Status};
 use crate::peers::PeerError;
-use basalt_engine::EngineError;
 use basalt_placement::ClusterMap;
 use basalt_proto::ErrorCode;
 use basalt_types::{DeviceId, ObjectId, PgId, PoolId, Version};
@@ -383,7 +382,7 @@ impl Pg {
                 let digest = ObjectDigest::of(&meta, &data);
                 (meta.version, Seen::Good(digest), Some((meta, data)))
             }
-            Err(EngineError::Checksum { .. }) => (self.version_of(oid).await?, Seen::Bad, None),
+            Err(e) if e.is_bad_copy() => (self.version_of(oid).await?, Seen::Bad, None),
             Err(e) => return Err(format!("reading {oid} here: {e}")),
         };
         let mut copies = BTreeMap::new();

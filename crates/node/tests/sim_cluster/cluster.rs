@@ -56,6 +56,9 @@ pub struct SimCluster {
     /// The objects a bit was flipped in, and the device: each object on one device only, so
     /// its other copies stay good and the cluster must always be able to repair it.
     pub flipped: std::collections::BTreeMap<basalt_types::ObjectId, DeviceId>,
+    /// Sectors of client data made unreadable (latent sector errors), counted apart from
+    /// `flips` (and in `flipped` alike).
+    pub read_faults: u64,
     /// Bits flipped in the newest journal record of a killed node's disk.
     pub tail_flips: u64,
     /// Devices whose journal tail was damaged, with the PGs that made suspect there (`None`:
@@ -126,6 +129,7 @@ impl SimCluster {
             damaged_tails: Vec::new(),
             replaced: Vec::new(),
             tail_flips: 0,
+            read_faults: 0,
             pool: None,
             volume: None,
         };
@@ -300,12 +304,14 @@ impl SimCluster {
     /// at the same version by a device of another running node (so a good copy exists; a
     /// single up-to-date copy, the others waiting for recovery, is not flipped: that would be a
     /// double failure), and no other device had a bit of that object flipped (two bad copies
-    /// of a 2-copy object are a double failure too). Returns the device and the byte flipped.
+    /// of a 2-copy object are a double failure too). With `read_faults`, half of the time
+    /// (by the bit drawn) the sector holding the byte becomes unreadable instead. Returns the
+    /// device, the byte, and whether its sector was made unreadable.
     pub async fn flip(
         &mut self,
         i: usize,
         block_of: impl Fn(u64) -> Option<u64>,
-    ) -> Option<(DeviceId, u64)> {
+    ) -> Option<(DeviceId, u64, bool)> {
         self.slots[i].node.as_ref()?;
         let k = self.rng.range(0, self.slots[i].disks.len() as u64 - 1) as usize;
         let disk = self.slots[i].disks[k].clone();
@@ -348,10 +354,18 @@ impl SimCluster {
         if !elsewhere {
             return None;
         }
-        disk.flip_bit(byte, bit);
-        self.flips += 1;
+        // No further draw: a seed without read faults keeps its schedule.
+        let unreadable = self.cfg.faults.read_faults && bit < 4;
+        if unreadable {
+            let sector = byte / 512 * 512;
+            disk.fail_reads(sector..sector + 512);
+            self.read_faults += 1;
+        } else {
+            disk.flip_bit(byte, bit);
+            self.flips += 1;
+        }
         self.flipped.insert(oid, dev);
-        Some((dev, byte))
+        Some((dev, byte, unreadable))
     }
 
     /// Media damage a killed node meets when it restarts, in the newest record of one of its

@@ -73,6 +73,10 @@ pub struct Faults {
     /// With `kills`: a killed node's drive dies while it is down; the operator marks it out and
     /// the node comes back with a blank drive in its place (once per run).
     pub replacements: bool,
+    /// With `media`: half of the media faults make a sector of a block of client data
+    /// unreadable (a latent sector error: reads of it fail with `EIO` until it is written
+    /// over) instead of flipping a bit in it.
+    pub read_faults: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -140,6 +144,7 @@ impl Config {
                 journal_tail: false,
                 stops: false,
                 replacements: false,
+                read_faults: false,
             },
         };
         let net_lo = r.pick(&[0u64, 50, 200, 1000]);
@@ -192,6 +197,8 @@ impl Config {
         // Last again. Not with `min_size` 1: an interval served by the dead drive alone took
         // writes no other copy holds.
         cfg.faults.replacements = cfg.faults.kills && min_size > 1 && r.chance(0.4);
+        // Last again.
+        cfg.faults.read_faults = cfg.faults.media && r.chance(0.5);
         cfg
     }
 }

@@ -291,9 +291,16 @@ pub async fn faults(c: &mut SimCluster, seen: &Shared, start: Instant) {
             }
             Fault::Flip => {
                 let flipped = c.flip(i, |v| seen.borrow().model.block_of(v)).await;
-                if let Some((dev, byte)) = flipped {
-                    tracing::info!(device = %dev, byte, "simulator: flipped a bit");
-                    c.trace.add(34, &[u64::from(dev.0), byte, t]);
+                match flipped {
+                    Some((dev, byte, false)) => {
+                        tracing::info!(device = %dev, byte, "simulator: flipped a bit");
+                        c.trace.add(34, &[u64::from(dev.0), byte, t]);
+                    }
+                    Some((dev, byte, true)) => {
+                        tracing::info!(device = %dev, byte, "simulator: an unreadable sector");
+                        c.trace.add(37, &[u64::from(dev.0), byte, t]);
+                    }
+                    None => {}
                 }
             }
             Fault::Out if c.rng.chance(0.15) && c.slots.len() < 6 => {

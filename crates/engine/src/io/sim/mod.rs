@@ -233,7 +233,9 @@ impl SimDisk {
         }
     }
 
-    /// Makes every read overlapping `range` fail with EIO (a latent sector error).
+    /// Makes every read overlapping `range` fail with EIO (a latent sector error), until a
+    /// write over it completes (the drive remaps what it writes; a crash image has no such
+    /// sectors).
     pub fn fail_reads(&self, range: Range<u64>) {
         self.lock().bad_reads.push(range);
     }
@@ -263,6 +265,7 @@ impl SimDisk {
         let mut s = self.lock();
         let o = offset as usize;
         s.durable[o..o + data.len()].copy_from_slice(data);
+        s.remap(offset, data.len() as u64);
         for w in s.volatile.values_mut() {
             let (start, end) = (w.off as usize, w.off as usize + w.data.len());
             for (i, b) in data.iter().enumerate() {

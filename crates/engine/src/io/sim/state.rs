@@ -328,8 +328,28 @@ impl SimState {
         };
         self.completions += 1;
         w.done = Some(self.completions);
+        let (off, len) = (w.off, w.data.len() as u64);
         self.stats.writes += 1;
+        self.remap(off, len);
         Ok(())
+    }
+
+    /// A completed write over sectors that failed to read remaps them, as a drive does: reads
+    /// of what it wrote succeed from then on.
+    pub(super) fn remap(&mut self, off: u64, len: u64) {
+        let end = off + len;
+        self.bad_reads = std::mem::take(&mut self.bad_reads)
+            .into_iter()
+            .flat_map(|r| {
+                if r.end <= off || end <= r.start {
+                    return vec![r];
+                }
+                [r.start..off.max(r.start), end.min(r.end)..r.end]
+                    .into_iter()
+                    .filter(|p| !p.is_empty())
+                    .collect()
+            })
+            .collect();
     }
 
     /// Makes durable the writes with a completion number up to `covers`, in completion order.
@@ -394,6 +414,7 @@ impl SimState {
             },
         );
         self.stats.writes += 1;
+        self.remap(off, data.len() as u64);
         Ok(())
     }
 }

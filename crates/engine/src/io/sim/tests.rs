@@ -232,3 +232,29 @@ fn faults() {
     d.fail_writes(true);
     assert!(d.write(0, &[0; 512]).is_err());
 }
+
+#[test]
+fn a_write_remaps_sectors_that_failed_to_read() {
+    let d = SimDisk::new(4 * 4096);
+    d.fail_reads(4096..3 * 4096);
+    let mut buf = [0u8; 4096];
+    d.write(4096, &[7; 4096]).unwrap();
+    assert!(
+        d.read_into(4096, &mut buf).is_ok(),
+        "written over: remapped"
+    );
+    assert_eq!(buf, [7; 4096]);
+    assert!(
+        d.read_into(2 * 4096, &mut buf).is_err(),
+        "the rest still fails"
+    );
+    assert!(d.read_into(0, &mut buf).is_ok(), "outside the range");
+    d.write(2 * 4096 + 512, &[1; 512]).unwrap();
+    assert!(
+        d.read_into(2 * 4096, &mut buf).is_err(),
+        "part of it written only"
+    );
+    let mut sector = [0u8; 512];
+    assert!(d.read_into(2 * 4096 + 512, &mut sector).is_ok());
+    assert!(d.read_into(2 * 4096, &mut sector).is_err());
+}
