@@ -143,53 +143,59 @@ async fn scrub(client: &Client, nodes: &[Node]) -> ScrubReport {
     total
 }
 
-/// Bits flipped in the primary's copy of some objects and in a replica's copy of others: every
-/// read returns the acknowledged data; the primary's copies are repaired by the reads (read
-/// again, they verify); scrub finds the replica copies no read touched and repairs them; a
-/// second scrub finds nothing.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn flipped_bits_in_one_copy_are_never_read_and_are_repaired() {
+/// How one copy goes bad in [`one_bad_copy_is_repaired`].
+struct Damage {
+    /// Damages object `i` of generation `g` on a disk.
+    apply: fn(&SimDisk, u64, u64),
+    /// The node's count of the errors this damage causes.
+    errors: fn(&Node) -> u64,
+    /// Its count of the other kind of error, which must stay 0.
+    other: fn(&Node) -> u64,
+}
+
+/// Node 0's copy of every object goes bad, of objects it is the primary of and of objects it
+/// is a replica of: every read returns the acknowledged data; each primary copy fails once and
+/// is repaired by the read (read again, no new error); scrub finds the replica copies no read
+/// touched and repairs them; a second scrub finds nothing.
+async fn one_bad_copy_is_repaired(damage: Damage) {
     let t = three(|_| {}).await;
     let client = t.c.client(Duration::from_secs(10)).await;
     let objects = 24;
     let vol = t.c.volume(&client, "v", objects * OBJECT).await;
     write_all(&vol, objects, 1).await;
-
-    // Node 0's copy goes bad: of objects it is the primary of, and of objects it is a replica of.
     let dev = device_of(&t.nodes[0]);
     let map = t.c.map().await;
-    let (mut on_primary, mut on_replica) = (Vec::new(), Vec::new());
-    for i in 0..objects {
-        match map.primary(&oid(&vol, i)) == Some(dev) {
-            true => on_primary.push(i),
-            false => on_replica.push(i),
-        }
-    }
+    let (on_primary, on_replica): (Vec<u64>, Vec<u64>) =
+        (0..objects).partition(|&i| map.primary(&oid(&vol, i)) == Some(dev));
     assert!(
         !on_primary.is_empty() && !on_replica.is_empty(),
         "node 0 is the primary of some objects and a replica of others"
     );
-    for &i in on_primary.iter().chain(&on_replica) {
-        corrupt(&t.disks[0], i, 1);
+    for i in 0..objects {
+        (damage.apply)(&t.disks[0], i, 1);
     }
-    let errors_before = checksum_errors(&t.nodes[0]);
+    let before = (damage.errors)(&t.nodes[0]);
     for i in 0..objects {
         let got = vol.read(i * OBJECT, OBJECT as u32).await.unwrap();
         assert!(got == pattern(i, 1), "object {i} read back wrong");
     }
-    let errors = checksum_errors(&t.nodes[0]) - errors_before;
+    let errors = (damage.errors)(&t.nodes[0]) - before;
     assert_eq!(
         errors,
         on_primary.len() as u64,
-        "each bad primary copy failed its checksum once, then was repaired"
+        "each bad primary copy failed once, then was repaired"
     );
     assert_eq!(repaired(&t.nodes), on_primary.len() as u64);
-    // Read again: the repaired copies verify (no new checksum error).
     for &i in &on_primary {
         let got = vol.read(i * OBJECT, OBJECT as u32).await.unwrap();
         assert!(got == pattern(i, 1), "object {i} read back wrong");
     }
-    assert_eq!(checksum_errors(&t.nodes[0]) - errors_before, errors);
+    assert_eq!(
+        (damage.errors)(&t.nodes[0]) - before,
+        errors,
+        "no new error"
+    );
+    assert_eq!((damage.other)(&t.nodes[0]), 0, "the other kind of error");
 
     // Scrub finds the replica's bad copies that no read touched, and repairs them.
     let report = scrub(&client, &t.nodes).await;
@@ -204,6 +210,19 @@ async fn flipped_bits_in_one_copy_are_never_read_and_are_repaired() {
     for n in t.nodes {
         n.shutdown().await;
     }
+}
+
+/// Bits flipped in one copy ([`one_bad_copy_is_repaired`]): checksum errors.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn flipped_bits_in_one_copy_are_never_read_and_are_repaired() {
+    one_bad_copy_is_repaired(Damage {
+        apply: |disk, i, g| {
+            corrupt(disk, i, g);
+        },
+        errors: checksum_errors,
+        other: read_errors,
+    })
+    .await;
 }
 
 /// Makes one sector of one 4 KiB block of object `i` (generation `g`) on `disk` unreadable
@@ -230,60 +249,17 @@ fn read_errors(node: &Node) -> u64 {
     node.status().devices[0].read_errors
 }
 
-/// Sectors that fail to read (`EIO`) in the primary's copy of some objects and in a replica's
-/// copy of others, as a disk's latent sector errors: every read returns the acknowledged data
-/// (served from another copy; before, the client got `EIO`); the primary's copies are rewritten
-/// by the reads (read again, no new error); scrub finds the replica copies no read touched and
-/// rewrites them; a second scrub finds nothing. The errors count as read errors, not checksum
-/// errors.
+/// Sectors that fail to read (`EIO`, a disk's latent sector errors) in one copy
+/// ([`one_bad_copy_is_repaired`]): read errors, not checksum errors; each copy is served from
+/// another and rewritten (before, the client got `EIO`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreadable_sectors_in_one_copy_are_read_from_another_and_rewritten() {
-    let t = three(|_| {}).await;
-    let client = t.c.client(Duration::from_secs(10)).await;
-    let objects = 24;
-    let vol = t.c.volume(&client, "v", objects * OBJECT).await;
-    write_all(&vol, objects, 1).await;
-    let dev = device_of(&t.nodes[0]);
-    let map = t.c.map().await;
-    let (on_primary, on_replica): (Vec<u64>, Vec<u64>) =
-        (0..objects).partition(|&i| map.primary(&oid(&vol, i)) == Some(dev));
-    assert!(
-        !on_primary.is_empty() && !on_replica.is_empty(),
-        "node 0 is the primary of some objects and a replica of others"
-    );
-    for i in 0..objects {
-        unreadable(&t.disks[0], i, 1);
-    }
-    let before = read_errors(&t.nodes[0]);
-    for i in 0..objects {
-        let got = vol.read(i * OBJECT, OBJECT as u32).await.unwrap();
-        assert!(got == pattern(i, 1), "object {i} read back wrong");
-    }
-    let errors = read_errors(&t.nodes[0]) - before;
-    assert_eq!(
-        errors,
-        on_primary.len() as u64,
-        "each primary copy failed to read once, then was rewritten"
-    );
-    assert_eq!(repaired(&t.nodes), on_primary.len() as u64);
-    for &i in &on_primary {
-        let got = vol.read(i * OBJECT, OBJECT as u32).await.unwrap();
-        assert!(got == pattern(i, 1), "object {i} read back wrong");
-    }
-    assert_eq!(read_errors(&t.nodes[0]) - before, errors, "no new error");
-    assert_eq!(checksum_errors(&t.nodes[0]), 0);
-
-    let report = scrub(&client, &t.nodes).await;
-    assert_eq!(report.objects(), objects, "{report:?}");
-    assert_eq!(report.inconsistent(), on_replica.len() as u64, "{report:?}");
-    assert_eq!(report.repaired(), on_replica.len() as u64, "{report:?}");
-    assert_eq!(report.unrepairable(), 0, "{report:?}");
-    let again = scrub(&client, &t.nodes).await;
-    assert_eq!(again.inconsistent(), 0, "{again:?}");
-    assert_eq!(again.objects(), objects, "{again:?}");
-    for n in t.nodes {
-        n.shutdown().await;
-    }
+    one_bad_copy_is_repaired(Damage {
+        apply: unreadable,
+        errors: read_errors,
+        other: checksum_errors,
+    })
+    .await;
 }
 
 /// An object whose every copy is bad fails its read (never bad data); the others read fine;
