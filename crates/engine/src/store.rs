@@ -516,8 +516,8 @@ impl Store {
 
     /// The whole object as [`Store::read_object`] reads it, except that blocks failing their
     /// checksum, or that the device could not read, do not fail the read: they read as zeros
-    /// and are listed (each still counts among the device's distinct bad blocks; the read as
-    /// one checksum or read error). For repair by merging copies of one version.
+    /// and are listed (each still counts among the device's distinct bad blocks, and errors
+    /// count as other reads count them). For repair by merging copies of one version.
     pub async fn read_object_salvage(&self, oid: ObjectId) -> Result<Salvage, EngineError> {
         self.submit_msg(|reply| Msg::SalvageObject { oid, reply })
             .await

@@ -245,9 +245,14 @@ impl Engine {
         match d.res {
             // The medium failed somewhere in the run: each block is read again by itself, so
             // that only those that fail again count (and a passing error does not).
+            // Not when the read is retried anyway, or failed already and salvages nothing.
             Err(e) if super::media_error(&e) && !alone => {
-                self.read_again_alone(rid, first, n);
-                return;
+                let salvage = matches!(ctx.out, Some(Out::Salvage(_)));
+                if !ctx.retry && (ctx.failed.is_none() || salvage) {
+                    self.read_again_alone(rid, first, n);
+                    return;
+                }
+                buf.fill(0);
             }
             // One block the medium cannot deliver: a bad copy, as a block failing its
             // checksum is (zeros in a salvage read).
@@ -255,9 +260,10 @@ impl Engine {
                 buf.fill(0);
                 self.bad_blocks(rid, first, vec![0], Some(e));
             }
+            // Any other failure fails the read (the first failure of a read is the one told).
             Err(e) => {
                 buf.fill(0);
-                ctx.failed = Some(EngineError::Io(e));
+                ctx.failed.get_or_insert(EngineError::Io(e));
             }
             Ok(()) => self.check_blocks(rid, first, n, &buf),
         }
@@ -299,8 +305,6 @@ impl Engine {
         }
     }
 
-    /// Verifies the CRCs of `n` blocks read for request `rid` starting at its block `first`:
-    /// a block that moved meanwhile makes the read retry, else a mismatch fails it.
     /// Reads blocks `first..first + n` of read `rid` again, each by itself, into the read's
     /// assembled buffer (made now if the run was to be adopted whole).
     fn read_again_alone(&mut self, rid: usize, first: usize, n: usize) {
@@ -337,6 +341,8 @@ impl Engine {
         }
     }
 
+    /// Verifies the CRCs of `n` blocks read for request `rid` starting at its block `first`:
+    /// a block that moved meanwhile makes the read retry, else a mismatch fails it.
     fn check_blocks(&mut self, rid: usize, first: usize, n: usize, buf: &[u8]) {
         let Some(ctx) = self.reads.get_mut(rid) else {
             return;
@@ -399,8 +405,13 @@ impl Engine {
                 });
             }
             // One checksum error per device read, as other reads count; in a salvage read
-            // every bad block among the distinct ones (else the first: the read fails).
-            let count = if salvage { expected.len() } else { 1 };
+            // every bad block among the distinct ones (else the first: the read fails, and a
+            // later unreadable block of it is not counted).
+            let count = match salvage {
+                true => expected.len(),
+                false if failed.is_some() && !first_unreadable => 0,
+                false => 1,
+            };
             for (n, src) in expected.into_iter().take(count).enumerate() {
                 if let Src::Disk { slot, block, crc } = src {
                     let off = self.sb.slot_offset(slot, block);
