@@ -222,6 +222,15 @@ fn excused_cut() {
     fixed_bug(&[1151]);
 }
 
+/// A crash during recovery landed some sectors of the zeros that erased a torn tail record,
+/// and they completed it (its own sectors there were zero padding): the next recovery replayed
+/// the record the first one had dropped, and a delete readers had seen undone came back
+/// (18365044038992805799, store soak of 2026-11-27). The erase now writes ones.
+#[test]
+fn a_partly_landed_erase_does_not_complete_a_torn_record() {
+    fixed_bug(&[18365044038992805799]);
+}
+
 /// Known engine bug: a bit flip in a slot of a recent whole-object write or in the journal
 /// makes recovery lose acknowledged writes without an error. Fails until fixed.
 #[test]

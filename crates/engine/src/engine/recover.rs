@@ -501,12 +501,18 @@ impl Engine {
     }
 
     /// Overwrites what follows the replayed journal if it looks like a record we would expect
-    /// next, so that a record we refused cannot be accepted by a later recovery.
+    /// next, so that a record we refused cannot be accepted by a later recovery. With ones,
+    /// not zeros: a crash may land only some sectors of the erase, and zeros landing on the
+    /// stale sectors of a torn record whose own sectors there are zero padding would complete
+    /// it (store simulation seed 18365044038992805799); a landed sector of ones never matches
+    /// a record, and none landed leaves the record as refused, erased by the next recovery.
     fn erase_stale_records(&self, dev: &Dev) -> Result<(), EngineError> {
         let mut positions = vec![self.jr.head];
         if self.jr.head != 0 {
             positions.push(0);
         }
+        let mut erased = AlignedBuf::zeroed(B);
+        erased.fill(0xff);
         let mut buf = AlignedBuf::zeroed(B);
         for pos in positions {
             if pos + BLOCK > self.sb.ring_size() {
@@ -517,7 +523,7 @@ impl Engine {
             if let Some((seq, _, _)) = peek_record(&buf, &self.sb.uuid)
                 && seq >= self.jr.next_seq
             {
-                dev.write_at(off, &AlignedBuf::zeroed(B))?;
+                dev.write_at(off, &erased)?;
             }
         }
         Ok(())
