@@ -17,7 +17,7 @@ use std::time::Duration;
 
 mod common;
 
-use common::{Cluster, OBJECT, PGS, device_of, pattern, until};
+use common::{Cluster, OBJECT, PGS, blocks_holding, device_of, pattern, until};
 
 const DISK: u64 = 64 << 20;
 
@@ -95,34 +95,22 @@ fn oid(vol: &Volume, i: u64) -> ObjectId {
 /// Flips one bit in every 4 KiB block of `disk` that holds a block of object `i` of generation
 /// `g` (all its blocks are alike), as media corruption would. Returns how many it flipped.
 fn corrupt(disk: &SimDisk, i: u64, g: u64) -> usize {
-    let block = pattern(i, g).slice(..4096);
-    let raw = disk.read(0, disk.size() as usize);
-    let mut flipped = 0;
-    for (n, b) in raw.chunks_exact(4096).enumerate() {
-        if b == &block[..] {
-            disk.flip_bit(n as u64 * 4096 + 1000 + (i % 7), (n % 8) as u8);
-            flipped += 1;
-        }
-    }
+    let hits = blocks_holding(disk, &pattern(i, g)[..4096]);
     assert!(
-        flipped > 0,
+        !hits.is_empty(),
         "object {i} generation {g} not found on the disk"
     );
-    flipped
+    for &off in &hits {
+        disk.flip_bit(off + 1000 + (i % 7), (off / 4096 % 8) as u8);
+    }
+    hits.len()
 }
 
 /// Flips one bit in only the `n`-th 4 KiB block of object `i` (generation `g`) on `disk`.
 fn corrupt_block(disk: &SimDisk, i: u64, g: u64, n: usize) {
-    let block = pattern(i, g).slice(..4096);
-    let raw = disk.read(0, disk.size() as usize);
-    let hits: Vec<usize> = raw
-        .chunks_exact(4096)
-        .enumerate()
-        .filter(|(_, b)| *b == &block[..])
-        .map(|(k, _)| k)
-        .collect();
+    let hits = blocks_holding(disk, &pattern(i, g)[..4096]);
     assert!(hits.len() > n, "object {i}: {} blocks found", hits.len());
-    disk.flip_bit(hits[n] as u64 * 4096 + 77, 3);
+    disk.flip_bit(hits[n] + 77, 3);
 }
 
 /// Asks every node to scrub the pool; sums their reports.
@@ -229,14 +217,7 @@ async fn flipped_bits_in_one_copy_are_never_read_and_are_repaired() {
 /// (its reads fail with `EIO`, a latent sector error): the sector `i % 8` of the block
 /// `i % 32` of those found (all blocks of an object are alike, found in disk order).
 fn unreadable(disk: &SimDisk, i: u64, g: u64) {
-    let block = pattern(i, g).slice(..4096);
-    let raw = disk.read(0, disk.size() as usize);
-    let hits: Vec<u64> = raw
-        .chunks_exact(4096)
-        .enumerate()
-        .filter(|(_, b)| *b == &block[..])
-        .map(|(n, _)| n as u64 * 4096)
-        .collect();
+    let hits = blocks_holding(disk, &pattern(i, g)[..4096]);
     assert!(
         !hits.is_empty(),
         "object {i} generation {g} not found on the disk"

@@ -9,7 +9,7 @@ use basalt_node::{DeviceConfig, Node, NodeConfig};
 use basalt_placement::ClusterMap;
 use std::time::Duration;
 
-use common::{Cluster, OBJECT, PGS, device_of, pattern, until};
+use common::{Cluster, OBJECT, PGS, blocks_holding, device_of, pattern, until};
 
 const DISK: u64 = 64 << 20;
 
@@ -66,13 +66,7 @@ async fn a_member_that_dropped_a_damaged_journal_tail_proves_nothing() {
     b.shutdown().await;
     cc.shutdown().await; // (its disk is halted: nothing more reaches it)
     // Media damage to the write's record in the journal of the third member.
-    let raw = image.read(0, DISK as usize);
-    let hits: Vec<u64> = raw
-        .chunks_exact(4096)
-        .enumerate()
-        .filter(|(_, b)| *b == &block[..])
-        .map(|(n, _)| n as u64 * 4096)
-        .collect();
+    let hits = blocks_holding(&image, &block);
     let journal = image.regions().unwrap().journal;
     assert_eq!(hits.len(), 1, "the block is in the journal record only");
     assert!(

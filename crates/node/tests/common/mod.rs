@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 use basalt_client::{Cluster as Client, ClusterConfig, Volume, VolumeOptions};
+use basalt_engine::sim::SimDisk;
 use basalt_meta::{Catalog, EmbeddedStore, MetaStore, PoolSpec};
 use basalt_node::{DeviceConfig, Node, NodeConfig};
 use basalt_placement::ClusterMap;
@@ -143,4 +144,15 @@ pub fn pattern(i: u64, g: u64) -> Bytes {
         .take(OBJECT as usize)
         .collect::<Vec<u8>>()
         .into()
+}
+
+/// The device offsets of the 4 KiB blocks of `disk` equal to `block`, ascending (to damage a
+/// copy found by its content).
+pub fn blocks_holding(disk: &SimDisk, block: &[u8]) -> Vec<u64> {
+    let raw = disk.read(0, disk.size() as usize);
+    raw.chunks_exact(4096)
+        .enumerate()
+        .filter(|(_, b)| *b == block)
+        .map(|(n, _)| n as u64 * 4096)
+        .collect()
 }
