@@ -167,6 +167,11 @@ impl Cluster {
         self.inner.maps.wait_for(epoch, timeout).await;
     }
 
+    /// Waits until the map's epoch is at least `epoch`, with no time limit.
+    pub(crate) async fn wait_until_map(&self, epoch: Epoch) {
+        self.inner.maps.wait_until(epoch).await;
+    }
+
     /// Reads the map from the metadata store (in case the watch missed a publication), at
     /// most once per [`RELOAD_EVERY`] however many operations are retrying: the map can be
     /// MiBs.

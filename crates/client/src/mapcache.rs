@@ -47,4 +47,14 @@ impl MapCache {
             .await
             .is_ok()
     }
+
+    /// Waits until the map's epoch is at least `epoch`, however long that takes. No timer: every
+    /// request in flight waits like this for a map that routes it elsewhere.
+    pub(crate) async fn wait_until(&self, epoch: Epoch) {
+        let mut rx = self.epoch_tx.subscribe();
+        if rx.wait_for(|e| *e >= epoch).await.is_err() {
+            // The sender lives as long as the cache: not reached while anyone borrows it.
+            std::future::pending::<()>().await;
+        }
+    }
 }

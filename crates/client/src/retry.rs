@@ -215,9 +215,7 @@ async fn rerouted(
 ) -> Epoch {
     let mut seen = sent;
     loop {
-        cluster
-            .wait_for_map(seen.next(), Duration::from_secs(3600))
-            .await;
+        cluster.wait_until_map(seen.next()).await;
         let map = cluster.map();
         if map.epoch <= seen {
             continue;

@@ -8,7 +8,7 @@ use crate::hash::FxHashMap;
 use crate::layout::{BLOCK, NO_SLOT, PG_BLOB};
 use crate::meta::SlotTable;
 use crate::pgtable::PgTable;
-use crate::record::{Entry, EntryKind};
+use crate::record::{Entry, EntryKind, Item};
 use crate::tombs::TombTable;
 use basalt_types::{ObjectId, PgId, Version, VolumeId};
 use std::collections::{BTreeMap, BTreeSet};
@@ -167,6 +167,16 @@ pub(crate) struct State {
     pub replaying: bool,
 }
 
+/// Puts the blocks of a write's items in the object's cache (`blocks`: the data of the items
+/// that carry data, in order; the others read as zeros).
+fn cache_items(obj: &mut Obj, seq: u64, items: &[Item], blocks: &[SharedBuf]) {
+    let mut data = blocks.iter();
+    for it in items {
+        let buf = if it.data { data.next().cloned() } else { None };
+        obj.cache.insert(it.block, Cached { seq, data: buf });
+    }
+}
+
 fn pg_id(oid: &ObjectId, pg: u32) -> PgId {
     PgId { pool: oid.pool, pg }
 }
@@ -317,6 +327,45 @@ impl State {
         obj.cache.clear();
     }
 
+    /// A write to a live object in the slot it lives in (the common case): only its version
+    /// moves in its PG's log; what [`State::take`] and [`State::put`] would remove and insert
+    /// again (the object, its place in the PG's ordered index) stays. False when the object is
+    /// absent, a tombstone, or moves to another slot: the caller takes the general way.
+    fn write_in_place(
+        &mut self,
+        seq: u64,
+        e: &Entry,
+        items: &[Item],
+        blocks: &[SharedBuf],
+    ) -> bool {
+        let Some(obj) = self.objs.get_mut(&e.oid) else {
+            return false;
+        };
+        if obj.slot == NO_SLOT || obj.slot != e.slot {
+            return false;
+        }
+        assert_eq!(
+            obj.pg, e.pg,
+            "{} changes PG from {} to {}",
+            e.oid, obj.pg, e.pg
+        );
+        assert!(!obj.is_tombstone(), "{} is live and a tombstone", e.oid);
+        let key = pg_id(&e.oid, e.pg);
+        let Some(p) = self.pgs.get_mut(&key) else {
+            panic!("{} is indexed but {key} is not", e.oid);
+        };
+        assert!(
+            p.log.remove(&(obj.version, e.oid.volume, e.oid.index)),
+            "{} at {} missing from the log of {key}",
+            e.oid,
+            obj.version
+        );
+        p.log.insert((e.version, e.oid.volume, e.oid.index));
+        obj.version = e.version;
+        cache_items(obj, seq, items, blocks);
+        true
+    }
+
     /// Applies one journal entry of record `seq` to the live state. `blocks` are the data
     /// blocks of this entry's data items in order; `full` is the object buffer of a full write
     /// whose data write has not completed yet. Every effect is absolute, so replaying records
@@ -324,6 +373,9 @@ impl State {
     pub fn apply(&mut self, seq: u64, e: &Entry, blocks: &[SharedBuf], full: Option<SharedBuf>) {
         match &e.kind {
             EntryKind::Write(items) => {
+                if self.write_in_place(seq, e, items, blocks) {
+                    return;
+                }
                 let mut obj = self.take(e);
                 if obj.slot != e.slot {
                     // A tombstone (or nothing) becomes live in a fresh slot.
@@ -338,11 +390,7 @@ impl State {
                     obj.slot = e.slot;
                 }
                 obj.version = e.version;
-                let mut data = blocks.iter();
-                for it in items {
-                    let buf = if it.data { data.next().cloned() } else { None };
-                    obj.cache.insert(it.block, Cached { seq, data: buf });
-                }
+                cache_items(&mut obj, seq, items, blocks);
                 self.put(e.oid, obj);
             }
             EntryKind::Full { crcs, alloc } => {

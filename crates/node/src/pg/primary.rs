@@ -5,10 +5,10 @@
 //! A write:
 //! 1. waits while its object is missing on a member or being recovered/backfilled (recovery of
 //!    it is already queued: peering put it in the missing set);
-//! 2. under the PG's lock, takes the next version `(interval, seq)`, hands the write to the
-//!    local store (held invisible: reads of the object wait until it is committed) and sends it
-//!    to every other member on their links, in that order, so every member applies the PG's
-//!    writes to one object in the same order;
+//! 2. under the PG's lock, takes the next version `(interval, seq)`, sends the write to every
+//!    other member on their links and hands it to the local store (held invisible: reads of the
+//!    object wait until it is committed), so every member applies the PG's writes to one object
+//!    in the same order;
 //! 3. once every copy is durable, commits the local write and acknowledges. A member that fails
 //!    makes the PG peer again (the write is not acknowledged; the client retries it).
 
@@ -307,7 +307,6 @@ impl Pg {
                     pg: self.id.pg,
                     pending: replicated,
                 };
-                let local = self.submit_local(oid, &kind, opts);
                 let rep = |dev| {
                     Request::Rep(RepOp {
                         epoch,
@@ -344,6 +343,10 @@ impl Pg {
                     .chain(targets)
                     .map(|m| (m.dev, m.link.call(rep(m.dev))))
                     .collect();
+                // The copies go out before the local write is handed to the store: on a node
+                // whose stores run on its network thread, the store's submission (the kernel's
+                // part of a direct write) would otherwise run before the links send.
+                let local = self.submit_local(oid, &kind, opts);
                 Ok((version, local, reps, p.term, !p.members.is_empty()))
             })?;
             match submitted {

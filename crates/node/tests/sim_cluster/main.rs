@@ -465,10 +465,14 @@ fn undersized_peering_trusts_nothing_for_good() {
 /// `bad_device.rs::a_replaced_drive_is_reported_faulty_and_its_copies_are_rebuilt_on_the_new_one`).
 /// Seed 500488: the harness itself marked the dead drive in again (an `out` of it drawn before
 /// it died was undone on time), so its PGs waited for it; a dead drive now stays out.
+/// Seed 900250 stopped replacing a drive when the nodes' task order changed (a node sends a
+/// write's copies before its local submission; the store's loop re-queues itself instead of
+/// polling the reactor between busy steps); 900289, the next seed that replaces one, runs in
+/// its place.
 #[test]
 fn a_replaced_drive_is_reported_down() {
     init_log();
-    for seed in [900197, 900250, 500488] {
+    for seed in [900197, 900289, 500488] {
         let cfg = before_read_faults(seed);
         assert!(cfg.faults.replacements, "seed {seed}: {cfg:?}");
         let r = check_config(cfg, false);
