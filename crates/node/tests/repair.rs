@@ -1172,12 +1172,13 @@ async fn a_device_recovered_in_a_later_interval_serves_when_the_earlier_members_
     let up = c.map_where("c's device up", |m| m.is_up(dev_c)).await.epoch;
     let both = [b, third];
     // Rows of an interval from before c came up (b alone, not yet peered again) would say
-    // nothing is missing before c was recovered (a flaky race before).
+    // nothing is missing before c was recovered (a flaky race before). One snapshot for both
+    // conditions: a PG peering again between two reads shows nothing missing yet.
     until(
         "every PG active on b and c since c came up, nothing missing",
         || {
             let pgs: Vec<_> = both.iter().flat_map(|n| n.status().pgs).collect();
-            all_active(&both, false)
+            pgs.iter().filter(|p| p.status.state == "active").count() == PGS as usize
                 && pgs
                     .iter()
                     .all(|p| p.interval >= up && p.missing_objects == 0 && p.degraded_objects == 0)

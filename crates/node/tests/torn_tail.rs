@@ -91,11 +91,12 @@ async fn a_member_that_dropped_a_damaged_journal_tail_proves_nothing() {
         "an acknowledged write was rolled back to the older data"
     );
     // Recovered onto the damaged member: with the holder gone too, it still reads back.
-    until("the PGs clean of missing objects", || {
-        [&a, &cc]
-            .iter()
-            .flat_map(|n| n.status().pgs)
-            .all(|p| p.missing_objects == 0)
+    // Every PG active in the same snapshot: a PG peering again shows nothing missing before its
+    // recovery has run.
+    until("the PGs active and clean of missing objects", || {
+        let pgs: Vec<_> = [&a, &cc].iter().flat_map(|n| n.status().pgs).collect();
+        pgs.iter().filter(|p| p.status.state == "active").count() == PGS as usize
+            && pgs.iter().all(|p| p.missing_objects == 0)
     })
     .await;
     // Its PGs peered with it since: no longer suspect.
