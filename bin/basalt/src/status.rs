@@ -349,6 +349,22 @@ async fn nodes(
         .collect()
 }
 
+/// Every device the nodes that answered reported on.
+fn reported_devices(nodes: &[NodeView]) -> impl Iterator<Item = &DeviceStatus> {
+    nodes
+        .iter()
+        .filter_map(|n| n.status.as_ref())
+        .flat_map(|s| &s.devices)
+}
+
+/// A per-device count, for the devices where it is not zero: (device id, count).
+fn nonzero(nodes: &[NodeView], count: impl Fn(&DeviceStatus) -> u64) -> Vec<(u32, u64)> {
+    reported_devices(nodes)
+        .map(|d| (d.id.0, count(d)))
+        .filter(|(_, n)| *n > 0)
+        .collect()
+}
+
 fn facts(
     epoch: u64,
     nodes: &[NodeView],
@@ -376,38 +392,12 @@ fn facts(
             .map(|d| d.id)
             .collect(),
         pgs,
-        checksum_errors: nodes
-            .iter()
-            .filter_map(|n| n.status.as_ref())
-            .flat_map(|s| &s.devices)
-            .filter(|d| d.checksum_errors > 0)
-            .map(|d| (d.id.0, d.checksum_errors))
-            .collect(),
-        read_errors: nodes
-            .iter()
-            .filter_map(|n| n.status.as_ref())
-            .flat_map(|s| &s.devices)
-            .filter(|d| d.read_errors > 0)
-            .map(|d| (d.id.0, d.read_errors))
-            .collect(),
-        stalled_io: stalled_io(
-            nodes
-                .iter()
-                .filter_map(|n| n.status.as_ref())
-                .flat_map(|s| &s.devices),
-        ),
-        suspect: nodes
-            .iter()
-            .filter_map(|n| n.status.as_ref())
-            .flat_map(|s| &s.devices)
-            .filter(|d| d.suspect_pgs > 0)
-            .map(|d| (d.id.0, d.suspect_pgs))
-            .collect(),
+        checksum_errors: nonzero(nodes, |d| d.checksum_errors),
+        read_errors: nonzero(nodes, |d| d.read_errors),
+        stalled_io: stalled_io(reported_devices(nodes)),
+        suspect: nonzero(nodes, |d| d.suspect_pgs),
         slow_devices: devices.slow.clone(),
-        used: nodes
-            .iter()
-            .filter_map(|n| n.status.as_ref())
-            .flat_map(|s| &s.devices)
+        used: reported_devices(nodes)
             .map(|d| {
                 (
                     d.id.0,
