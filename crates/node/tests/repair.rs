@@ -243,6 +243,43 @@ async fn unreadable_sectors_in_one_copy_are_read_from_another_and_rewritten() {
     .await;
 }
 
+/// The primary's copy of an object has a sector that still fails after it is rewritten (a drive
+/// that can no longer remap it): every read returns the acknowledged data, served from the good
+/// copy the read repair fetched (before, the read after the repair failed with `EIO`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sector_still_unreadable_after_its_rewrite_is_served_from_the_good_copy() {
+    let t = three(|_| {}).await;
+    let client = t.c.client(Duration::from_secs(10)).await;
+    let objects = 8;
+    let vol = t.c.volume(&client, "v", objects * OBJECT).await;
+    write_all(&vol, objects, 1).await;
+    let dev = device_of(&t.nodes[0]);
+    let map = t.c.map().await;
+    let i = (0..objects)
+        .find(|&i| map.primary(&oid(&vol, i)) == Some(dev))
+        .expect("node 0 is the primary of an object");
+    let hits = blocks_holding(&t.disks[0], &pattern(i, 1)[..4096]);
+    assert!(!hits.is_empty(), "object {i} not found on node 0's disk");
+    // From the copy's first block to the end of the disk: wherever the store rewrites it.
+    t.disks[0].fail_reads_always(hits[0]..DISK);
+    for round in 0..3 {
+        let got = vol.read(i * OBJECT, OBJECT as u32).await.unwrap();
+        assert!(
+            got == pattern(i, 1),
+            "object {i} read back wrong in round {round}"
+        );
+    }
+    assert!(read_errors(&t.nodes[0]) >= 1, "the dead sector was read");
+    assert!(repaired(&t.nodes) >= 1, "the copy was rewritten");
+    for j in 0..objects {
+        let got = vol.read(j * OBJECT, OBJECT as u32).await.unwrap();
+        assert!(got == pattern(j, 1), "object {j} read back wrong");
+    }
+    for n in t.nodes {
+        n.shutdown().await;
+    }
+}
+
 /// An object whose every copy is bad fails its read (never bad data); the others read fine;
 /// scrub counts it unrepairable.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -186,8 +186,15 @@ impl Pg {
                         Ok(data) => data,
                         Err(e) if e.is_bad_copy() && !repaired => {
                             repaired = true;
-                            self.repair_read(ctx, generation, oid).await?;
-                            continue;
+                            // Answered from the good copy the repair fetched and installed,
+                            // not by reading the local copy again: a sector still failing
+                            // after its rewrite does not fail the read.
+                            let image = self.repair_read(ctx, generation, oid).await?;
+                            let (start, end) = (offset as usize, offset as usize + len as usize);
+                            match image.filter(|image| end <= image.len()) {
+                                Some(image) => image.slice(start..end),
+                                None => continue,
+                            }
                         }
                         Err(e) => {
                             let others = self.has_members();

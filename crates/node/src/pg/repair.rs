@@ -2,9 +2,11 @@
 //!
 //! - **Read repair**: a read on the primary whose local copy fails its CRC-32C fetches the whole
 //!   object from another serving member holding the same version (`Get`: the member's store
-//!   verifies every block it reads), installs it locally at that version (durably), and reads
-//!   again; the client gets correct data or, when no member holds a good copy, an error (never
-//!   bad or older data).
+//!   verifies every block it reads), installs it locally at that version (durably), and
+//!   answers the read from that image (held all along, so no write came between): a copy that
+//!   still fails after its rewrite, or a rewrite that failed, does not fail the read. The
+//!   client gets correct data or, when no member holds a good copy, an error (never bad or
+//!   older data).
 //! - **Member repair**: a member whose `Get` answered a checksum error (read repair asked it
 //!   first), or whose copy scrub found bad or divergent (`scrub.rs`), gets the good image
 //!   (`Put`).
@@ -204,20 +206,22 @@ impl Pg {
     }
 
     /// Read repair: the local copy of `oid` failed its checksum. Replaces it with a member's
-    /// good copy at the same version (and repairs members found bad on the way). `Ok` when the
-    /// read may be tried again (repaired, or someone else is repairing it).
+    /// good copy at the same version (and repairs members found bad on the way), and returns
+    /// that good copy's data (the whole object, read while held: what the read answers).
+    /// `Ok(None)` when the read may be tried again (someone else is repairing it, or it is
+    /// gone).
     pub(super) async fn repair_read(
         &self,
         ctx: &Arc<Ctx>,
         generation: u64,
         oid: ObjectId,
-    ) -> Result<(), WireError> {
+    ) -> Result<Option<Bytes>, WireError> {
         let Some(held) = self.exclusive(oid, generation).await? else {
-            return Ok(());
+            return Ok(None);
         };
         let info = self.store.object_info(oid).await.map_err(engine_to_wire)?;
         let Some(info) = info.filter(|i| !i.deleted) else {
-            return Ok(());
+            return Ok(None);
         };
         let map = ctx.maps.map();
         // The other members first; this device's own copy last, for a block-level merge.
@@ -247,16 +251,23 @@ impl Pg {
                 ),
             ));
         };
-        self.replace(ctx, &map, &held, self.dev, &meta, &data)
-            .await
-            .map_err(|e| WireError::new(ErrorCode::Checksum, e))?;
-        tracing::warn!(pg = %self.id, %oid, device = %self.dev, %source, version = %info.version, "read repair: replaced a copy that failed its checksum");
+        match self.replace(ctx, &map, &held, self.dev, &meta, &data).await {
+            Ok(()) => {
+                tracing::warn!(pg = %self.id, %oid, device = %self.dev, %source, version = %info.version, "read repair: replaced a copy that failed its checksum")
+            }
+            Err(e) => {
+                // The read is still answered from the good copy (when the term holds:
+                // `Pg::read` checks); the bad one stays for the next read or scrub.
+                self.repairs.unrepairable(1);
+                tracing::error!(pg = %self.id, %oid, device = %self.dev, %source, "read repair: replacing the copy that failed its checksum failed: {e}");
+            }
+        }
         for dev in search.bad.into_iter().filter(|d| *d != self.dev) {
             if let Err(e) = self.replace(ctx, &map, &held, dev, &meta, &data).await {
                 tracing::warn!(pg = %self.id, %oid, device = %dev, "repairing a member's bad copy: {e}");
             }
         }
-        Ok(())
+        Ok(Some(data))
     }
 
     /// Asks `devs` in order for a good copy of `oid` at `version` (this device's own copy is

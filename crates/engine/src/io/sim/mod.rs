@@ -240,6 +240,12 @@ impl SimDisk {
         self.lock().bad_reads.push(range);
     }
 
+    /// Makes every read overlapping `range` fail with EIO for good, also after writes over it (a
+    /// drive that can no longer remap the sectors).
+    pub fn fail_reads_always(&self, range: Range<u64>) {
+        self.lock().dead_reads.push(range);
+    }
+
     /// Flips the bits of one byte, durably (simulates media corruption).
     pub fn corrupt(&self, offset: u64) {
         let mut s = self.lock();

@@ -55,6 +55,8 @@ pub(super) struct SimState {
     /// Wakes the loop of the store that has the disk open (when a stall ends).
     pub(super) waker: Option<Waker>,
     pub(super) bad_reads: Vec<Range<u64>>,
+    /// Reads overlapping these fail even after a write over them ([`SimDisk::fail_reads_always`]).
+    pub(super) dead_reads: Vec<Range<u64>>,
     pub(super) stats: SimStats,
     /// Crash at this event number with this image seed.
     pub(super) armed: Option<(u64, u64)>,
@@ -82,6 +84,7 @@ impl SimState {
             stalled: false,
             waker: None,
             bad_reads: Vec::new(),
+            dead_reads: Vec::new(),
             stats: SimStats::default(),
             armed: None,
             crash: None,
@@ -153,7 +156,8 @@ impl SimState {
     pub(super) fn read(&mut self, off: u64, buf: &mut [u8]) -> io::Result<()> {
         let o = self.check_range(off, buf.len())?;
         let end = off + buf.len() as u64;
-        if self.bad_reads.iter().any(|r| r.start < end && off < r.end) {
+        let overlaps = |r: &Range<u64>| r.start < end && off < r.end;
+        if self.bad_reads.iter().chain(&self.dead_reads).any(overlaps) {
             return Err(io::Error::from_raw_os_error(libc::EIO));
         }
         self.stats.reads += 1;
