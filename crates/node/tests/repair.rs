@@ -245,10 +245,14 @@ async fn unreadable_sectors_in_one_copy_are_read_from_another_and_rewritten() {
 
 /// The primary's copy of an object has a sector that still fails after it is rewritten (a drive
 /// that can no longer remap it): every read returns the acknowledged data, served from the good
-/// copy the read repair fetched (before, the read after the repair failed with `EIO`).
+/// copy the read repair fetched (before, the read after the repair failed with `EIO`), also two
+/// reads of the object at once (one waits for the other's repair, then repairs again); a write
+/// of part of a block, which needs the block readable there, fails at once (`EIO`) and changes
+/// nothing (it does not make the PG peer again and again). The device is never reported down
+/// here (`checksum_error_limit` 0), so the PG stays on it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sector_still_unreadable_after_its_rewrite_is_served_from_the_good_copy() {
-    let t = three(|_| {}).await;
+    let t = three(|c| c.checksum_error_limit = 0).await;
     let client = t.c.client(Duration::from_secs(10)).await;
     let objects = 8;
     let vol = t.c.volume(&client, "v", objects * OBJECT).await;
@@ -271,6 +275,25 @@ async fn a_sector_still_unreadable_after_its_rewrite_is_served_from_the_good_cop
     }
     assert!(read_errors(&t.nodes[0]) >= 1, "the dead sector was read");
     assert!(repaired(&t.nodes) >= 1, "the copy was rewritten");
+    let half = OBJECT / 2;
+    let whole = pattern(i, 1);
+    for round in 0..8 {
+        let (a, b) = tokio::join!(
+            vol.read(i * OBJECT, half as u32),
+            vol.read(i * OBJECT + half, half as u32)
+        );
+        assert!(a.unwrap() == whole.slice(..half as usize), "round {round}");
+        assert!(b.unwrap() == whole.slice(half as usize..), "round {round}");
+    }
+    // A checksum error, not the client's retries exhausted after the PG peered again and again.
+    match vol
+        .write(i * OBJECT + 10, Bytes::from(vec![7u8; 100]), false)
+        .await
+    {
+        Err(ClientError::Checksum(_)) => {}
+        other => panic!("expected a checksum error, got {other:?}"),
+    }
+    assert!(vol.read(i * OBJECT, OBJECT as u32).await.unwrap() == whole);
     for j in 0..objects {
         let got = vol.read(j * OBJECT, OBJECT as u32).await.unwrap();
         assert!(got == pattern(j, 1), "object {j} read back wrong");

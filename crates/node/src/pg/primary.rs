@@ -43,6 +43,21 @@ pub(crate) enum Pass {
     Lost { generation: u64 },
 }
 
+/// What a read does once read repair fetched a good copy of its object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AfterRepair {
+    /// Answers from that copy (a client's read).
+    Serve,
+    /// Reads the local copy again, and fails if it still fails (a block about to be merged
+    /// with part of a write must be readable here).
+    ReadAgain,
+}
+
+/// Read repairs one read may start or wait for before it fails with the local copy's error.
+/// A repair that found the object held by someone else (`None`) counts too: each such wait
+/// followed another's repair, recovery or scrub of the object.
+const REPAIR_TRIES: u32 = 16;
+
 /// What to do with a request on the primary after looking at the PG's state.
 enum Gate<T> {
     Go(T),
@@ -152,8 +167,10 @@ impl Pg {
     /// waited on a write whose term ended meanwhile is not answered (the write's fate is
     /// peering's to decide): the client retries.
     ///
-    /// A local copy that fails its checksum is repaired from another member's good copy once
-    /// (`repair.rs`), then read again; if that fails too, the read fails (never bad data).
+    /// A local copy that fails its checksum (or cannot be read) is repaired from another
+    /// member's good copy (`repair.rs`), and the read is answered from that copy, so that a
+    /// local copy still failing after its rewrite does not fail it; with no good copy anywhere
+    /// the read fails (never bad data).
     pub async fn read(
         &self,
         ctx: &Arc<Ctx>,
@@ -161,7 +178,20 @@ impl Pg {
         offset: u32,
         len: u32,
     ) -> Result<Bytes, WireError> {
-        let mut repaired = false;
+        self.read_as(ctx, oid, offset, len, AfterRepair::Serve)
+            .await
+    }
+
+    /// [`Pg::read`], doing `after` once a read repair fetched a good copy.
+    async fn read_as(
+        &self,
+        ctx: &Arc<Ctx>,
+        oid: ObjectId,
+        offset: u32,
+        len: u32,
+        after: AfterRepair,
+    ) -> Result<Bytes, WireError> {
+        let mut repairs = 0;
         loop {
             let gate = self.gate(&oid, Pass::Normal, |p, generation| {
                 Ok((generation, p.term, self.store.submit_read(oid, offset, len)))
@@ -184,16 +214,23 @@ impl Pg {
                     };
                     let data = match answer {
                         Ok(data) => data,
-                        Err(e) if e.is_bad_copy() && !repaired => {
-                            repaired = true;
-                            // Answered from the good copy the repair fetched and installed,
-                            // not by reading the local copy again: a sector still failing
-                            // after its rewrite does not fail the read.
-                            let image = self.repair_read(ctx, generation, oid).await?;
+                        Err(e) if e.is_bad_copy() && repairs < REPAIR_TRIES => {
+                            repairs += 1;
+                            // `None`: someone else held the object (a concurrent read's
+                            // repair, recovery, scrub); read again once they are done.
+                            let Some(image) = self.repair_read(ctx, generation, oid).await? else {
+                                continue;
+                            };
                             let (start, end) = (offset as usize, offset as usize + len as usize);
-                            match image.filter(|image| end <= image.len()) {
-                                Some(image) => image.slice(start..end),
-                                None => continue,
+                            match after {
+                                // The good copy, read while the object was held: a local copy
+                                // still failing after its rewrite does not fail the read.
+                                AfterRepair::Serve if end <= image.len() => image.slice(start..end),
+                                // Once more from the local copy; its failing again fails.
+                                _ => {
+                                    repairs = REPAIR_TRIES;
+                                    continue;
+                                }
                             }
                         }
                         Err(e) => {
@@ -472,7 +509,8 @@ impl Pg {
     /// A write of part of a 4 KiB block merges with the block's data here: reads (and so
     /// verifies, repairing it from a member when it fails its checksum: [`Pg::read`]) the
     /// partly written blocks first. Without it, a bad block here would fail the write after
-    /// the members applied it, and peering could only roll it back from the bad copy.
+    /// the members applied it, and peering could only roll it back from the bad copy. A block
+    /// still unreadable here after its repair fails the write before any member applies it.
     async fn check_partial_blocks(
         &self,
         ctx: &Arc<Ctx>,
@@ -491,11 +529,16 @@ impl Pg {
         if !self.has_members() || len == 0 {
             return Ok(());
         }
+        // The local copy must be readable, not only the good copy a repair fetched: the store
+        // merges the write with what it reads here.
+        let check = AfterRepair::ReadAgain;
         if head {
-            self.read(ctx, oid, offset - offset % BLOCK, BLOCK).await?;
+            self.read_as(ctx, oid, offset - offset % BLOCK, BLOCK, check)
+                .await?;
         }
         if tail {
-            self.read(ctx, oid, end - end % BLOCK, BLOCK).await?;
+            self.read_as(ctx, oid, end - end % BLOCK, BLOCK, check)
+                .await?;
         }
         Ok(())
     }

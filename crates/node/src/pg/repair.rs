@@ -255,9 +255,13 @@ impl Pg {
             Ok(()) => {
                 tracing::warn!(pg = %self.id, %oid, device = %self.dev, %source, version = %info.version, "read repair: replaced a copy that failed its checksum")
             }
+            // The term ended: the read is refused (`Pg::read` checks) and retried.
+            Err(e) if self.holds(&held).is_err() => {
+                tracing::warn!(pg = %self.id, %oid, device = %self.dev, "read repair: {e}");
+            }
             Err(e) => {
-                // The read is still answered from the good copy (when the term holds:
-                // `Pg::read` checks); the bad one stays for the next read or scrub.
+                // The read is still answered from the good copy; the bad one stays for the
+                // next read or scrub.
                 self.repairs.unrepairable(1);
                 tracing::error!(pg = %self.id, %oid, device = %self.dev, %source, "read repair: replacing the copy that failed its checksum failed: {e}");
             }
