@@ -1,8 +1,9 @@
 //! `basalt node`: one storage node of a multi-process cluster whose metadata lives in etcd.
 
-use crate::up::{FormatArgs, IoArg};
+use crate::up::{FormatArgs, Gateway, GatewayArgs, IoArg};
 use anyhow::{Context, bail};
-use basalt_meta::EtcdStore;
+use basalt_client::{Cluster, ClusterConfig, Durability};
+use basalt_meta::{EtcdStore, MetaStore};
 use basalt_node::{DeviceConfig, HeartbeatConfig, Node, NodeConfig, ReportRules};
 use basalt_types::size::parse_size;
 use clap::Args;
@@ -61,6 +62,23 @@ pub struct NodeArgs {
     pub store_threads: bool,
     #[command(flatten)]
     pub format: FormatArgs,
+    /// Also serve the cluster's volumes over NBD on ADDR, from this process: a gateway beside
+    /// the node, as on a hyperconverged host. A request for a placement group whose primary is
+    /// one of this node's devices reaches it in process, without a network hop; the others go
+    /// to their primaries over TCP, as from any client. The gateway stops with the node.
+    #[arg(long, value_name = "ADDR")]
+    pub nbd: Option<SocketAddr>,
+    /// With --nbd: the volume served to clients asking for the empty export name.
+    #[arg(long, value_name = "NAME", requires = "nbd")]
+    pub nbd_default_export: Option<String>,
+    /// With --nbd: when an acknowledged write is durable, `sync` (on ack) or `flush` (at
+    /// FLUSH/FUA).
+    #[arg(long, default_value = "sync")]
+    pub nbd_durability: Durability,
+    /// With --nbd: how long one NBD I/O may wait (node restarts, map changes) before it fails
+    /// with EIO, e.g. 30s.
+    #[arg(long, value_parser = crate::duration::parse_duration, default_value = "30s")]
+    pub nbd_io_timeout: Duration,
     /// Lease of the node's registration (e.g. 4s, 2500ms): the node acknowledges I/O only
     /// while its lease is confirmed; when the node dies, its devices count as down this long
     /// after its last renewal, and other nodes may take its data over.
@@ -173,12 +191,28 @@ pub async fn run(mut args: NodeArgs) -> anyhow::Result<()> {
             ..parse_device(spec)?
         });
     }
-    let node = Node::start(config, Arc::new(store), false).await?;
+    let meta: Arc<dyn MetaStore> = Arc::new(store);
+    let node = Node::start(config, meta.clone(), false).await?;
     println!("node {} serving on {}", node.id(), node.status().addr);
+    let gateway = match args.nbd {
+        Some(listen) => match start_gateway(&args, listen, meta, &node).await {
+            Ok(g) => Some(g),
+            Err(e) => {
+                node.shutdown().await;
+                return Err(e);
+            }
+        },
+        None => None,
+    };
     let removed = tokio::select! {
         _ = signals.recv() => None,
         why = node.removed() => Some(why),
     };
+    // The gateway first: its clients' requests in flight finish on the node still serving.
+    if let Some((gateway, cluster)) = gateway {
+        gateway.stop().await;
+        drop(cluster);
+    }
     // A clean stop leaves the cluster at once: requests in flight finish, then the lease is
     // revoked (the leader marks the node's devices down now, not when the lease would expire).
     node.shutdown().await;
@@ -187,6 +221,33 @@ pub async fn run(mut args: NodeArgs) -> anyhow::Result<()> {
         Some(why) => bail!("{why}"),
         None => Ok(()),
     }
+}
+
+/// `--nbd`: an NBD gateway in this process whose client library reaches this node in process
+/// (the other nodes over TCP).
+async fn start_gateway(
+    args: &NodeArgs,
+    listen: SocketAddr,
+    meta: Arc<dyn MetaStore>,
+    node: &Node,
+) -> anyhow::Result<(Gateway, Cluster)> {
+    let config = ClusterConfig {
+        op_timeout: args.nbd_io_timeout,
+        ..ClusterConfig::default()
+    };
+    let cluster = Cluster::connect(meta, config).await?;
+    cluster.add_local_node(node.id(), node.service());
+    let gateway = Gateway::start(
+        &cluster,
+        &GatewayArgs {
+            listen,
+            durability: args.nbd_durability,
+            default_volume: args.nbd_default_export.clone(),
+        },
+    )
+    .await?;
+    println!("node {} serving NBD on {}", node.id(), gateway.addr);
+    Ok((gateway, cluster))
 }
 
 /// `--join DIR`: the etcd of the local cluster in DIR, and defaults for what was not given.

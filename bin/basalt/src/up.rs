@@ -105,6 +105,12 @@ pub struct UpArgs {
     /// lists them; repeat for several, e.g. --node-arg=--device-stall-timeout=5s
     /// --node-arg=--heartbeat-grace=1s (not those `up` sets itself: --lease-ttl,
     /// --down-out-interval, --scrub-rate, --io, --etcd, --listen, --device, --data, --name).
+    /// With --nodes: serve NBD (on --nbd) from node1's process (`basalt node --nbd`) instead of
+    /// from this one: a gateway beside a node, as on a hyperconverged host, whose requests for
+    /// node1's placement groups reach its devices in process. The NBD service then lives and
+    /// dies with node1.
+    #[arg(long, requires = "nodes")]
+    pub local_gateway: bool,
     #[arg(
         long = "node-arg",
         value_name = "OPTION",
@@ -182,7 +188,7 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     cluster.add_local_node(node.id(), node.service());
     ensure_volume(&cluster, &args).await?;
 
-    let gateway = Gateway::start(&cluster, &args).await?;
+    let gateway = Gateway::start(&cluster, &GatewayArgs::of(&args)).await?;
     let status = node.status();
     clusterfile::write(
         &data,
@@ -214,26 +220,46 @@ pub async fn run(args: UpArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The NBD server of `basalt up`, serving the cluster's volumes through the client library.
+/// The NBD server of `basalt up` (and of `basalt node --nbd`), serving the cluster's volumes
+/// through the client library.
 pub(crate) struct Gateway {
     pub(crate) addr: SocketAddr,
     stop: CancellationToken,
     task: tokio::task::JoinHandle<Result<(), basalt_nbd::NbdError>>,
 }
 
+/// What a [`Gateway`] serves, and where.
+pub(crate) struct GatewayArgs {
+    pub listen: SocketAddr,
+    pub durability: Durability,
+    /// The volume served under the empty export name.
+    pub default_volume: Option<String>,
+}
+
+impl GatewayArgs {
+    /// `basalt up`'s: on `--nbd`, the empty export name being `--volume`.
+    pub(crate) fn of(args: &UpArgs) -> GatewayArgs {
+        GatewayArgs {
+            listen: args.nbd,
+            durability: args.durability,
+            default_volume: Some(args.volume.clone()),
+        }
+    }
+}
+
 impl Gateway {
-    /// Listens on `--nbd` and serves every volume (the empty export name: `--volume`).
-    pub(crate) async fn start(cluster: &Cluster, args: &UpArgs) -> anyhow::Result<Gateway> {
-        let listener = tokio::net::TcpListener::bind(args.nbd)
+    /// Listens on `args.listen` and serves every volume.
+    pub(crate) async fn start(cluster: &Cluster, args: &GatewayArgs) -> anyhow::Result<Gateway> {
+        let listener = tokio::net::TcpListener::bind(args.listen)
             .await
-            .with_context(|| format!("cannot listen for NBD on {}", args.nbd))?;
+            .with_context(|| format!("cannot listen for NBD on {}", args.listen))?;
         let addr = listener.local_addr()?;
         let catalog = ClusterCatalog::new(
             cluster.clone(),
             VolumeOptions {
                 durability: args.durability,
             },
-            Some(args.volume.clone()),
+            args.default_volume.clone(),
         );
         let server = NbdServer::new(Arc::new(catalog), ServerConfig::default());
         let stop = CancellationToken::new();

@@ -17,15 +17,16 @@
 
 use crate::children::{self, Supervised};
 use crate::clusterfile::{self, ClusterFile, NodeEntry};
-use crate::up::{self, Gateway, Signals, UpArgs};
+use crate::up::{self, Gateway, GatewayArgs, Signals, UpArgs};
 use anyhow::{Context, bail};
-use basalt_client::{Cluster, ClusterConfig};
+use basalt_client::{Cluster, ClusterConfig, Durability};
 use basalt_meta::{
     Catalog, EtcdOptions, EtcdProcess, EtcdStore, FailureDomain, MAX_PG_COUNT, MetaStore,
     PoolRecord, PoolSpec,
 };
 use basalt_types::NodeId;
 use basalt_types::size::format_size_approx;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -60,12 +61,16 @@ struct NodeChild {
     /// Its data-path address, once it printed that it serves (it is registered then).
     ready: Option<oneshot::Receiver<String>>,
     addr: String,
+    /// Its NBD address once it printed it (a node started with `--nbd`: `--local-gateway`).
+    nbd: Option<oneshot::Receiver<String>>,
 }
 
 /// What runs once the cluster is up.
 struct Running {
     cluster: Cluster,
-    gateway: Gateway,
+    /// The gateway in this process; `None` with `--local-gateway` (node1 serves NBD).
+    gateway: Option<Gateway>,
+    nbd_addr: SocketAddr,
     pool: PoolRecord,
 }
 
@@ -166,12 +171,38 @@ async fn start(
             )
         })?;
     up::ensure_volume(&cluster, args).await?;
-    let gateway = Gateway::start(&cluster, args).await?;
+    let (gateway, nbd_addr) = if args.local_gateway {
+        (None, node_nbd_addr(&mut nodes[0]).await?)
+    } else {
+        let gateway = Gateway::start(&cluster, &GatewayArgs::of(args)).await?;
+        let addr = gateway.addr;
+        (Some(gateway), addr)
+    };
     Ok(Running {
         cluster,
         gateway,
+        nbd_addr,
         pool,
     })
+}
+
+/// The NBD address node1 printed (`--local-gateway`).
+async fn node_nbd_addr(node: &mut NodeChild) -> anyhow::Result<SocketAddr> {
+    let rx = node.nbd.take().context("node1 was started without --nbd")?;
+    match tokio::time::timeout(START_LIMIT, rx).await {
+        Ok(Ok(addr)) => addr
+            .parse()
+            .with_context(|| format!("{} printed a bad NBD address {addr:?}", node.name)),
+        Ok(Err(_)) => {
+            check_alive(&node.proc, &node.dir)?;
+            bail!("{} closed its output before serving NBD", node.name)
+        }
+        Err(_) => bail!(
+            "{} did not serve NBD within {START_LIMIT:?}; see {}",
+            node.name,
+            node.dir.join("node.log").display()
+        ),
+    }
 }
 
 /// Writes cluster.json, prints the banner, serves until a signal, stops the gateway.
@@ -199,7 +230,7 @@ async fn serve(
             v: 1,
             pid: std::process::id(),
             node_addr: entries.first().map(|e| e.addr.clone()).unwrap_or_default(),
-            nbd_addr: running.gateway.addr.to_string(),
+            nbd_addr: running.nbd_addr.to_string(),
             etcd: vec![etcd.endpoint()],
             etcd_pid: etcd.pid(),
             nodes: entries,
@@ -207,7 +238,9 @@ async fn serve(
     )?;
     banner(args, data, etcd, nodes, &running).await?;
     signals.recv().await;
-    running.gateway.stop().await;
+    if let Some(gateway) = running.gateway {
+        gateway.stop().await;
+    }
     drop(running.cluster);
     Ok(())
 }
@@ -322,8 +355,15 @@ async fn start_node(
     if args.format.allow_sparse_device {
         cmd.arg("--allow-sparse-device");
     }
+    let gateway = args.local_gateway && k == 1;
+    if gateway {
+        cmd.args(["--nbd", &args.nbd.to_string()])
+            .args(["--nbd-default-export", &args.volume])
+            .args(["--nbd-durability", durability_name(args.durability)])
+            .args(["--nbd-io-timeout", &millis(args.io_timeout)]);
+    }
     let mut proc = children::spawn(&name, cmd).with_context(|| format!("cannot start {name}"))?;
-    let ready = forward_stdout(&mut proc, log)?;
+    let (ready, nbd) = forward_stdout(&mut proc, log)?;
     let id = wait_node_id(&dir, &proc).await?;
     Ok(NodeChild {
         name,
@@ -333,6 +373,7 @@ async fn start_node(
         proc,
         ready: Some(ready),
         addr: String::new(),
+        nbd: gateway.then_some(nbd),
     })
 }
 
@@ -363,27 +404,32 @@ fn device_arg(device: &Path, size: u64) -> anyhow::Result<String> {
 
 /// Reads the node's stdout: its first line ("node N serving on ADDR") says it is registered;
 /// the rest goes to its log.
+/// Copies the node's stdout to its log; the receivers get the data-path address it prints when
+/// it serves, and the NBD address it prints when it serves NBD (`--nbd`).
 fn forward_stdout(
     proc: &mut Supervised,
     mut log: std::fs::File,
-) -> anyhow::Result<oneshot::Receiver<String>> {
+) -> anyhow::Result<(oneshot::Receiver<String>, oneshot::Receiver<String>)> {
     let stdout = proc
         .take_stdout()
         .context("the node's stdout is not piped")?;
     let (tx, rx) = oneshot::channel();
+    let (nbd_tx, nbd_rx) = oneshot::channel();
     tokio::spawn(async move {
         let mut lines = tokio::io::BufReader::new(stdout).lines();
-        let mut tx = Some(tx);
+        let (mut tx, mut nbd_tx) = (Some(tx), Some(nbd_tx));
         while let Ok(Some(line)) = lines.next_line().await {
-            if let Some(addr) = line.split(" serving on ").nth(1)
-                && let Some(tx) = tx.take()
-            {
-                let _ = tx.send(addr.trim().to_string());
+            for (marker, tx) in [(" serving on ", &mut tx), (" serving NBD on ", &mut nbd_tx)] {
+                if let Some(addr) = line.split(marker).nth(1)
+                    && let Some(tx) = tx.take()
+                {
+                    let _ = tx.send(addr.trim().to_string());
+                }
             }
             let _ = std::io::Write::write_all(&mut log, format!("{line}\n").as_bytes());
         }
     });
-    Ok(rx)
+    Ok((rx, nbd_rx))
 }
 
 /// Waits for `<dir>/node.id`, which a node writes first thing.
@@ -567,6 +613,13 @@ fn io_name(io: up::IoArg) -> &'static str {
     }
 }
 
+fn durability_name(d: Durability) -> &'static str {
+    match d {
+        Durability::Sync => "sync",
+        Durability::Flush => "flush",
+    }
+}
+
 fn millis(d: Duration) -> String {
     format!("{}ms", d.as_millis())
 }
@@ -623,7 +676,16 @@ async fn banner(
         }
     );
     up::print_durability(args);
-    up::print_exports(&running.cluster, running.gateway.addr).await?;
+    if args.local_gateway
+        && let Some(n) = nodes.first()
+    {
+        println!(
+            "  NBD gateway in {} (pid {}): a request for its placement groups reaches its \
+             device in process; the gateway stops with it",
+            n.name, n.proc.pid
+        );
+    }
+    up::print_exports(&running.cluster, running.nbd_addr).await?;
     println!("  basalt status --data {}", data.display());
     if let Some(n) = nodes.last() {
         println!(

@@ -284,6 +284,48 @@ fn etcd_killed_and_started_again_during_fio_loses_nothing() {
     c.stop();
 }
 
+/// The NBD gateway in node1's process (`basalt up --nodes 3 --local-gateway`, which starts
+/// node1 with `basalt node --nbd`): fio and the writer go through it, the writer to PGs whose
+/// primary is node1 (reached in process) and to PGs of another node (over TCP), which is
+/// killed (SIGKILL) during the I/O: nothing is lost, and once it returns and is caught up,
+/// everything written reads back through the gateway.
+#[test]
+fn a_gateway_in_a_node_process_loses_nothing_when_another_node_dies() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = common::upio::start(dir.path(), 3, &["--local-gateway"]);
+    let gateway = c.nodes[0].id;
+    let gateway_pid = c.node(gateway).pid.expect("node1 runs");
+    let port = c.up.nbd.rsplit(':').next().unwrap().to_string();
+    let listeners = common::tool_ok("ss", &["-ltnpH", &format!("sport = :{port}")], WAIT);
+    assert!(
+        listeners.contains(&format!("pid={gateway_pid},")),
+        "node1 (pid {gateway_pid}) serves NBD on {}: {listeners}",
+        c.up.nbd
+    );
+    let others: Vec<u64> = c.nodes[1..].iter().map(|n| n.id).collect();
+    let victim = not_leader(&c, &others);
+    let (gw_dev, victim_dev) = (c.node(gateway).device, c.node(victim).device);
+    let acting = c.acting();
+    let objects = writer_objects(&c, |pg| {
+        acting[pg][0] == gw_dev || acting[pg][0] == victim_dev
+    });
+    let mut killed = None;
+    let run = io_across(&mut c, objects, |c| {
+        let at = kill_and_wait_down(c, victim);
+        killed = Some(at);
+        at
+    });
+    report_stall("a node killed, gateway in node1", &run, killed.unwrap());
+    let Run { log, mut nbd, .. } = run;
+    log.verify(&mut nbd, c.object_size);
+    c.restart(victim);
+    c.wait_clean(WAIT);
+    common::tool_ok("fio", &to_str(&fio_args(&c, true)), WAIT * 3);
+    log.verify(&mut nbd, c.object_size);
+    nbd.disconnect();
+    c.stop();
+}
+
 // ---------------------------------------------------------------------------------------------
 // Hosts in network namespaces (`common/netns.rs`; needs root): etcd, a gateway and three
 // storage nodes, each on a host of its own. The node that is primary of most PGs loses its

@@ -255,6 +255,8 @@ fn up_nodes_refuses_bad_combinations_and_a_single_node_directory() {
     assert!(err.contains("--nodes"), "{err}");
     let err = run(&["--node-arg=--heartbeat-grace=1s"]);
     assert!(err.contains("--nodes"), "{err}");
+    let err = run(&["--local-gateway"]);
+    assert!(err.contains("--nodes"), "{err}");
     let err = run(&["--nodes", "2", "--listen", "127.0.0.1:0"]);
     assert!(err.contains("cannot be used with"), "{err}");
     let err = run(&["--nodes", "0"]);

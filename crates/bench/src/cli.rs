@@ -261,6 +261,11 @@ pub struct ClusterArgs {
     /// Copies in its pool (default: `basalt up`'s, 3 or N if fewer).
     #[arg(long, value_parser = clap::value_parser!(u8).range(1..=5))]
     pub replicas: Option<u8>,
+    /// Also run the cluster with its NBD gateway in node1's process (`basalt up --nodes N
+    /// --local-gateway`: node1's placement groups reached in process) as the first column,
+    /// the cluster with the gateway in `up` moving to the last.
+    #[arg(long)]
+    pub local_gateway: bool,
     /// Leave out the single-node Basalt column.
     #[arg(long)]
     pub no_single: bool,

@@ -231,6 +231,8 @@ pub fn device_size_for(size: u64, volumes: usize) -> u64 {
 struct Extras {
     /// A replicated local cluster, started first (the `cluster` profile's main target).
     cluster: Option<LocalCluster>,
+    /// Another, started last (`cluster --local-gateway`: the cluster with `up`'s gateway).
+    last_cluster: Option<LocalCluster>,
     /// Leave out the main (single-node or --uri) target (`cluster --no-single`).
     no_primary: bool,
     nbdkit_file: bool,
@@ -260,22 +262,34 @@ fn extras_of(p: &ProfileCmd, c: &CommonArgs) -> Result<Extras, BenchError> {
                 a.replicas.unwrap_or_default()
             )));
         }
-        e.cluster = Some(LocalCluster {
+        let cluster = LocalCluster {
             nodes: a.nodes,
             replicas: a.replicas,
-        });
+            local_gateway: false,
+        };
+        if a.local_gateway {
+            e.cluster = Some(LocalCluster {
+                local_gateway: true,
+                ..cluster
+            });
+            e.last_cluster = Some(cluster);
+        } else {
+            e.cluster = Some(cluster);
+        }
         e.no_primary = a.no_single;
         e.nbdkit_memory = !a.no_nbdkit;
     }
     Ok(e)
 }
 
-/// The cluster's label: `basalt-rep3`, or `basalt-4n-rep3` when nodes and copies differ.
+/// The cluster's label: `basalt-rep3`, or `basalt-4n-rep3` when nodes and copies differ; with
+/// the gateway in node1, `-gw-in-node` after it.
 pub fn cluster_label(c: &LocalCluster) -> String {
+    let gateway = if c.local_gateway { "-gw-in-node" } else { "" };
     if c.nodes == c.copies() {
-        format!("basalt-rep{}", c.copies())
+        format!("basalt-rep{}{gateway}", c.copies())
     } else {
-        format!("basalt-{}n-rep{}", c.nodes, c.copies())
+        format!("basalt-{}n-rep{}{gateway}", c.nodes, c.copies())
     }
 }
 
@@ -296,15 +310,13 @@ fn start_targets(
 ) -> Result<Vec<Target>, BenchError> {
     let mut v = Vec::new();
     if let Some(cluster) = x.cluster {
-        let spec = TargetSpec::LocalBasalt {
-            bin: basalt_bin(c)?,
-            size,
-            device_size,
-            cluster: Some(cluster),
-        };
-        let durability = c.durability.clone().unwrap_or_else(|| "sync".into());
-        let label = cluster_label(&cluster);
-        v.push(Target::start(spec, &label, scratch, logs, &durability)?);
+        v.push(start_cluster(
+            c,
+            (size, device_size),
+            scratch,
+            logs,
+            cluster,
+        )?);
     }
     let primary = if c.uris.is_empty() {
         TargetSpec::LocalBasalt {
@@ -336,7 +348,34 @@ fn start_targets(
         )?);
     }
     start_peers(c, size, scratch, logs, x, &mut v)?;
+    if let Some(cluster) = x.last_cluster {
+        v.push(start_cluster(
+            c,
+            (size, device_size),
+            scratch,
+            logs,
+            cluster,
+        )?);
+    }
     Ok(v)
+}
+
+/// A local `basalt up --nodes N` cluster target.
+fn start_cluster(
+    c: &CommonArgs,
+    (size, device_size): (u64, u64),
+    scratch: &Path,
+    logs: &Path,
+    cluster: LocalCluster,
+) -> Result<Target, BenchError> {
+    let spec = TargetSpec::LocalBasalt {
+        bin: basalt_bin(c)?,
+        size,
+        device_size,
+        cluster: Some(cluster),
+    };
+    let durability = c.durability.clone().unwrap_or_else(|| "sync".into());
+    Target::start(spec, &cluster_label(&cluster), scratch, logs, &durability)
 }
 
 /// Peers (--peer-uri, --ceph-conf), nbdkit and the raw file.

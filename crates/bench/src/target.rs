@@ -49,6 +49,8 @@ pub struct LocalCluster {
     pub nodes: u32,
     /// Copies in the default pool (None: `basalt up`'s default, min(3, nodes)).
     pub replicas: Option<u8>,
+    /// The NBD gateway in node1's process (`--local-gateway`) instead of in `up`.
+    pub local_gateway: bool,
 }
 
 impl LocalCluster {
@@ -337,6 +339,9 @@ impl Target {
                 if let Some(r) = c.replicas {
                     cmd.args(["--replicas", &r.to_string()]);
                 }
+                if c.local_gateway {
+                    cmd.arg("--local-gateway");
+                }
             }
             None => {
                 cmd.args(["--listen", "127.0.0.1:0"]);
@@ -389,8 +394,13 @@ impl Target {
                     (1..=c.nodes)
                         .map(|k| data.join(format!("node{k}/node.log")).display().to_string()),
                 );
+                let gateway = if c.local_gateway {
+                    "the NBD gateway in node1's process, node1's PGs reached in process; server CPU: up, every node with node1's gateway, etcd"
+                } else {
+                    "server CPU: up with its NBD gateway, every node, etcd"
+                };
                 format!(
-                    "{} node processes, pool of {} copies on different nodes, all on this host and disk, started by the bench: {} (server CPU: up with its NBD gateway, every node, etcd; client on the same host, loopback)",
+                    "{} node processes, pool of {} copies on different nodes, all on this host and disk, started by the bench: {} ({gateway}; client on the same host, loopback)",
                     c.nodes,
                     c.copies(),
                     command_line.join(" ")
