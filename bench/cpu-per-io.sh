@@ -7,6 +7,8 @@
 #
 #   bench/cpu-per-io.sh [BASALT_BINARY] [RW] [IODEPTH] [SECONDS] [NODES]
 #     defaults: target/release/basalt randwrite 64 10 3   (NODES 0: single-node `basalt up`)
+#   UP_ARGS="--local-gateway" bench/cpu-per-io.sh ...   adds options to `basalt up` (here: the
+#     NBD gateway in node1's process)
 #
 # Needs fio with its nbd engine, perf, python3; etcd for NODES > 0. The volume (1 GiB) is
 # filled before measuring so that reads hit written data. Numbers, not assertions: this VM is
@@ -24,7 +26,8 @@ PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); p
 
 shape=(--listen 127.0.0.1:0)
 [ "$NODES" -gt 0 ] && shape=(--nodes "$NODES")
-"$BASALT" up --data "$WORK/d" "${shape[@]}" --device-size 1536MiB --volume-size 1GiB \
+read -r -a extra <<<"${UP_ARGS:-}"
+"$BASALT" up --data "$WORK/d" "${shape[@]}" "${extra[@]}" --device-size 1536MiB --volume-size 1GiB \
   --nbd "127.0.0.1:$PORT" >"$WORK/up.log" 2>&1 &
 UP=$!
 for _ in $(seq 1 600); do

@@ -73,11 +73,11 @@ pub struct NodeArgs {
     pub nbd_default_export: Option<String>,
     /// With --nbd: when an acknowledged write is durable, `sync` (on ack) or `flush` (at
     /// FLUSH/FUA).
-    #[arg(long, default_value = "sync")]
+    #[arg(long, requires = "nbd", default_value = "sync")]
     pub nbd_durability: Durability,
     /// With --nbd: how long one NBD I/O may wait (node restarts, map changes) before it fails
     /// with EIO, e.g. 30s.
-    #[arg(long, value_parser = crate::duration::parse_duration, default_value = "30s")]
+    #[arg(long, requires = "nbd", value_parser = crate::duration::parse_duration, default_value = "30s")]
     pub nbd_io_timeout: Duration,
     /// Lease of the node's registration (e.g. 4s, 2500ms): the node acknowledges I/O only
     /// while its lease is confirmed; when the node dies, its devices count as down this long

@@ -101,16 +101,17 @@ pub struct UpArgs {
     /// every object, repairing bad ones), e.g. 4MiB; 0 turns it off.
     #[arg(long, value_parser = crate::scrub::parse_rate, default_value = "4MiB")]
     pub scrub_rate: u64,
-    /// With --nodes: one more option for every `basalt node` process, as `basalt node --help`
-    /// lists them; repeat for several, e.g. --node-arg=--device-stall-timeout=5s
-    /// --node-arg=--heartbeat-grace=1s (not those `up` sets itself: --lease-ttl,
-    /// --down-out-interval, --scrub-rate, --io, --etcd, --listen, --device, --data, --name).
     /// With --nodes: serve NBD (on --nbd) from node1's process (`basalt node --nbd`) instead of
     /// from this one: a gateway beside a node, as on a hyperconverged host, whose requests for
     /// node1's placement groups reach its devices in process. The NBD service then lives and
-    /// dies with node1.
+    /// dies with node1 (and runs on node1's threads: --threads does not apply to it).
     #[arg(long, requires = "nodes")]
     pub local_gateway: bool,
+    /// With --nodes: one more option for every `basalt node` process, as `basalt node --help`
+    /// lists them; repeat for several, e.g. --node-arg=--device-stall-timeout=5s
+    /// --node-arg=--heartbeat-grace=1s (not those `up` sets itself: --lease-ttl,
+    /// --down-out-interval, --scrub-rate, --io, --etcd, --listen, --device, --data, --name,
+    /// and with --local-gateway node1's --nbd options).
     #[arg(
         long = "node-arg",
         value_name = "OPTION",

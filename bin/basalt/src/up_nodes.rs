@@ -109,7 +109,7 @@ pub async fn run(args: UpArgs, count: u32) -> anyhow::Result<()> {
         None => Ok(()),
     };
     eprintln!("stopping...");
-    stop_nodes(nodes).await;
+    stop_nodes(nodes, args.local_gateway).await;
     if let Err(e) = etcd.stop(ETCD_STOP_LIMIT).await {
         tracing::warn!("stopping etcd: {e}");
     }
@@ -154,6 +154,10 @@ async fn start(
     for node in nodes.iter_mut() {
         wait_ready(node).await?;
     }
+    let node_nbd = match nodes.first_mut() {
+        Some(node1) if args.local_gateway => Some(node_nbd_addr(node1).await?),
+        _ => None,
+    };
     let catalog = Catalog::new(store.clone());
     let pool = ensure_pool(&catalog, args, count * per_node, (replicas, domain)).await?;
     let config = ClusterConfig {
@@ -171,12 +175,13 @@ async fn start(
             )
         })?;
     up::ensure_volume(&cluster, args).await?;
-    let (gateway, nbd_addr) = if args.local_gateway {
-        (None, node_nbd_addr(&mut nodes[0]).await?)
-    } else {
-        let gateway = Gateway::start(&cluster, &GatewayArgs::of(args)).await?;
-        let addr = gateway.addr;
-        (Some(gateway), addr)
+    let (gateway, nbd_addr) = match node_nbd {
+        Some(addr) => (None, addr),
+        None => {
+            let gateway = Gateway::start(&cluster, &GatewayArgs::of(args)).await?;
+            let addr = gateway.addr;
+            (Some(gateway), addr)
+        }
     };
     Ok(Running {
         cluster,
@@ -194,8 +199,14 @@ async fn node_nbd_addr(node: &mut NodeChild) -> anyhow::Result<SocketAddr> {
             .parse()
             .with_context(|| format!("{} printed a bad NBD address {addr:?}", node.name)),
         Ok(Err(_)) => {
+            // Its stdout closed: it exited. Give the reaper a moment to record how.
+            let _ = tokio::time::timeout(Duration::from_secs(5), node.proc.exited()).await;
             check_alive(&node.proc, &node.dir)?;
-            bail!("{} closed its output before serving NBD", node.name)
+            bail!(
+                "{} closed its output before serving NBD; see {}",
+                node.name,
+                node.dir.join("node.log").display()
+            )
         }
         Err(_) => bail!(
             "{} did not serve NBD within {START_LIMIT:?}; see {}",
@@ -402,8 +413,6 @@ fn device_arg(device: &Path, size: u64) -> anyhow::Result<String> {
     })
 }
 
-/// Reads the node's stdout: its first line ("node N serving on ADDR") says it is registered;
-/// the rest goes to its log.
 /// Copies the node's stdout to its log; the receivers get the data-path address it prints when
 /// it serves, and the NBD address it prints when it serves NBD (`--nbd`).
 fn forward_stdout(
@@ -490,9 +499,19 @@ fn check_alive(proc: &Supervised, dir: &Path) -> anyhow::Result<()> {
     )
 }
 
-/// SIGTERM to every node at once (each leaves the cluster), then waits for all.
-async fn stop_nodes(nodes: Vec<NodeChild>) {
+/// SIGTERM to every node at once (each leaves the cluster), then waits for all; with
+/// `--local-gateway` to node1 first, and waits for it.
+async fn stop_nodes(nodes: Vec<NodeChild>, local_gateway: bool) {
     let mut procs: Vec<Supervised> = nodes.into_iter().map(|n| n.proc).collect();
+    // The gateway in node1 first, as `up`'s own is stopped before the nodes: its requests in
+    // flight finish while the nodes that serve them are still there.
+    if local_gateway && !procs.is_empty() {
+        let mut node1 = procs.remove(0);
+        node1.request_stop(NODE_STOP_LIMIT);
+        let name = node1.name.clone();
+        let status = node1.wait().await;
+        tracing::info!("{name} ended: {}", children::describe(status));
+    }
     for p in &mut procs {
         p.request_stop(NODE_STOP_LIMIT);
     }

@@ -3,7 +3,7 @@
 use crate::admin::{AdminHandler, NodeStatus};
 use crate::collect::CollectConfig;
 use crate::config::NodeConfig;
-use crate::drain::{InFlight, Tracked};
+use crate::drain::{Detached, InFlight, Tracked};
 use crate::error::NodeError;
 use crate::lease::Fence;
 use crate::mapstate::MapState;
@@ -424,14 +424,16 @@ impl Node {
         self.local_addr
     }
 
-    /// The node as a [`Service`], for clients in the same process.
+    /// The node as a [`Service`], for clients in the same process: each call runs as a task of
+    /// its own, as a request over TCP does, so that a caller dropping its future does not
+    /// cancel it halfway ([`Detached`]).
     pub fn service(&self) -> Arc<dyn Service> {
-        Arc::new(Tracked {
+        Arc::new(Detached(Arc::new(Tracked {
             inner: Arc::new(NodeService {
                 shared: self.shared.clone(),
             }),
             in_flight: self.in_flight.clone(),
-        })
+        })))
     }
 
     pub fn epoch(&self) -> Epoch {

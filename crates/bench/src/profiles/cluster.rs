@@ -3,7 +3,8 @@
 //! Basalt (one copy) and `nbdkit memory` (and any peer: Ceph with `--ceph-conf`), in one run,
 //! with compare's seven jobs. The cluster is the first target: ratio columns divide it by each
 //! other target, so they show what the copies cost. Its server CPU is summed over `up` (the
-//! gateway), every node and etcd.
+//! gateway), every node and etcd. With `--local-gateway` the first target is a cluster whose
+//! gateway runs in node1's process (`up` idle) and the one with `up`'s gateway comes last.
 
 use super::compare::{JOBS, bar_plots, metric_tables};
 use super::{Metric, ratio_cell};
@@ -40,7 +41,7 @@ const METRICS: [(Metric, &str, &str); 6] = [
     (
         Metric::ServerUsPerIo,
         "server CPU µs per IO",
-        "CPU-microseconds of the server processes per completed IO (utime+stime from /proc over the measured window): for the replicated cluster `basalt up` (NBD gateway), every `basalt node` and etcd together; for single-node Basalt its one process; nbdkit's one process.",
+        "CPU-microseconds of the server processes per completed IO (utime+stime from /proc over the measured window): for the replicated cluster `basalt up` (the NBD gateway, unless it runs in node1), every `basalt node` and etcd together; for single-node Basalt its one process; nbdkit's one process.",
     ),
     (
         Metric::ClientUsPerIo,
