@@ -5,10 +5,11 @@
 //! `dev0.img`.. (`--devices-per-node`); each listens on 127.0.0.1 with a port chosen by the OS
 //! and may lead), waits until
 //! every node is registered, creates the default pool and volume on first start, serves NBD
-//! through the client library and writes `<data>/cluster.json` for the CLI.
+//! through the client library (with `--local-gateway` node1 serves it: `basalt node --nbd`)
+//! and writes `<data>/cluster.json` for the CLI.
 //!
 //! Ctrl-C / SIGTERM stops the gateway, then every node (SIGTERM: each leaves the cluster at
-//! once), then etcd. Every child gets SIGTERM from the kernel when this process dies, however
+//! once; with `--local-gateway` node1 first, waited for, then the others), then etcd. Every child gets SIGTERM from the kernel when this process dies, however
 //! it dies (`children.rs`). A child that dies while `up` runs is reported and not restarted:
 //! its devices go down once its lease expires, like a crashed host's. Started again on the
 //! same directory, the cluster serves the same data (same node ids, same devices). A node

@@ -4,8 +4,9 @@
 //! [`Tracked`] wraps the node's [`Service`] (for the TCP server and for clients in the same
 //! process): every call counts as in flight from the moment it is made until its future
 //! completes or is dropped. [`InFlight::wait_idle`] resolves once none is. The TCP server runs
-//! each request as a task of its own, and so does [`Detached`] for clients in the same process:
-//! a request's future is dropped only once it completed.
+//! each request as a task of its own, and so does [`Detached`] for clients in the same process
+//! (reads excepted: they hold nothing when dropped): a request's future is dropped only once it
+//! completed.
 
 use basalt_proto::{ErrorCode, Request, ResponseFuture, Service, WireError};
 use std::sync::Arc;

@@ -424,9 +424,9 @@ impl Node {
         self.local_addr
     }
 
-    /// The node as a [`Service`], for clients in the same process: each call runs as a task of
-    /// its own, as a request over TCP does, so that a caller dropping its future does not
-    /// cancel it halfway ([`Detached`]).
+    /// The node as a [`Service`], for clients in the same process: each call but reads runs as
+    /// a task of its own, as a request over TCP does, so that a caller dropping its future does
+    /// not cancel it halfway ([`Detached`]).
     pub fn service(&self) -> Arc<dyn Service> {
         Arc::new(Detached(Arc::new(Tracked {
             inner: Arc::new(NodeService {

@@ -5,13 +5,14 @@
 //! primary's writes waiting on its own hung store end with its term (the client retries them
 //! on the new primary), requests waiting on the hung device are answered, and the node stops
 //! though its device hangs. The device stays down when the stall ends, and when its node
-//! restarts.
+//! restarts. A write through a node's in-process service whose caller gives up while a member
+//! hangs for a moment still completes.
 
 use basalt_client::{ClientError, Cluster as Client, Volume};
 use basalt_engine::sim::SimDisk;
 use basalt_meta::DeviceState;
 use basalt_node::{DeviceConfig, Node, NodeConfig};
-use basalt_proto::{ErrorCode, Request};
+use basalt_proto::{ErrorCode, Request, Response};
 use basalt_types::{DeviceId, ObjectId, Version};
 use std::time::Duration;
 
@@ -322,6 +323,57 @@ async fn a_primary_whose_disk_hangs_is_reported_down_and_its_writes_end_with_its
         .expect("a node whose device hangs stops")
         .unwrap();
     t.disks[0].stall(false);
+    for n in std::mem::take(&mut t.nodes) {
+        n.shutdown().await;
+    }
+}
+
+/// A write sent through a node's in-process service (`Node::service`, as a gateway inside the
+/// node calls it: `basalt node --nbd`) whose caller gives up (drops its future) while a
+/// member's disk hangs for a moment: the write is not cancelled halfway. Once the disk
+/// answers it completes, and the object reads back its data at once. (When the dropped future
+/// took the write with it, the PG's in-flight entry and the store's hold of the object stayed:
+/// reads of the object on the primary waited until the PG's term ended.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_in_process_write_whose_caller_gives_up_still_completes() {
+    let mut t = three().await;
+    let client = t.c.client(Duration::from_secs(30)).await;
+    let objects = 8;
+    let vol = t.c.volume(&client, "v", objects * OBJECT).await;
+    let dev = device_of(&t.nodes[0]);
+    let i = objects_where(&client, &vol, objects, dev, true)[0];
+    vol.write(i * OBJECT, pattern(i, 1), false).await.unwrap();
+    let svc = t.nodes[0].service();
+    let epoch = client.map().epoch;
+    // Shorter than the stall limit: the member is never reported down, the term goes on.
+    t.disks[1].stall(true);
+    let write = Request::Write {
+        epoch,
+        oid: oid(&vol, i),
+        offset: 0,
+        version: Version::NONE,
+        fua: false,
+        data: pattern(i, 2),
+    };
+    let gave_up = tokio::time::timeout(Duration::from_millis(200), svc.call(write)).await;
+    assert!(
+        gave_up.is_err(),
+        "the write waits for the hung member: {gave_up:?}"
+    );
+    t.disks[1].stall(false);
+    let read = Request::Read {
+        epoch,
+        oid: oid(&vol, i),
+        offset: 0,
+        len: OBJECT as u32,
+    };
+    let answer = tokio::time::timeout(LIMIT, svc.call(read))
+        .await
+        .expect("the object reads at once once the member answered");
+    match answer {
+        Ok(Response::Read { data }) => assert!(data == pattern(i, 2), "the write completed"),
+        other => panic!("the read answered {other:?}"),
+    }
     for n in std::mem::take(&mut t.nodes) {
         n.shutdown().await;
     }
