@@ -8,13 +8,13 @@
 //! through the client library (with `--local-gateway` node1 serves it: `basalt node --nbd`)
 //! and writes `<data>/cluster.json` for the CLI.
 //!
-//! Ctrl-C / SIGTERM stops the gateway, then every node (SIGTERM: each leaves the cluster at
-//! once; with `--local-gateway` node1 first, waited for, then the others), then etcd. Every
-//! child gets SIGTERM from the kernel when this process dies, however it dies (`children.rs`). A child that dies while `up` runs is reported and not restarted:
-//! its devices go down once its lease expires, like a crashed host's. Started again on the
-//! same directory, the cluster serves the same data (same node ids, same devices). A node
-//! added with `basalt node --join <data>` (`node_cmd.rs`) gets the next `nodeK` directory, so
-//! a later `up --nodes K` starts it with the others.
+//! Ctrl-C / SIGTERM stops the gateway, then every node (SIGTERM: each leaves the cluster at once;
+//! with `--local-gateway` node1 first, waited for, then the others), then etcd. Every child gets
+//! SIGTERM from the kernel when this process dies, however it dies (`children.rs`). A child that
+//! dies while `up` runs is reported and not restarted: its devices go down once its lease expires,
+//! like a crashed host's. Started again on the same directory, the cluster serves the same data
+//! (same node ids, same devices). A node added with `basalt node --join <data>` (`node_cmd.rs`)
+//! gets the next `nodeK` directory, so a later `up --nodes K` starts it with the others.
 
 use crate::children::{self, Supervised};
 use crate::clusterfile::{self, ClusterFile, NodeEntry};
