@@ -308,15 +308,10 @@ fn start_targets(
     logs: &Path,
     x: Extras,
 ) -> Result<Vec<Target>, BenchError> {
+    let cluster = |cluster| start_cluster(c, (size, device_size), scratch, logs, cluster);
     let mut v = Vec::new();
-    if let Some(cluster) = x.cluster {
-        v.push(start_cluster(
-            c,
-            (size, device_size),
-            scratch,
-            logs,
-            cluster,
-        )?);
+    if let Some(first) = x.cluster {
+        v.push(cluster(first)?);
     }
     let primary = if c.uris.is_empty() {
         TargetSpec::LocalBasalt {
@@ -348,14 +343,8 @@ fn start_targets(
         )?);
     }
     start_peers(c, size, scratch, logs, x, &mut v)?;
-    if let Some(cluster) = x.last_cluster {
-        v.push(start_cluster(
-            c,
-            (size, device_size),
-            scratch,
-            logs,
-            cluster,
-        )?);
+    if let Some(last) = x.last_cluster {
+        v.push(cluster(last)?);
     }
     Ok(v)
 }
