@@ -7,6 +7,9 @@
 #
 #   bench/binaries.sh OLD_BINARY NEW_BINARY [RUNTIME_SECONDS] [ROUNDS]
 #   BINARIES_NODES=3 bench/binaries.sh ...   # each binary serves `basalt up --nodes 3` (3 copies)
+#   BINARIES_OLD_ARGS="..." BINARIES_NEW_ARGS="..."  # more `basalt up` options for each side,
+#     e.g. the same binary twice: BINARIES_NODES=3 BINARIES_OLD_ARGS="--local-gateway
+#     --node-arg=--nbd-reads=primary" BINARIES_NEW_ARGS=--local-gateway bench/binaries.sh B B
 #   (results of one run on the 2-vCPU development VM are in the foundations issue's note)
 #
 # Needs fio with its nbd engine. Each binary's device file is 2 GiB in a temporary directory
@@ -26,13 +29,15 @@ WORK=$(mktemp -d)
 # errexit applies inside the trap too: a `kill` with no job left must not skip the removal.
 trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$WORK"' EXIT
 
-start() { # name binary port
+start() { # name binary port extra-args
   mkdir -p "$WORK/$1"
   local shape=(--listen 127.0.0.1:0)
   [ -n "${BINARIES_NODES:-}" ] && shape=(--nodes "$BINARIES_NODES")
+  local extra
+  read -r -a extra <<<"$4"
   "$2" up --data "$WORK/$1" --device-size "$DEVICE_SIZE" --volume-size "$VOLUME_SIZE" \
     --nbd "127.0.0.1:$3" \
-    "${shape[@]}" >"$WORK/$1/up.log" 2>&1 &
+    "${shape[@]}" "${extra[@]}" >"$WORK/$1/up.log" 2>&1 &
   for _ in $(seq 1 300); do
     grep -q "Stop with Ctrl-C" "$WORK/$1/up.log" 2>/dev/null && return 0
     sleep 0.1
@@ -64,8 +69,8 @@ side = j["write"] if j["write"]["io_bytes"] > 0 else j["read"]
 print("%.0f %.0f %d" % (side["iops"], side["clat_ns"]["mean"] / 1000, side["total_ios"]))'
 }
 
-start old "$OLD" 10901
-start new "$NEW" 10902
+start old "$OLD" 10901 "${BINARIES_OLD_ARGS:-}"
+start new "$NEW" 10902 "${BINARIES_NEW_ARGS:-}"
 for port in 10901 10902; do
   fio --name=fill --ioengine=nbd --uri="nbd://127.0.0.1:$port/vol0" --rw=write --bs=1m \
     --iodepth=8 --size="$FIO_SIZE" >/dev/null

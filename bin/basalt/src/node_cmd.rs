@@ -75,6 +75,14 @@ pub struct NodeArgs {
     /// FLUSH/FUA).
     #[arg(long, requires = "nbd", default_value = "sync")]
     pub nbd_durability: Durability,
+    /// With --nbd: where reads go. `local` (default): to this node's own copy when it is a
+    /// serving member of the object's placement group other than its primary, in process
+    /// (the node answers only while that copy may, else the primary serves the read; see
+    /// docs/design/replication.md); `primary`: always to the primary.
+    /// (Accepted without --nbd, where it does nothing, so that `basalt up --node-arg` can pass
+    /// it to every node.)
+    #[arg(long, value_enum, default_value = "local")]
+    pub nbd_reads: NbdReads,
     /// With --nbd: how long one NBD I/O may wait (node restarts, map changes) before it fails
     /// with EIO, e.g. 30s.
     #[arg(long, requires = "nbd", value_parser = crate::duration::parse_duration, default_value = "30s")]
@@ -223,6 +231,13 @@ pub async fn run(mut args: NodeArgs) -> anyhow::Result<()> {
     }
 }
 
+/// Where the reads of `basalt node --nbd` go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum NbdReads {
+    Local,
+    Primary,
+}
+
 /// `--nbd`: an NBD gateway in this process whose client library reaches this node in process
 /// (the other nodes over TCP).
 async fn start_gateway(
@@ -237,6 +252,9 @@ async fn start_gateway(
     };
     let cluster = Cluster::connect(meta, config).await?;
     cluster.add_local_node(node.id(), node.service());
+    if args.nbd_reads == NbdReads::Local {
+        cluster.read_near(node.id());
+    }
     let gateway = Gateway::start(
         &cluster,
         &GatewayArgs {

@@ -326,3 +326,124 @@ fn one_broken_link_between_two_nodes_takes_one_of_them_down_and_io_resumes() {
     log.verify(&mut nbd, OBJECT);
     nbd.disconnect();
 }
+
+/// 4 KiB of generation `g` of object `o`.
+fn generation(o: u64, g: u8) -> Vec<u8> {
+    (0..4096u32)
+        .map(|k| (o as u8).wrapping_mul(31) ^ g ^ (k as u8))
+        .collect()
+}
+
+/// A gateway inside a node (`basalt node --nbd`, reads served from the node's own copies)
+/// whose node is cut off from the other nodes but not from etcd: once the other gateway's
+/// write of a block is acknowledged (by the PG's primary and the third node, in a newer term),
+/// the cut-off gateway never reads the block's older data: its node refuses reads of its own
+/// copy (its map says its device is down; its read leases of the other nodes ran out), and
+/// the primary is out of its reach, so the read fails (`EIO`) or, after the heal, returns the
+/// new data.
+#[test]
+fn a_gateway_in_a_node_cut_off_from_the_others_never_reads_older_data() {
+    let c = NetCluster::start(&["etcd", "gw", "n1", "n2", "n3"], TTL);
+    let local_addr: std::net::SocketAddr = format!("{}:10809", c.net.addr("n1")).parse().unwrap();
+    let local_nbd = local_addr.to_string();
+    let n1 = c.start_node_with("n1", &["--nbd", &local_nbd, "--nbd-io-timeout", "3s"]);
+    let others = [c.start_node("n2"), c.start_node("n3")];
+    wait_until("three devices up", WAIT, || {
+        let devs = c.devices();
+        devs.len() == 3 && devs.iter().all(|d| d.up)
+    });
+    let pgs = PGS.to_string();
+    c.cli(&[
+        "pool",
+        "create",
+        "default",
+        "--replicas",
+        "3",
+        "--pgs",
+        &pgs,
+    ]);
+    let volume = c.cli(&["volume", "create", "v", "--size", "32MiB"]);
+    wait_until("every PG clean", WAIT, || clean(&c));
+    let pool =
+        basalt_types::PoolId(c.cli(&["pool", "info", "default"])["id"].as_u64().unwrap() as u32);
+    let volume = basalt_types::VolumeId(volume["id"].as_u64().unwrap());
+    let gw = c.start_gateway("gw", IO_TIMEOUT);
+    let mut writer = c.nbd("gw", &gw, "v");
+    // Objects whose PG n1 holds as a member, not as its primary.
+    let mine = c.device_of(&n1).id;
+    let primaries = c.pg_primaries("default");
+    let objects: Vec<u64> = (0..256)
+        .filter(|&o| {
+            let oid = basalt_types::ObjectId::new(pool, volume, o);
+            primaries[basalt_placement::pg_of(&oid, PGS) as usize] != mine
+        })
+        .take(8)
+        .collect();
+    for &o in &objects {
+        assert_eq!(writer.write(o * OBJECT, &generation(o, 1), 0).unwrap(), 0);
+    }
+    let connect = || {
+        let s = c
+            .net
+            .connect("n1", local_addr)
+            .expect("connect to n1's gateway");
+        common::nbd::NbdClient::over(s, "v").expect("NBD handshake")
+    };
+    let mut local = connect();
+    let served = |c: &NetCluster| {
+        let s = status(c).expect("status");
+        let node = s["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["id"] == n1.id)
+            .cloned();
+        node.and_then(|n| n["status"]["replica_reads"].as_u64())
+            .unwrap_or(0)
+    };
+    // Once the writes paused, their primaries tell n1 they are on every copy: from then on n1
+    // serves them from its own.
+    wait_until("n1 serving reads of its own copies", WAIT, || {
+        for &o in &objects {
+            let got = local.read(o * OBJECT, 4096).unwrap();
+            assert!(
+                got == Ok(generation(o, 1)),
+                "object {o} through n1's gateway"
+            );
+        }
+        served(&c) >= objects.len() as u64
+    });
+
+    for other in &others {
+        c.net.cut(&n1.host, &other.host);
+    }
+    c.wait_device(&n1, "n1's device down", false, STALL_LIMIT);
+    for &o in &objects {
+        assert_eq!(writer.write(o * OBJECT, &generation(o, 2), 0).unwrap(), 0);
+    }
+    let mut failed = 0;
+    for &o in &objects {
+        match local.read(o * OBJECT, 4096).unwrap() {
+            Ok(data) => assert!(
+                data == generation(o, 2),
+                "object {o}: n1's gateway read data older than an acknowledged write"
+            ),
+            Err(_) => failed += 1,
+        }
+    }
+    eprintln!(
+        "cut off: {failed} of {} reads through n1's gateway failed",
+        objects.len()
+    );
+
+    c.net.heal_all();
+    c.wait_device(&n1, "n1's device up", true, WAIT);
+    wait_until("every PG clean after the heal", WAIT, || clean(&c));
+    let mut local = connect();
+    for &o in &objects {
+        let got = local.read(o * OBJECT, 4096).unwrap();
+        assert!(got == Ok(generation(o, 2)), "object {o} after the heal");
+    }
+    local.disconnect();
+    writer.disconnect();
+}

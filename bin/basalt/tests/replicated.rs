@@ -322,6 +322,13 @@ fn a_gateway_in_a_node_process_loses_nothing_when_another_node_dies() {
     c.wait_clean(WAIT);
     common::tool_ok("fio", &to_str(&fio_args(&c, true)), WAIT * 3);
     log.verify(&mut nbd, c.object_size);
+    // Node1's copies answered the gateway's reads of PGs other nodes lead (`--nbd-reads
+    // local`, the default): every read above was checked all the same.
+    let served = &c.node_status(gateway)["replica_reads"];
+    assert!(
+        served.as_u64().unwrap() > 0,
+        "node1 served no read of its copies: {served}"
+    );
     nbd.disconnect();
     c.stop();
 }

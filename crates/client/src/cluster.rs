@@ -27,6 +27,10 @@ pub struct ClusterConfig {
     /// How long one operation may keep retrying (map changes, node restarts, a placement
     /// group whose devices are all down) before failing.
     pub op_timeout: Duration,
+    /// How long a read waits for a copy on a near node ([`Cluster::read_near`]) before it
+    /// reads from the primary instead (a near copy answers in microseconds; one that waits
+    /// this long is stuck behind its device).
+    pub near_read_timeout: Duration,
 }
 
 impl Default for ClusterConfig {
@@ -35,6 +39,7 @@ impl Default for ClusterConfig {
             client_name: format!("basalt-client/{}", env!("CARGO_PKG_VERSION")),
             connect_timeout: Duration::from_secs(5),
             op_timeout: Duration::from_secs(30),
+            near_read_timeout: Duration::from_secs(1),
         }
     }
 }
@@ -54,6 +59,8 @@ pub(crate) struct Inner {
     pub(crate) maps: MapCache,
     pub(crate) config: ClusterConfig,
     local: RwLock<HashMap<NodeId, Arc<dyn Service>>>,
+    /// Nodes whose copies reads try first ([`Cluster::read_near`]).
+    near: RwLock<Vec<NodeId>>,
     links: Mutex<HashMap<NodeId, LinkSlot>>,
     watcher: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// When the map was last re-read by [`Cluster::reload_map`] (retries share one re-read).
@@ -89,6 +96,7 @@ impl Cluster {
                 maps: MapCache::new(initial),
                 config,
                 local: RwLock::new(HashMap::new()),
+                near: RwLock::new(Vec::new()),
                 links: Mutex::new(HashMap::new()),
                 watcher: Mutex::new(None),
                 last_reload: Mutex::new(None),
@@ -104,6 +112,27 @@ impl Cluster {
     /// Routes requests for `node` to `service` in this process instead of over TCP.
     pub fn add_local_node(&self, node: NodeId, service: Arc<dyn Service>) {
         self.inner.local.write().insert(node, service);
+    }
+
+    /// Reads of an object go first to the copy on `node`, when `node` holds one as a serving
+    /// member that is not the primary (`ReadReplica`; a gateway in a node's process reads its
+    /// own node's copies without a network hop). The node refuses when its copy may not
+    /// answer now (docs/design/replication.md); the read then goes to the primary.
+    pub fn read_near(&self, node: NodeId) {
+        let mut near = self.inner.near.write();
+        if !near.contains(&node) {
+            near.push(node);
+        }
+    }
+
+    /// Whether reads try copies on `node` first.
+    pub(crate) fn is_near(&self, node: NodeId) -> bool {
+        self.inner.near.read().contains(&node)
+    }
+
+    /// Whether reads try copies on some node first.
+    pub(crate) fn reads_near(&self) -> bool {
+        !self.inner.near.read().is_empty()
     }
 
     /// The metadata catalog this client uses.

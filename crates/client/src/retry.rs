@@ -25,7 +25,22 @@ pub async fn call_primary_at(
     oid: ObjectId,
     make: impl Fn(Epoch) -> Request,
 ) -> Result<(NodeId, Response), ClientError> {
-    with_retry(cluster, |map| primary_node(map, &oid), make).await
+    with_retry(cluster, |map| primary_node(map, &oid), make, None).await
+}
+
+/// What a read tries before each attempt at the primary: the node of a near copy and the
+/// request for it (`read.rs`), taken when it answers in time with `Ok`.
+pub(crate) type Near<'a> = &'a (dyn Fn(&ClusterMap) -> Option<(NodeId, Request)> + Sync);
+
+/// [`call_primary`] for a read: each attempt first asks the copy `near` names, if any.
+pub(crate) async fn call_read(
+    cluster: &Cluster,
+    oid: ObjectId,
+    near: Near<'_>,
+    make: impl Fn(Epoch) -> Request,
+) -> Result<Response, ClientError> {
+    let route = |map: &ClusterMap| primary_node(map, &oid);
+    Ok(with_retry(cluster, route, make, Some(near)).await?.1)
 }
 
 /// Sends one request to one node (no primary lookup), with the same retry rules.
@@ -34,7 +49,7 @@ pub async fn call_node_with_retry(
     node: NodeId,
     make: impl Fn(Epoch) -> Request,
 ) -> Result<Response, ClientError> {
-    Ok(with_retry(cluster, |_| Ok(node), make).await?.1)
+    Ok(with_retry(cluster, |_| Ok(node), make, None).await?.1)
 }
 
 /// The retry loop: `route` picks the node from the current map for each attempt; an attempt
@@ -42,11 +57,13 @@ pub async fn call_node_with_retry(
 /// refreshed and the request re-sent at once; other curable failures wait with exponential
 /// backoff (5 ms doubling to 500 ms) and re-read the map from the metadata store; an
 /// unavailable PG (no up device holds its data) waits for the next map, up to the timeout,
-/// then fails with [`ClientError::Unavailable`]. Returns the node that answered, and its answer.
+/// then fails with [`ClientError::Unavailable`]. `near`: a copy each attempt tries first
+/// (a read's, [`call_read`]). Returns the node that answered, and its answer.
 async fn with_retry(
     cluster: &Cluster,
     route: impl Fn(&ClusterMap) -> Result<NodeId, ClientError>,
     make: impl Fn(Epoch) -> Request,
+    near: Option<Near<'_>>,
 ) -> Result<(NodeId, Response), ClientError> {
     let timeout = cluster.config().op_timeout;
     let deadline = Instant::now() + timeout;
@@ -55,6 +72,11 @@ async fn with_retry(
     loop {
         attempts += 1;
         let map = cluster.map();
+        if let Some((node, req)) = near.and_then(|near| near(&map))
+            && let Some(resp) = call_near(cluster, &map, node, req, deadline).await
+        {
+            return Ok((node, resp));
+        }
         let failure = match route(&map) {
             Ok(node) => {
                 match call_node(cluster, &map, node, make(map.epoch), deadline, &route).await {
@@ -203,6 +225,23 @@ async fn call_node(
             )))
         }
     }
+}
+
+/// One try of a near copy ([`call_read`]): its answer if it gave one in time (by the near read
+/// timeout and by `deadline`), else `None` (refused, unreachable, slow): the caller goes on
+/// to the primary.
+async fn call_near(
+    cluster: &Cluster,
+    map: &ClusterMap,
+    node: NodeId,
+    req: Request,
+    deadline: Instant,
+) -> Option<Response> {
+    let until = deadline.min(Instant::now() + cluster.config().near_read_timeout);
+    let answer = tokio::time::timeout_at(until, async {
+        cluster.service(map, node).await.ok()?.call(req).await.ok()
+    });
+    answer.await.ok().flatten()
 }
 
 /// Resolves (with its epoch) once a map newer than `sent` routes the request to a node other

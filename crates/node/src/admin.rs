@@ -80,6 +80,13 @@ pub struct NodeStatus {
     pub scrubbed_pgs: u64,
     #[serde(default)]
     pub scrubbed_objects: u64,
+    /// Reads this node answered from its own copies as a serving member (`ReadReplica`, from a
+    /// gateway in its process), and those it refused (read from the primary instead), since
+    /// it started.
+    #[serde(default)]
+    pub replica_reads: u64,
+    #[serde(default)]
+    pub replica_reads_refused: u64,
     pub devices: Vec<DeviceStatus>,
     /// The PGs whose primary is a device of this node: state, missing objects, recovery.
     #[serde(default)]
@@ -278,6 +285,8 @@ impl AdminHandler {
             scrub_bytes_per_sec: node.pgs.scrub.rate.load(Relaxed),
             scrubbed_pgs: node.pgs.scrub.pgs.load(Relaxed),
             scrubbed_objects: node.pgs.scrub.objects.load(Relaxed),
+            replica_reads: node.replica_reads.served.load(Relaxed),
+            replica_reads_refused: node.replica_reads.refused.load(Relaxed),
             devices,
             pgs: node.pgs.summaries(),
             recovery: node.pgs.recovery(),

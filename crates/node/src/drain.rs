@@ -98,7 +98,7 @@ pub(crate) struct Detached(pub(crate) Arc<dyn Service>);
 
 impl Service for Detached {
     fn call(&self, req: Request) -> ResponseFuture {
-        if matches!(req, Request::Read { .. }) {
+        if matches!(req, Request::Read { .. } | Request::ReadReplica { .. }) {
             return self.0.call(req);
         }
         let task = tokio::spawn(self.0.call(req));

@@ -18,8 +18,11 @@ pub(crate) struct MapState {
     current: RwLock<Arc<ClusterMap>>,
     epoch_tx: watch::Sender<Epoch>,
     stores: BTreeMap<DeviceId, Store>,
-    /// Newer maps are not installed while set (a test's map watch that lags).
+    /// Newer maps are not installed while set (a test's map watch that lags); the newest one
+    /// offered meanwhile waits here and is installed when they are let in again.
     held_back: std::sync::atomic::AtomicBool,
+    #[cfg(feature = "sim")]
+    waiting: parking_lot::Mutex<Option<ClusterMap>>,
 }
 
 impl MapState {
@@ -30,15 +33,21 @@ impl MapState {
             epoch_tx,
             stores,
             held_back: Default::default(),
+            #[cfg(feature = "sim")]
+            waiting: Default::default(),
         }
     }
 
     /// Holds newer maps back (`true`: none is installed, as if this node's map watch lagged)
-    /// or lets them in again; for tests.
+    /// or lets them in again, the newest one offered meanwhile first (the watch catches up);
+    /// for tests.
     #[cfg(feature = "sim")]
     pub(crate) fn hold_back(&self, held: bool) {
         self.held_back
             .store(held, std::sync::atomic::Ordering::SeqCst);
+        if !held && let Some(map) = self.waiting.lock().take() {
+            self.offer(map);
+        }
     }
 
     pub(crate) fn map(&self) -> Arc<ClusterMap> {
@@ -61,6 +70,13 @@ impl MapState {
     /// Installs a newer map; older or equal epochs are ignored.
     pub(crate) fn offer(&self, map: ClusterMap) -> bool {
         if self.held_back.load(std::sync::atomic::Ordering::SeqCst) {
+            #[cfg(feature = "sim")]
+            {
+                let mut waiting = self.waiting.lock();
+                if waiting.as_ref().is_none_or(|w| w.epoch < map.epoch) {
+                    *waiting = Some(map);
+                }
+            }
             return false;
         }
         let mut cur = self.current.write();

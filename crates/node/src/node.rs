@@ -204,6 +204,7 @@ impl Node {
             server_stats: Arc::default(),
             volumes: Volumes::new(Some(catalog.clone())),
             collector: Default::default(),
+            replica_reads: Default::default(),
             hung: watch::channel(BTreeSet::new()).0,
             latency: Default::default(),
             removed: watch::channel(None).0,
@@ -370,7 +371,8 @@ impl Node {
     }
 
     /// Holds newer maps back from this node (`true`), as a map watch that lags would, or lets
-    /// them in again (the next one the watch brings is installed). For tests.
+    /// them in again (the newest one held back is installed at once, as the watch catching up
+    /// would). For tests.
     #[cfg(feature = "sim")]
     pub fn hold_back_maps(&self, held: bool) {
         self.shared.maps.hold_back(held);

@@ -16,9 +16,10 @@
 //!   (its clock, from when it *sent* the ping, so never past the grant whatever either node's
 //!   settings; the eighth is for clock rates).
 //! - **Read.** A primary answers a read only while the read's generation is current, it holds
-//!   a lease of every other node that holds a serving member of the PG's term, and then the
-//!   map still names it the primary of that interval (`pg/primary.rs::Pg::answerable`): else
-//!   `Busy`.
+//!   a lease of every other node that holds a serving member of the PG's term (or a backfill
+//!   target that completed in it), and then the map still names it the primary of that
+//!   interval (`pg/primary.rs::Pg::answerable`): else `Busy`. A member answering a read of its
+//!   own copy needs the same of every other serving member (`pg/replica_read.rs`).
 //! - **Promise.** A member answers a peering query of a new term carrying the querying
 //!   primary's epoch `e` only once its own map is at `e`, the grants its previous processes
 //!   may have made have run out (forgotten at a restart: a lease length after the start, or
@@ -239,6 +240,19 @@ impl ReadLeases {
         let held = self.held.lock();
         held.none.contains(&peer)
             || held
+                .until
+                .get(&peer)
+                .is_some_and(|until| *until > Instant::now())
+    }
+
+    /// Whether this node holds a lease `peer` granted that still runs: unlike [`Self::holds`],
+    /// a peer without leases does not count (it promises without waiting for any), nor do
+    /// leases that are off here.
+    pub fn holds_granted(&self, peer: NodeId) -> bool {
+        self.enabled()
+            && self
+                .held
+                .lock()
                 .until
                 .get(&peer)
                 .is_some_and(|until| *until > Instant::now())

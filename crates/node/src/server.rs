@@ -254,7 +254,7 @@ fn check_greeting(greeted: &mut bool, req: &Request) -> Result<(), ProtoError> {
 /// its answer carries.
 fn cost(frame: &Frame, req: &Request) -> usize {
     let answer = match req {
-        Request::Read { len, .. } => *len as usize,
+        Request::Read { len, .. } | Request::ReadReplica { len, .. } => *len as usize,
         Request::Ping { data } => data.len(),
         _ => 0,
     };

@@ -35,6 +35,8 @@ pub(crate) struct NodeShared {
     pub(crate) volumes: Volumes,
     /// What the collector of deleted volumes' objects did (`collect.rs`).
     pub(crate) collector: CollectStats,
+    /// Reads served from (or refused by) this node's own copies as a member (`read.rs`).
+    pub(crate) replica_reads: read::ReplicaReads,
     /// Local devices whose I/O hangs (`faults.rs`): sub-operations waiting on them are
     /// answered with an error instead of holding their connection's budget forever.
     pub(crate) hung: watch::Sender<BTreeSet<DeviceId>>,
@@ -107,6 +109,12 @@ impl NodeShared {
                 offset,
                 len,
             } => read::read(self, epoch, oid, offset, len).await,
+            Request::ReadReplica {
+                epoch,
+                oid,
+                offset,
+                len,
+            } => read::read_replica(self, epoch, oid, offset, len).await,
             Request::Write {
                 epoch,
                 oid,

@@ -43,6 +43,17 @@ pub(crate) fn shared(
     stores: Vec<Store>,
     catalog: Catalog,
 ) -> Arc<NodeShared> {
+    shared_with_leases(id, ttl, stores, catalog, Duration::ZERO)
+}
+
+/// [`shared`], with read leases of `lease` (zero: off) and no earlier process.
+pub(crate) fn shared_with_leases(
+    id: NodeId,
+    ttl: Duration,
+    stores: Vec<Store>,
+    catalog: Catalog,
+    lease: Duration,
+) -> Arc<NodeShared> {
     let stores: BTreeMap<_, _> = stores
         .into_iter()
         .map(|s| (s.info().device_id, s))
@@ -59,10 +70,7 @@ pub(crate) fn shared(
         )),
         tuning: Tuning::default(),
         recovery: Recovery::new(&Tuning::default()),
-        leases: Arc::new(crate::readlease::ReadLeases::new(
-            Duration::ZERO,
-            Duration::ZERO,
-        )),
+        leases: Arc::new(crate::readlease::ReadLeases::new(lease, Duration::ZERO)),
         stopped: Default::default(),
     });
     Arc::new(NodeShared {
@@ -80,6 +88,7 @@ pub(crate) fn shared(
         server_stats: Arc::default(),
         volumes,
         collector: Default::default(),
+        replica_reads: Default::default(),
         hung: tokio::sync::watch::channel(Default::default()).0,
         latency: Default::default(),
         removed: tokio::sync::watch::channel(None).0,

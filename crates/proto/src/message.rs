@@ -17,6 +17,7 @@
 //! | 8 Ping | - | any bytes | - | the same bytes |
 //! | 9 Admin | - | JSON request | - | JSON response |
 //! | 10 Meta | - | JSON metadata call | - | JSON answer |
+//! | 13 ReadReplica | epoch u64, object, offset u32, len u32 | - | - | the bytes |
 //!
 //! Error body: `code u16 | 0u16 | epoch u64 | msg_len u16 | msg (UTF-8, at most 1024 bytes)`.
 
@@ -39,6 +40,7 @@ const OP_ADMIN: u8 = 9;
 const OP_META: u8 = 10;
 const OP_REP: u8 = 11;
 const OP_PEER: u8 = 12;
+const OP_READ_REPLICA: u8 = 13;
 
 const OBJECT_LEN: usize = 20;
 const VERSION_LEN: usize = 16;
@@ -55,6 +57,16 @@ pub enum Request {
         client: String,
     },
     Read {
+        epoch: Epoch,
+        oid: ObjectId,
+        offset: u32,
+        len: u32,
+    },
+    /// Reads from the receiving node's own copy of the object, which is not the primary's: served
+    /// only when that copy is a serving member's that may answer reads in its term (see the
+    /// node's `pg/replica_read.rs`), else refused (`Busy`): the client reads from the primary
+    /// instead. A gateway sends it to the node in its own process, skipping a network hop.
+    ReadReplica {
         epoch: Epoch,
         oid: ObjectId,
         offset: u32,
@@ -151,6 +163,7 @@ impl Request {
         match self {
             Request::Hello { .. } => OP_HELLO,
             Request::Read { .. } => OP_READ,
+            Request::ReadReplica { .. } => OP_READ_REPLICA,
             Request::Write { .. } => OP_WRITE,
             Request::WriteZeroes { .. } => OP_WRITE_ZEROES,
             Request::Trim { .. } => OP_TRIM,
@@ -168,6 +181,7 @@ impl Request {
     pub fn epoch(&self) -> Option<Epoch> {
         match self {
             Request::Read { epoch, .. }
+            | Request::ReadReplica { epoch, .. }
             | Request::Write { epoch, .. }
             | Request::WriteZeroes { epoch, .. }
             | Request::Trim { epoch, .. }
@@ -201,6 +215,12 @@ impl Request {
                 (0, Bytes::new())
             }
             Request::Read {
+                epoch,
+                oid,
+                offset,
+                len,
+            }
+            | Request::ReadReplica {
                 epoch,
                 oid,
                 offset,
@@ -300,6 +320,15 @@ impl Request {
             OP_READ => {
                 let (epoch, oid, offset, len) = get_range(&mut b, "Read")?;
                 Request::Read {
+                    epoch,
+                    oid,
+                    offset,
+                    len,
+                }
+            }
+            OP_READ_REPLICA => {
+                let (epoch, oid, offset, len) = get_range(&mut b, "ReadReplica")?;
+                Request::ReadReplica {
                     epoch,
                     oid,
                     offset,
@@ -446,7 +475,8 @@ impl Response {
     }
 
     /// Decodes a response frame: `Ok(Ok(_))` for success, `Ok(Err(_))` for an error the node sent.
-    /// The opcode of a successful answer to Write, WriteZeroes and Trim is that of the request.
+    /// The opcode of a successful answer to Write, WriteZeroes and Trim, and to Read and
+    /// ReadReplica, is that of the request.
     pub fn decode(frame: &Frame) -> Result<Result<Response, WireError>, ProtoError> {
         let h = &frame.header;
         if !h.is_response() {
@@ -467,7 +497,7 @@ impl Response {
                     epoch: Epoch(b.get_u64_le()),
                 }
             }
-            OP_READ => {
+            OP_READ | OP_READ_REPLICA => {
                 expect_len(&b, 0, "Read response")?;
                 Response::Read {
                     data: frame.data.clone(),
@@ -535,9 +565,10 @@ pub fn encode_response(
     let (opcode, flags, data) = match resp {
         Ok(r) => {
             let data = r.write_body(out);
-            // Written answers Write, WriteZeroes and Trim: keep the request's opcode.
+            // Written answers Write, WriteZeroes and Trim, Read answers Read and ReadReplica:
+            // keep the request's opcode.
             let op = match r {
-                Response::Written { .. } => opcode_of.0,
+                Response::Written { .. } | Response::Read { .. } => opcode_of.0,
                 other => other.opcode(),
             };
             (op, FLAG_RESPONSE, data)

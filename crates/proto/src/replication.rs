@@ -3,13 +3,16 @@
 //!
 //! | opcode | request body | request data | response body | response data |
 //! |---|---|---|---|---|
-//! | 11 Rep | epoch u64, device u32, pool u32, pg u32, interval u64, round u64, object, version, kind u8, 0u8×3, offset u32, len u32 | write: the bytes | - | - |
+//! | 11 Rep | epoch u64, device u32, pool u32, pg u32, interval u64, round u64, object, version, kind u8, 0u8×3, offset u32, len u32, committed version | write: the bytes | - | - |
 //! | 12 Peer | epoch u64, json_len u32 | JSON message ‖ payload | json_len u32 | JSON answer ‖ payload |
 //!
 //! `kind`: 1 write (`len` = data length), 2 write-zeroes, 3 delete. A Rep is always durable on
 //! the member before it is answered. `interval` and `round` are the primary's term (the PG
 //! interval and its peering round); a member applies only sub-operations of the term it was
-//! activated in, and none once it promised a newer term.
+//! activated in, and none once it promised a newer term. `committed` is the primary's
+//! watermark when it sent the sub-operation: every write of its term at or below it is durable on
+//! every member (and acknowledged, or about to be); a member serves a read of its own copy
+//! (`ReadReplica`) only of an object whose version is at or below the newest watermark it got.
 //! Peer messages are JSON (defined by the node: peering is rare and its shapes change more often
 //! than the data path's), with an optional binary payload (object images) after the JSON.
 
@@ -46,9 +49,12 @@ pub struct RepOp {
     pub version: Version,
     pub kind: RepKind,
     pub data: Bytes,
+    /// Every write of `term` at or below this version is durable on every member: the primary's
+    /// commit watermark when it sent this one (this write is above it).
+    pub committed: Version,
 }
 
-pub(crate) const REP_BODY_LEN: usize = 8 + 4 + 4 + 4 + 8 + 8 + 20 + 16 + 4 + 4 + 4;
+pub(crate) const REP_BODY_LEN: usize = 8 + 4 + 4 + 4 + 8 + 8 + 20 + 16 + 4 + 4 + 4 + 16;
 
 const KIND_WRITE: u8 = 1;
 const KIND_ZEROES: u8 = 2;
@@ -76,6 +82,8 @@ impl RepOp {
         b.put_bytes(0, 3);
         b.put_u32_le(offset);
         b.put_u32_le(len);
+        b.put_u64_le(self.committed.epoch);
+        b.put_u64_le(self.committed.seq);
         self.data.clone()
     }
 
@@ -103,6 +111,7 @@ impl RepOp {
         let kind = b.get_u8();
         b.advance(3);
         let (offset, len) = (b.get_u32_le(), b.get_u32_le());
+        let committed = Version::new(b.get_u64_le(), b.get_u64_le());
         let bad = |detail: &str| ProtoError::Malformed {
             what: "Rep",
             detail: detail.to_string(),
@@ -128,6 +137,7 @@ impl RepOp {
             version,
             kind,
             data,
+            committed,
         })
     }
 }

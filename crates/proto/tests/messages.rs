@@ -33,6 +33,14 @@ fn arb_request() -> impl Strategy<Value = Request> {
                 len,
             }
         }),
+        (any::<u64>(), arb_oid(), any::<u32>(), any::<u32>()).prop_map(|(e, oid, offset, len)| {
+            Request::ReadReplica {
+                epoch: Epoch(e),
+                oid,
+                offset,
+                len,
+            }
+        }),
         (
             any::<u64>(),
             arb_oid(),
@@ -101,24 +109,28 @@ fn arb_rep() -> impl Strategy<Value = Request> {
         0u8..3,
         (any::<u32>(), 1u32..u32::MAX),
         proptest::collection::vec(any::<u8>(), 1..5000),
+        (any::<u64>(), any::<u64>()),
     )
-        .prop_map(|((e, d, pg, i), oid, (ve, vs), k, (offset, len), data)| {
-            let (kind, data) = match k {
-                0 => (RepKind::Write { offset }, Bytes::from(data)),
-                1 => (RepKind::Zeroes { offset, len }, Bytes::new()),
-                _ => (RepKind::Delete, Bytes::new()),
-            };
-            Request::Rep(RepOp {
-                epoch: Epoch(e),
-                device: DeviceId(d),
-                pg: PgId { pool: oid.pool, pg },
-                term: Term::new(Epoch(i), i ^ u64::from(d)),
-                oid,
-                version: Version::new(ve, vs),
-                kind,
-                data,
-            })
-        })
+        .prop_map(
+            |((e, d, pg, i), oid, (ve, vs), k, (offset, len), data, (ce, cs))| {
+                let (kind, data) = match k {
+                    0 => (RepKind::Write { offset }, Bytes::from(data)),
+                    1 => (RepKind::Zeroes { offset, len }, Bytes::new()),
+                    _ => (RepKind::Delete, Bytes::new()),
+                };
+                Request::Rep(RepOp {
+                    epoch: Epoch(e),
+                    device: DeviceId(d),
+                    pg: PgId { pool: oid.pool, pg },
+                    term: Term::new(Epoch(i), i ^ u64::from(d)),
+                    oid,
+                    version: Version::new(ve, vs),
+                    kind,
+                    data,
+                    committed: Version::new(ce, cs),
+                })
+            },
+        )
 }
 
 fn arb_response() -> impl Strategy<Value = Result<Response, WireError>> {
@@ -188,6 +200,7 @@ fn request_for(resp: &Result<Response, WireError>) -> Request {
             version: Version::new(1, 1),
             kind: RepKind::Delete,
             data: Bytes::new(),
+            committed: Version::NONE,
         }),
         Ok(Response::Peer { .. }) => Request::Peer {
             epoch: Epoch(1),

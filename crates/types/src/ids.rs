@@ -126,6 +126,15 @@ impl Term {
             (self.round << Term::ROUND_SHIFT) | n,
         ))
     }
+
+    /// The version just below every write of this term (above every earlier term's): what
+    /// peering decided before the term began.
+    pub fn before(self) -> Version {
+        Version::new(
+            self.interval.0,
+            self.round.min(Term::MAX_ROUND) << Term::ROUND_SHIFT,
+        )
+    }
 }
 
 impl fmt::Display for Term {
@@ -195,6 +204,11 @@ mod tests {
         assert_eq!(Term::new(Epoch(7), Term::MAX_ROUND + 1).version(1), None);
         let top = Term::new(Epoch(7), Term::MAX_ROUND).version(Term::WRITES_PER_ROUND);
         assert_eq!(top, Some(Version::new(7, u64::MAX)));
+        // `before`: above every earlier round's writes, below every one of its own.
+        assert!(t1.before() > last_of_t0);
+        assert!(t1.before() < t1.version(1).unwrap());
+        assert_eq!(t1.before(), t1.version(0).unwrap());
+        assert!(t0.before() > Version::new(6, u64::MAX));
     }
 
     #[test]

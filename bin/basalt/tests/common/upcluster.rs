@@ -370,6 +370,18 @@ impl UpCluster {
         pgs_clean(&s, self.pg_count)
     }
 
+    /// Node `id`'s own status (`basalt status --json`, `nodes[].status`).
+    pub fn node_status(&self, id: u64) -> Value {
+        let status = self.up.cli_json(&["status"]);
+        status["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["id"].as_u64() == Some(id))
+            .map(|s| s["status"].clone())
+            .unwrap_or_else(|| panic!("node {id} is not in the status: {status}"))
+    }
+
     pub fn wait_clean(&self, limit: Duration) {
         wait_until("every PG active and clean", limit, || self.all_clean());
     }

@@ -237,6 +237,7 @@ impl Pg {
             pg: self.id,
             term,
             info,
+            readable: false,
         };
         ask(ctx, &map, dev, &msg).await?;
         self.record_completion(ctx, term, dev).await;
@@ -487,6 +488,7 @@ impl Pg {
             pg: self.id,
             term,
             info,
+            readable: false,
         };
         match ask(ctx, map, dev, &msg).await? {
             PeerAnswer::Done => Ok(()),

@@ -84,12 +84,15 @@ pub(crate) enum PeerMsg {
         oid: ObjectId,
     },
     /// `term` is active with this member: persist `info` (durably) and accept the term's
-    /// sub-operations from now on.
+    /// sub-operations from now on. `readable`: the member lacks nothing of the PG and the term
+    /// has no backfill target, so it may answer reads of its own copy (`replica_read.rs`).
     Activate {
         device: DeviceId,
         pg: PgId,
         term: Term,
         info: MemberInfo,
+        #[serde(default)]
+        readable: bool,
     },
     /// The PG's data is no longer needed on this device: forget all of it. Also refused when
     /// the member's own map still places the PG on the device.
@@ -100,6 +103,14 @@ pub(crate) enum PeerMsg {
     },
     /// Every member has every change up to `upto`: forget tombstones up to it.
     Trim {
+        device: DeviceId,
+        pg: PgId,
+        term: Term,
+        upto: Version,
+    },
+    /// Every write of `term` at or below `upto` is durable on every member: the commit
+    /// watermark of `RepOp::committed`, sent once the PG's writes pause (`replica_read.rs`).
+    Commit {
         device: DeviceId,
         pg: PgId,
         term: Term,
@@ -121,7 +132,8 @@ impl PeerMsg {
             | PeerMsg::Purge { device, .. }
             | PeerMsg::Activate { device, .. }
             | PeerMsg::Remove { device, .. }
-            | PeerMsg::Trim { device, .. } => *device,
+            | PeerMsg::Trim { device, .. }
+            | PeerMsg::Commit { device, .. } => *device,
         }
     }
 }
@@ -363,6 +375,7 @@ mod tests {
                 pg,
                 term,
                 info,
+                readable: true,
             },
             PeerMsg::Remove { device, pg, term },
             PeerMsg::Trim {
@@ -370,6 +383,12 @@ mod tests {
                 pg,
                 term,
                 upto: Version::new(9, 9),
+            },
+            PeerMsg::Commit {
+                device,
+                pg,
+                term,
+                upto: Version::new(9, 8),
             },
         ];
         for m in messages {

@@ -29,6 +29,7 @@ pub(crate) use primary::WriteKind;
 mod recovery;
 pub(crate) mod repair;
 pub(crate) mod replica;
+mod replica_read;
 pub mod scrub;
 mod strays;
 pub(crate) mod throttle;
@@ -160,6 +161,9 @@ pub(crate) struct Pg {
     pub st: Mutex<PgState>,
     /// Woken whenever the state changes (activation, an object recovered, a status change).
     pub changed: Notify,
+    /// Woken when the primary's last write in flight completes (`replica_read.rs`:
+    /// `publish_commits`).
+    pub writes_idle: Notify,
     /// Woken when a client's read or write starts waiting for a missing object: recovery
     /// stops waiting for the throttle (`recovery.rs`).
     pub client_waits: Notify,
@@ -307,6 +311,18 @@ impl Primary {
             && self.acting == entry.acting
     }
 
+    /// Every write of this term at or below the returned version is durable on every member:
+    /// those before the oldest write still in flight (a write that failed on a member stays
+    /// in flight until the term ends), or [`Term::before`] when none of the term's was
+    /// ever written. `None` past the term's versions.
+    pub fn committed_upto(&self) -> Option<Version> {
+        let n = self.inflight.first().map_or(self.seq, |s| s - 1);
+        match n {
+            0 => Some(self.term.before()),
+            n => self.term.version(n),
+        }
+    }
+
     /// Whether a write to `oid` must wait (recovery or backfill of it first).
     pub fn must_wait(&self, oid: &ObjectId) -> bool {
         self.missing.contains_key(oid) || self.busy.contains(oid)
@@ -371,6 +387,14 @@ pub(crate) struct PgState {
     /// A primary queried this member since it was loaded (a suspect member stays suspect
     /// until such a primary activates it: `replica.rs`).
     pub queried: bool,
+    /// The term in which this member may answer reads of its own copy (`replica_read.rs`):
+    /// its primary said it lacks nothing and the term has no backfill target. Counts only
+    /// while it is also the term accepted and the newest promised; cleared when a
+    /// sub-operation fails here. Not persisted.
+    pub readable: Option<Term>,
+    /// The newest commit watermark of the accepted term's primary (`RepOp::committed`):
+    /// every write of that term at or below it is durable on every member.
+    pub committed: Version,
     pub primary: Option<Primary>,
 }
 
@@ -459,9 +483,12 @@ impl Pgs {
                     led: Term::default(),
                     info,
                     queried: false,
+                    readable: None,
+                    committed: Version::NONE,
                     primary: None,
                 }),
                 changed: Notify::new(),
+                writes_idle: Notify::new(),
                 client_waits: Notify::new(),
                 repairs: repair::RepairStats::new(self.repairs.clone()),
                 scrubbing: tokio::sync::Mutex::new(()),
@@ -658,7 +685,10 @@ impl Pg {
                 return;
             }
             match self.peer(&ctx, generation).await {
-                Ok(()) => break,
+                Ok(()) => {
+                    tokio::spawn(self.clone().publish_commits(ctx.clone(), generation));
+                    break;
+                }
                 Err(why) => {
                     if !self.current(generation) {
                         return;

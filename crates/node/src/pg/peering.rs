@@ -207,7 +207,12 @@ impl Pg {
                     suspect: needs && (holdings[dev].info.suspect || dropped.contains(dev)),
                 },
             };
-            self.activate(ctx, &map, *dev, term, info).await?;
+            // Lacking nothing, in a term without backfill targets (a completed target
+            // witnesses the interval for later peerings, and its node grants no lease the
+            // member's reads would need: `replica_read.rs`), a member may answer reads of its
+            // own copy.
+            let readable = undersized.is_none() && !needs && no_targets(&entry);
+            self.activate(ctx, &map, *dev, term, info, readable).await?;
         }
         let members = self.links(ctx, &map, &serving).await?;
         let targets = self.targets(ctx, &map, &entry, &holdings, term).await?;
@@ -702,12 +707,14 @@ impl Pg {
         dev: DeviceId,
         term: Term,
         info: MemberInfo,
+        readable: bool,
     ) -> Result<(), String> {
         let msg = PeerMsg::Activate {
             device: dev,
             pg: self.id,
             term,
             info,
+            readable,
         };
         match ask(ctx, map, dev, &msg).await? {
             PeerAnswer::Done => Ok(()),
@@ -763,6 +770,12 @@ impl Pg {
         }
         Ok(out)
     }
+}
+
+/// Whether the PG's up set lies within its acting set: then no term of its interval has a
+/// backfill target (a change of the up set makes the primary peer again).
+pub(super) fn no_targets(entry: &basalt_placement::PgMap) -> bool {
+    entry.up.iter().all(|d| entry.acting.contains(d))
 }
 
 /// Sends a message and returns the answer (errors as text).

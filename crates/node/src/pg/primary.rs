@@ -250,7 +250,8 @@ impl Pg {
 
     /// Whether a read that started in `generation` may be answered: that generation is still
     /// current and active in the term this device promised; this node holds a read lease of
-    /// every other node with a serving member of the term (`readlease.rs`: without one, a
+    /// every other node with a serving member of the term, or a backfill target that completed
+    /// in it (`readlease.rs`: without one, a
     /// newer term may have been promised there and have acknowledged writes this copy lacks,
     /// this node's map lagging); and the map, read after the leases were checked, still makes
     /// this device the primary of the term's interval (a lease granted at an epoch means this
@@ -274,7 +275,11 @@ impl Pg {
             if leases {
                 let map = ctx.maps.map();
                 let me = map.device_node(self.dev);
-                for m in &p.members {
+                // A backfill target that completed witnesses the interval for later peerings
+                // (`peering.rs::completed_in`) as a member does: its promise too may let a
+                // newer term go active. It is marked done before the history lists it.
+                let done = p.targets.iter().filter(|t| t.done).map(|t| &t.member);
+                for m in p.members.iter().chain(done) {
                     let node = map.device_node(m.dev);
                     if node != me && !node.is_some_and(|n| ctx.leases.holds(n)) {
                         return Err(busy(format!(
@@ -344,6 +349,8 @@ impl Pg {
                 };
                 p.seq = n;
                 p.inflight.insert(n);
+                // What members may answer reads of (`replica_read.rs`): never this write.
+                let committed = p.committed_upto().unwrap_or(Version::NONE);
                 let replicated = !p.members.is_empty() || p.targets.iter().any(|t| t.covers(&oid));
                 let opts = WriteOptions {
                     durable: durable || replicated,
@@ -371,6 +378,7 @@ impl Pg {
                             WriteKind::Data { data, .. } => data.clone(),
                             WriteKind::Zeroes { .. } | WriteKind::Delete => Bytes::new(),
                         },
+                        committed,
                     })
                 };
                 // A target that does not get the write copies the object again later.
@@ -429,6 +437,9 @@ impl Pg {
                 && p.term.version(version.seq & Term::WRITES_PER_ROUND) == Some(version)
             {
                 p.inflight.remove(&(version.seq & Term::WRITES_PER_ROUND));
+                if p.inflight.is_empty() {
+                    pg.writes_idle.notify_one();
+                }
             }
         };
         let mut failed: Option<(String, ErrorCode)> = None;

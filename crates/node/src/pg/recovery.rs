@@ -248,15 +248,9 @@ impl Pg {
         if !p.missing.is_empty() || p.status != super::Status::Active {
             return None;
         }
-        let n = p.inflight.first().map_or(p.seq, |s| s - 1);
+        let upto = p.committed_upto()?;
         let mut devs: Vec<DeviceId> = p.members.iter().map(|m| m.dev).collect();
         devs.push(self.dev);
-        let upto = if n == 0 {
-            // Nothing written in this round: everything before the term.
-            Version::new(p.term.interval.0, p.term.round << Term::ROUND_SHIFT)
-        } else {
-            p.term.version(n)?
-        };
         Some((p.term, upto, devs))
     }
 
@@ -287,6 +281,11 @@ impl Pg {
         let Some((term, complete, devs)) = self.committed() else {
             return Ok(());
         };
+        // Nothing is missing: every member may answer reads of its own copy, unless the term
+        // has backfill targets (`peering.rs::no_targets`).
+        let readable = self.st.lock().primary.as_ref().is_some_and(|p| {
+            p.term == term && p.targets.is_empty() && p.up.iter().all(|d| p.acting.contains(d))
+        });
         let map = ctx.maps.map();
         for dev in devs {
             if !self.current(generation) {
@@ -304,6 +303,7 @@ impl Pg {
                 pg: self.id,
                 term,
                 info,
+                readable,
             };
             match ask(ctx, &map, dev, &msg).await? {
                 PeerAnswer::Done => {}

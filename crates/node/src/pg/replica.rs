@@ -29,10 +29,18 @@ impl Pgs {
     /// Applies a sub-operation: checked and handed to the store now (arrival order), answered
     /// once it is durable.
     pub fn rep(&self, op: RepOp) -> ResponseFuture {
+        let pg = self.existing(op.device, op.pg);
         let submitted = self.submit_rep(op);
         Box::pin(async move {
             let pending = submitted?;
-            pending.await.map_err(engine_to_wire)?;
+            if let Err(e) = pending.await {
+                // The primary ends the term; until then this copy may lack a write the others
+                // hold: it answers no more reads of its own (`replica_read.rs`).
+                if let Some(pg) = pg {
+                    pg.st.lock().readable = None;
+                }
+                return Err(engine_to_wire(e));
+            }
             Ok(Response::RepDone)
         })
     }
@@ -45,7 +53,7 @@ impl Pgs {
             )
         })?;
         let pg = self.get(op.device, op.pg).expect("the store exists");
-        let st = pg.st.lock();
+        let mut st = pg.st.lock();
         if op.term != st.accepting || op.term != st.promised {
             return Err(refused(
                 ErrorCode::StaleEpoch,
@@ -61,6 +69,9 @@ impl Pgs {
             pg: op.pg.pg,
             pending: false,
         };
+        if op.committed > st.committed {
+            st.committed = op.committed;
+        }
         // Submitted under the PG's lock: a peering query cannot slip in between the check and
         // the store seeing the write (the query flushes the store after promising).
         let pending = match op.kind {
@@ -175,16 +186,31 @@ impl Pgs {
                 p.submit_purge(term, oid)?.await.map_err(e)?;
                 done(PeerAnswer::Done)
             }
-            PeerMsg::Activate { pg, term, info, .. } => {
+            PeerMsg::Activate {
+                pg,
+                term,
+                info,
+                readable,
+                ..
+            } => {
                 self.check_term(dev, pg, term)?;
                 let info = self.keep_suspect(dev, pg, info)?;
                 self.persist(dev, pg, info, Some(term)).await?;
+                self.set_readable(dev, pg, term, readable, info.last_complete);
                 done(PeerAnswer::Done)
             }
             PeerMsg::Remove { pg, term, .. } => {
                 self.check_term(dev, pg, term)?;
                 self.check_not_placed(dev, pg)?;
                 self.remove(dev, pg, term).await?;
+                done(PeerAnswer::Done)
+            }
+            PeerMsg::Commit { pg, term, upto, .. } => {
+                let p = self.get(dev, pg).expect("the store exists");
+                let mut st = p.st.lock();
+                if term == st.accepting && term == st.promised && upto > st.committed {
+                    st.committed = upto;
+                }
                 done(PeerAnswer::Done)
             }
             PeerMsg::Trim { pg, term, upto, .. } => {
@@ -372,10 +398,31 @@ impl Pgs {
         let mut st = p.st.lock();
         st.info = info;
         if let Some(term) = activate {
+            if st.accepting != term {
+                st.readable = None;
+                st.committed = Version::NONE;
+            }
             st.accepting = term;
             st.promised = st.promised.max(term);
         }
         Ok(())
+    }
+
+    /// After an activation in `term`: whether the member may answer reads of its own copy in
+    /// it (`replica_read.rs`), unless a newer term came meanwhile. `complete` (the activation's
+    /// `last_complete`) is a commit watermark of the term when the primary sends it once
+    /// nothing is missing (`recovery.rs::publish_complete`), and older than the term
+    /// otherwise: either way every write of the term at or below it is on every member.
+    fn set_readable(&self, dev: DeviceId, pg: PgId, term: Term, readable: bool, complete: Version) {
+        let p = self.get(dev, pg).expect("the store exists");
+        let mut st = p.st.lock();
+        if st.accepting != term || st.promised != term {
+            return;
+        }
+        st.readable = readable.then_some(term);
+        if complete > st.committed && complete.epoch == term.interval.0 {
+            st.committed = complete;
+        }
     }
 
     /// Forgets everything this device holds of `pg`, for a primary of `term`. Each batch of

@@ -11,7 +11,7 @@ use crate::service::NodeShared;
 use crate::testing::{Flaky, shared, sim_store};
 use basalt_meta::Catalog;
 use basalt_proto::ErrorCode;
-use basalt_types::{DeviceId, Epoch, NodeId, ObjectId, PgId, PoolId, Term, VolumeId};
+use basalt_types::{DeviceId, Epoch, NodeId, ObjectId, PgId, PoolId, Term, Version, VolumeId};
 use bytes::Bytes;
 use std::sync::Arc;
 use std::time::Duration;
@@ -154,6 +154,7 @@ async fn a_replicated_write_applies_only_in_the_term_the_member_was_activated_in
         version: term.version(n).unwrap(),
         kind: RepKind::Write { offset: 0 },
         data: Bytes::from(vec![n as u8; 4096]),
+        committed: Version::NONE,
     };
     let query = |term| PeerMsg::Query {
         device: dev,
@@ -171,6 +172,7 @@ async fn a_replicated_write_applies_only_in_the_term_the_member_was_activated_in
             activated: term.interval,
             ..MemberInfo::default()
         },
+        readable: false,
     };
     let held = || async { store.object_info(oid).await.unwrap().map(|o| o.version) };
 

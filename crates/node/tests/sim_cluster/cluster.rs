@@ -45,6 +45,9 @@ pub struct SimCluster {
     pub catalog: Catalog,
     pub slots: Vec<Slot>,
     pub client: Client,
+    /// The gateway beside the first node (`Config::gateway`): its client, and its handle on
+    /// the metadata store (cut off with the node's).
+    pub gateway: Option<(Client, Arc<SimMeta>)>,
     pub rng: Rng,
     pub trace: Trace,
     pub kills: u64,
@@ -119,6 +122,7 @@ impl SimCluster {
             catalog,
             slots: Vec::new(),
             client,
+            gateway: None,
             rng,
             trace: Trace::default(),
             kills: 0,
@@ -160,7 +164,65 @@ impl SimCluster {
             .await
             .expect("open");
         c.volume = Some(volume.id());
+        if cfg.gateway {
+            c.start_gateway().await;
+        }
         (c, volume)
+    }
+
+    /// The gateway beside the first node: a client on that node's host, reaching every node
+    /// from there and reading the first node's copies first.
+    async fn start_gateway(&mut self) {
+        let meta = SimMeta::new(self.meta.clone());
+        let handle: Arc<dyn MetaStore> = meta.clone();
+        let config = ClusterConfig {
+            op_timeout: Duration::from_secs(30),
+            ..ClusterConfig::default()
+        };
+        let client = Client::connect(handle, config).await.expect("gateway");
+        let host = self.slots[0].host;
+        for slot in &self.slots {
+            let id = slot.id.expect("registered");
+            client.add_local_node(id, self.net.client_port(host, &slot.addr));
+        }
+        client.read_near(self.slots[0].id.expect("registered"));
+        self.gateway = Some((client, meta));
+    }
+
+    /// The gateway's handle on the volume.
+    pub async fn gateway_volume(&self) -> Option<Volume> {
+        let (client, _) = self.gateway.as_ref()?;
+        Some(
+            client
+                .open_volume("v", VolumeOptions::default())
+                .await
+                .expect("the gateway opens the volume"),
+        )
+    }
+
+    /// Holds back the maps of slot `i`'s node (`true`: its map watch lags) or lets them in
+    /// again; the gateway beside it loses (and regains) the metadata store meanwhile, so its
+    /// map lags too.
+    pub fn lag_maps(&self, i: usize, lag: bool) {
+        if let Some(node) = &self.slots[i].node {
+            node.hold_back_maps(lag);
+        }
+        if i == 0
+            && let Some((_, meta)) = &self.gateway
+        {
+            meta.set_reachable(!lag);
+        }
+    }
+
+    /// Cuts slot `i` off from the metadata store (`false`) or reconnects it, and with it the
+    /// gateway beside it.
+    pub fn set_meta_reachable(&self, i: usize, reachable: bool) {
+        self.slots[i].meta.set_reachable(reachable);
+        if i == 0
+            && let Some((_, meta)) = &self.gateway
+        {
+            meta.set_reachable(reachable);
+        }
     }
 
     fn latency(&mut self) -> Latency {
@@ -216,6 +278,7 @@ impl SimCluster {
     /// Starts the node of slot `i` on its disks (recovery runs on them).
     pub async fn boot(&mut self, i: usize) {
         let latency = self.latency();
+        let gateway_host = self.slots[0].host;
         let slot = &mut self.slots[i];
         let inc = self.net.boot(slot.host);
         slot.meta = SimMeta::new(self.meta.clone());
@@ -247,6 +310,13 @@ impl SimCluster {
         self.net.attach(slot.host, inc, &slot.addr, node.service());
         self.client
             .add_local_node(node.id(), self.net.client_port(CLIENT, &slot.addr));
+        if let Some((gateway, _)) = &self.gateway {
+            let port = self.net.client_port(gateway_host, &slot.addr);
+            gateway.add_local_node(node.id(), port);
+        }
+        if (i as u32) < self.cfg.near_reads {
+            self.client.read_near(node.id());
+        }
         slot.node = Some(node);
     }
 
@@ -567,7 +637,8 @@ impl SimCluster {
     pub async fn heal(&mut self) {
         self.net.heal_all();
         for i in 0..self.slots.len() {
-            self.slots[i].meta.set_reachable(true);
+            self.set_meta_reachable(i, true);
+            self.lag_maps(i, false);
             self.restart(i).await;
             self.slots[i].faulted = false;
         }
@@ -627,6 +698,18 @@ impl SimCluster {
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
+    }
+
+    /// Reads the running nodes answered from their own copies as members (`ReadReplica`), and
+    /// those they refused.
+    pub fn replica_reads(&self) -> (u64, u64) {
+        self.slots
+            .iter()
+            .filter_map(|s| s.node.as_ref())
+            .map(|n| n.status())
+            .fold((0, 0), |(a, b), s| {
+                (a + s.replica_reads, b + s.replica_reads_refused)
+            })
     }
 
     /// Stops everything at the end of a run (tasks are dropped with the runtime).

@@ -73,6 +73,12 @@ pub struct Faults {
     /// With `kills`: a killed node's drive dies while it is down; the operator marks it out and
     /// the node comes back with a blank drive in its place (once per run).
     pub replacements: bool,
+    /// A node partitioned from every other host (both ways) whose map watch lags meanwhile
+    /// (it installs no newer map, though it keeps its lease in the metadata store), and the
+    /// gateway beside it cut off from the metadata store: the others fail it over while it
+    /// still believes it serves (what the read leases of failure-model.md rules 9 and 13 are
+    /// for). Healed later.
+    pub lags: bool,
     /// With `media`: half of the media faults make a sector of a block of client data
     /// unreadable (a latent sector error: reads of it fail with `EIO` until it is written
     /// over) instead of flipping a bit in it.
@@ -118,6 +124,14 @@ pub struct Config {
     /// How long each node takes to act on a new map (`Tuning::map_lag`): its PGs' work of the
     /// older map meets the newer one.
     pub map_lag: Duration,
+    /// The clients read first from the copies of this many nodes (the first ones;
+    /// `Cluster::read_near`, as a gateway in a node's process does), each a serving member
+    /// answering from its own copy when it may (`ReadReplica`): 0, 1 or every node.
+    pub near_reads: u32,
+    /// One more client runs on the first node's host, as a gateway beside the node: it reads
+    /// that node's copies first, reaches the metadata store through the host (cut off with
+    /// the node) and the other nodes over the host's network (partitioned with it).
+    pub gateway: bool,
 }
 
 impl Config {
@@ -145,6 +159,7 @@ impl Config {
                 stops: false,
                 replacements: false,
                 read_faults: false,
+                lags: false,
             },
         };
         let net_lo = r.pick(&[0u64, 50, 200, 1000]);
@@ -177,6 +192,8 @@ impl Config {
             down_out: Duration::from_secs(r.pick(&[10u64, 30, 600])),
             writeback_idle: Duration::from_millis(2),
             map_lag: Duration::ZERO,
+            near_reads: 0,
+            gateway: false,
         };
         // Drawn last, so that the seeds' other draws stay what they were before media faults.
         // Not with `min_size` 1: a PG may then take writes on one copy alone, so a flipped bit
@@ -199,6 +216,11 @@ impl Config {
         cfg.faults.replacements = cfg.faults.kills && min_size > 1 && r.chance(0.4);
         // Last again.
         cfg.faults.read_faults = cfg.faults.media && r.chance(0.5);
+        // Last again.
+        cfg.near_reads = r.pick(&[0, 1, nodes]);
+        // Last again.
+        cfg.gateway = r.chance(0.5);
+        cfg.faults.lags = with_faults && r.chance(0.4);
         cfg
     }
 }

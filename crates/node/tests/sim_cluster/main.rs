@@ -53,6 +53,10 @@ pub struct Report {
     pub virtual_secs: u64,
     /// Final reads that failed for good after a double fault (`workload::final_check`).
     pub double_faults: u64,
+    /// Reads the nodes running at the end answered from their own copies as members, and
+    /// those they refused (read from the primary instead).
+    pub replica_reads: u64,
+    pub replica_reads_refused: u64,
     pub violations: Vec<String>,
 }
 
@@ -84,6 +88,21 @@ fn drawn(seed: u64, faults: bool) -> Config {
 fn before_read_faults(seed: u64) -> Config {
     let mut cfg = Config::draw(seed, true);
     cfg.faults.read_faults = false;
+    without_near_reads(cfg)
+}
+
+/// The configuration of a regression seed found before reads from near copies were drawn:
+/// its schedule then.
+fn before_near_reads(seed: u64) -> Config {
+    without_near_reads(Config::draw(seed, true))
+}
+
+/// `cfg` without what was drawn after it: reads from near copies, the gateway beside a node,
+/// nodes whose map lags.
+fn without_near_reads(mut cfg: Config) -> Config {
+    cfg.near_reads = 0;
+    cfg.gateway = false;
+    cfg.faults.lags = false;
     cfg
 }
 
@@ -112,14 +131,30 @@ pub fn on_sim_runtime<T>(seed: u64, f: impl std::future::Future<Output = T>) -> 
 async fn run(cfg: Config, pool_first: bool) -> Report {
     let start = tokio::time::Instant::now();
     let (mut cluster, volume) = SimCluster::start(&cfg, pool_first).await;
+    let gateway = cluster.gateway_volume().await;
     let seen: Shared = Rc::new(RefCell::new(Seen {
         model: model::Model::new(cfg.blocks),
-        running: cfg.clients,
+        running: cfg.clients + u32::from(gateway.is_some()),
         ..Seen::default()
     }));
     let mut rng = Rng::new(cfg.seed ^ 0x00c1_1e47);
-    let clients = (0..cfg.clients)
-        .map(|c| workload::client(c, &volume, seen.clone(), rng.fork(), &cfg, start));
+    let mut clients: Vec<_> = (0..cfg.clients)
+        .map(|c| workload::client(c, &volume, seen.clone(), rng.fork(), &cfg, cfg.reads, start))
+        .collect();
+    // The gateway beside the first node, one client more (drawn after the others), reading
+    // mostly: what it reads from its node's copies is what a lagging node could get wrong.
+    if let Some(g) = &gateway {
+        let c = cfg.clients;
+        clients.push(workload::client(
+            c,
+            g,
+            seen.clone(),
+            rng.fork(),
+            &cfg,
+            0.8,
+            start,
+        ));
+    }
     let clients = futures::future::join_all(clients);
     let faults = workload::faults(&mut cluster, &seen, start);
     futures::future::join(clients, faults).await;
@@ -137,8 +172,10 @@ async fn run(cfg: Config, pool_first: bool) -> Report {
     }
     let virtual_secs = start.elapsed().as_secs();
     let net = cluster.net.stats();
+    let (replica_reads, replica_reads_refused) = cluster.replica_reads();
     cluster.stop();
     drop(volume);
+    drop(gateway);
     let s = seen.borrow();
     let mut trace = s.trace;
     trace.add(99, &[cluster.trace.0, net.messages, net.held, net.breaks]);
@@ -160,6 +197,8 @@ async fn run(cfg: Config, pool_first: bool) -> Report {
         breaks: net.breaks,
         virtual_secs,
         double_faults: s.double_faults,
+        replica_reads,
+        replica_reads_refused,
         violations: s.violations.clone(),
     }
 }
@@ -208,6 +247,9 @@ fn check_seeds(seeds: &[u64]) {
         cfg.faults.stops = false;
         cfg.map_lag = Duration::ZERO;
         cfg.faults.replacements = false;
+        cfg.near_reads = 0;
+        cfg.gateway = false;
+        cfg.faults.lags = false;
         let r = check_config(cfg, false);
         assert!(r.acked > 0, "seed {seed}: {r:?}");
     }
@@ -280,6 +322,8 @@ fn swarm() {
         total.breaks += r.breaks;
         total.virtual_secs += r.virtual_secs;
         total.double_faults += r.double_faults;
+        total.replica_reads += r.replica_reads;
+        total.replica_reads_refused += r.replica_reads_refused;
     }
     eprintln!(
         "cluster swarm: {seeds} seeds from {base} in {:?}: {total:?}",
@@ -297,7 +341,8 @@ fn swarm() {
                 && total.restarts > 0
                 && total.held > 0
                 && total.breaks > 0
-                && total.flips > 0,
+                && total.flips > 0
+                && total.replica_reads > 0,
             "{total:?}"
         );
     }
@@ -565,7 +610,7 @@ fn an_adopted_version_with_no_good_copy_falls_back_to_a_witness() {
 #[test]
 fn unreadable_sectors_are_drawn_and_survived() {
     init_log();
-    let cfg = Config::draw(740246, true);
+    let cfg = before_near_reads(740246);
     assert!(cfg.faults.read_faults, "{cfg:?}");
     let r = check_config(cfg, false);
     assert!(r.read_faults > 0 && r.acked > 0, "{r:?}");

@@ -1,11 +1,12 @@
 //! Scripted schedules: a fault placed at one exact moment, which random schedules reach only
 //! by chance, on the same simulated cluster as the swarm.
 
-use crate::cluster::SimCluster;
+use crate::cluster::{CLIENT, SimCluster};
 use crate::config::Config;
 use crate::model::BLOCK;
 use crate::{init_log, on_sim_runtime};
 use basalt_placement::ClusterMap;
+use basalt_proto::{Request, Response};
 use basalt_types::{DeviceId, ObjectId, PgId};
 use bytes::Bytes;
 use std::time::Duration;
@@ -229,5 +230,136 @@ async fn removed_while_cut_off(cfg: Config) {
         let got = volume.read(i * BLOCK as u64, BLOCK as u32).await;
         assert!(got.expect("read") == block(i), "block {i}");
     }
+    c.stop();
+}
+
+/// A member whose map lags answers no read of its own copy once a newer term may have
+/// acknowledged writes it lacks (failure-model.md rule 13). Three copies; a gateway beside
+/// node 0 reads node 0's copies first. Node 0 is cut off from the other nodes and its map
+/// watch stops (so is the gateway's: it still routes reads to node 0); the others report it,
+/// its device goes down, and its PGs go on without it in a newer term, where the clients'
+/// client writes a block again. Node 0, still believing it serves the old term, must refuse
+/// the gateway's read of that block: it no longer holds a read lease of the other members.
+/// Without the lease check it returns the older data (the test fails so when the check is
+/// removed from `replica_read.rs`).
+#[test]
+fn a_lagging_member_answers_no_read_of_its_copy_after_a_newer_term_wrote() {
+    init_log();
+    let mut cfg = three_nodes(9, 3);
+    cfg.gateway = true;
+    cfg.near_reads = 0;
+    on_sim_runtime(cfg.seed, lagging_member(cfg));
+}
+
+async fn lagging_member(cfg: Config) {
+    let (c, volume) = SimCluster::start(&cfg, false).await;
+    for i in 0..cfg.blocks {
+        let at = i * BLOCK as u64;
+        volume.write(at, block(i), false).await.expect("write");
+    }
+    let gateway = c.gateway_volume().await.expect("a gateway");
+    let lagging = c.slots[0].node.as_ref().expect("running");
+    let mine = c.slots[0].devices[0];
+    // Members learn the commit watermark with later writes, or at the latest from the
+    // primary's periodic report (`recovery.rs::publish_complete`).
+    tokio::time::sleep(Duration::from_secs(40)).await;
+    let (map, _) = c
+        .catalog
+        .get_map::<ClusterMap>()
+        .await
+        .expect("map")
+        .expect("a map");
+    let per_object = u64::from(cfg.object_size) / BLOCK as u64;
+    let oid = |i: u64| {
+        ObjectId::new(
+            c.pool.expect("pool"),
+            c.volume.expect("volume"),
+            i / per_object,
+        )
+    };
+    // A block whose PG node 0 serves as a member, not as its primary.
+    let b = (0..cfg.blocks)
+        .find(|i| {
+            map.locate(&oid(*i))
+                .is_some_and(|(_, e)| map.pg_primary(e) != Some(mine) && e.acting.contains(&mine))
+        })
+        .expect("a PG node 0 is a member of");
+    let served = lagging.status().replica_reads;
+    let got = gateway
+        .read(b * BLOCK as u64, BLOCK as u32)
+        .await
+        .expect("read");
+    assert!(got == block(b), "block {b} before");
+    assert_eq!(
+        lagging.status().replica_reads,
+        served + 1,
+        "node 0 did not serve the gateway's read of its copy"
+    );
+
+    // Node 0 cut off from the others, its map (and the gateway's) lagging.
+    let host = c.slots[0].host;
+    for h in c
+        .slots
+        .iter()
+        .map(|s| s.host)
+        .chain([CLIENT])
+        .filter(|h| *h != host)
+    {
+        c.net.cut(h, host);
+        c.net.cut(host, h);
+    }
+    c.lag_maps(0, true);
+    let stale = lagging.epoch();
+    let moved = until(Duration::from_secs(60), || async {
+        let (now, _) = c.catalog.get_map::<ClusterMap>().await.ok()??;
+        let (_, e) = now.locate(&oid(b))?;
+        (!now.is_up(mine) && e.since > map.epoch).then_some(())
+    })
+    .await;
+    assert!(moved.is_some(), "node 0's device was never marked down");
+    assert_eq!(lagging.epoch(), stale, "node 0's map did not lag");
+    let newer = Bytes::from(vec![0xabu8; BLOCK]);
+    volume
+        .write(b * BLOCK as u64, newer.clone(), false)
+        .await
+        .expect("write in the newer term");
+    let read_there = Request::ReadReplica {
+        epoch: stale,
+        oid: oid(b),
+        offset: (b % per_object) as u32 * BLOCK as u32,
+        len: BLOCK as u32,
+    };
+    match lagging.service().call(read_there).await {
+        Err(e) => assert!(e.message.contains("read lease"), "{e}"),
+        Ok(Response::Read { data }) => panic!(
+            "node 0 answered a read of its copy after a newer term wrote, with {}",
+            if data == block(b) {
+                "the older data"
+            } else {
+                "the newer data"
+            }
+        ),
+        Ok(other) => panic!("answered {other:?}"),
+    }
+    // Nor does the gateway get the older data: it cannot reach the primary and fails.
+    if let Ok(got) = gateway.read(b * BLOCK as u64, BLOCK as u32).await {
+        assert!(got == newer, "the gateway read older data");
+    }
+
+    // Healed: every PG settles and every block reads back, through the gateway too.
+    c.net.heal_all();
+    c.lag_maps(0, false);
+    c.settled().await.expect("settled");
+    for i in 0..cfg.blocks {
+        let want = if i == b { newer.clone() } else { block(i) };
+        let got = volume.read(i * BLOCK as u64, BLOCK as u32).await;
+        assert!(got.expect("read") == want, "block {i}");
+        let got = gateway.read(i * BLOCK as u64, BLOCK as u32).await;
+        assert!(
+            got.expect("gateway read") == want,
+            "block {i} through the gateway"
+        );
+    }
+    let mut c = c;
     c.stop();
 }

@@ -37,16 +37,17 @@ fn ms_since(start: Instant) -> u64 {
     start.elapsed().as_millis() as u64
 }
 
-/// One client: the configured number of operations on random blocks.
+/// One client: the configured number of operations on random blocks, `reads` of them reads.
 pub async fn client(
     c: u32,
     volume: &Volume,
     seen: Shared,
     mut rng: Rng,
     cfg: &Config,
+    reads: f64,
     start: Instant,
 ) {
-    let (blocks, reads, think) = (cfg.blocks, cfg.reads, cfg.think);
+    let (blocks, think) = (cfg.blocks, cfg.think);
     for n in 0..cfg.ops_per_client {
         let pause = rng.ms(think.0, think.1);
         if !pause.is_zero() {
@@ -251,6 +252,7 @@ pub async fn faults(c: &mut SimCluster, seen: &Shared, start: Instant) {
         (f.map_changes, Fault::Out),
         (f.media, Fault::Flip),
         (f.stops, Fault::Stop),
+        (f.lags, Fault::Lag),
     ] {
         if on {
             kinds.push(kind);
@@ -279,7 +281,11 @@ pub async fn faults(c: &mut SimCluster, seen: &Shared, start: Instant) {
             continue;
         }
         let what = c.rng.pick(&kinds);
-        let i = c.rng.range(0, c.slots.len() as u64 - 1) as usize;
+        let mut i = c.rng.range(0, c.slots.len() as u64 - 1) as usize;
+        if what == Fault::Lag && c.gateway.is_some() {
+            // Where the gateway reads from: its node's copies are what may be stale.
+            i = 0;
+        }
         let (lo, hi) = c.cfg.fault_length;
         let until = Instant::now() + c.rng.ms(lo, hi);
         let t = ms_since(start);
@@ -356,6 +362,15 @@ pub async fn faults(c: &mut SimCluster, seen: &Shared, start: Instant) {
 fn inject(c: &mut SimCluster, i: usize, what: Fault) {
     match what {
         Fault::Kill => c.kill(i),
+        Fault::Lag => {
+            let host = c.slots[i].host;
+            let hosts: Vec<_> = c.slots.iter().map(|s| s.host).chain([CLIENT]).collect();
+            for h in hosts.into_iter().filter(|h| *h != host) {
+                c.net.cut(h, host);
+                c.net.cut(host, h);
+            }
+            c.lag_maps(i, true);
+        }
         Fault::Partition => {
             let host = c.slots[i].host;
             let hosts: Vec<_> = c.slots.iter().map(|s| s.host).chain([CLIENT]).collect();
@@ -375,7 +390,7 @@ fn inject(c: &mut SimCluster, i: usize, what: Fault) {
                 }
             }
         }
-        Fault::MetaCut => c.slots[i].meta.set_reachable(false),
+        Fault::MetaCut => c.set_meta_reachable(i, false),
         Fault::Break | Fault::Out | Fault::In(_) | Fault::Flip | Fault::Stop => {
             unreachable!("not a fault that lasts on one node")
         }
@@ -389,6 +404,8 @@ pub enum Fault {
     Stop,
     Partition,
     MetaCut,
+    /// Partitioned from every host while its map watch lags (and the gateway's beside it).
+    Lag,
     Break,
     Out,
     In(basalt_engine::DeviceId),
@@ -406,6 +423,7 @@ impl Fault {
             Fault::In(d) => 6 | (u64::from(d.0) << 8),
             Fault::Flip => 7,
             Fault::Stop => 8,
+            Fault::Lag => 9,
         }
     }
 }
@@ -415,15 +433,18 @@ async fn heal(c: &mut SimCluster, i: usize, what: Fault, start: Instant) {
     c.trace.add(33, &[i as u64, what.code(), t]);
     match what {
         Fault::Kill | Fault::Stop => c.restart(i).await,
-        Fault::Partition => {
+        Fault::Partition | Fault::Lag => {
             let host = c.slots[i].host;
             let hosts: Vec<_> = c.slots.iter().map(|s| s.host).chain([CLIENT]).collect();
             for h in hosts {
                 c.net.heal(h, host);
                 c.net.heal(host, h);
             }
+            if what == Fault::Lag {
+                c.lag_maps(i, false);
+            }
         }
-        Fault::MetaCut => c.slots[i].meta.set_reachable(true),
+        Fault::MetaCut => c.set_meta_reachable(i, true),
         Fault::In(dev) => c.set_out(dev, false).await,
         Fault::Break | Fault::Out | Fault::Flip => {}
     }
