@@ -5,7 +5,7 @@
 //! copy may answer now; the client then reads from the primary).
 
 use crate::service::NodeShared;
-use basalt_proto::{Response, WireError};
+use basalt_proto::{ErrorCode, Response, WireError};
 use basalt_types::{Epoch, ObjectId};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -28,8 +28,18 @@ pub(crate) async fn read_replica(
     offset: u32,
     len: u32,
 ) -> Result<Response, WireError> {
-    let map = node.maps.admit(epoch).await?;
-    let answer = match node.pgs.replica_of(&map, &oid) {
+    // No wait for a newer map, as `admit` does: the client reads from the primary at once.
+    let map = node.maps.map();
+    let answer = match (map.epoch == epoch)
+        .then_some(())
+        .ok_or_else(|| {
+            WireError::new(
+                ErrorCode::Busy,
+                format!("at map epoch {}, not {}", map.epoch.0, epoch.0),
+            )
+        })
+        .and_then(|()| node.pgs.replica_of(&map, &oid))
+    {
         Ok(pg) => pg.read_replica(&node.pgs.ctx, oid, offset, len).await,
         Err(e) => Err(e),
     };

@@ -84,8 +84,9 @@ pub(crate) enum PeerMsg {
         oid: ObjectId,
     },
     /// `term` is active with this member: persist `info` (durably) and accept the term's
-    /// sub-operations from now on. `readable`: the member lacks nothing of the PG and the term
-    /// has no backfill target, so it may answer reads of its own copy (`replica_read.rs`).
+    /// sub-operations from now on. `readable`: the term is active with nothing missing on any
+    /// member and no backfill target (`Primary::members_readable`), so the member may answer
+    /// reads of its own copy (`replica_read.rs`).
     Activate {
         device: DeviceId,
         pg: PgId,

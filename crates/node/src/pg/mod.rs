@@ -323,6 +323,19 @@ impl Primary {
         }
     }
 
+    /// Whether the serving members may answer reads of their own copies in this term
+    /// (`replica_read.rs`): it is active (every serving member activated), nothing is missing
+    /// on any of them (every version the authority adopted, acknowledged or not, is on each, so
+    /// no later peering can drop it), and it has no backfill target (its up set lies within its
+    /// acting set; a target that completes would witness the interval for later peerings
+    /// without granting the members' nodes the leases their reads check).
+    pub fn members_readable(&self) -> bool {
+        self.status == Status::Active
+            && self.missing.is_empty()
+            && self.targets.is_empty()
+            && self.up.iter().all(|d| self.acting.contains(d))
+    }
+
     /// Whether a write to `oid` must wait (recovery or backfill of it first).
     pub fn must_wait(&self, oid: &ObjectId) -> bool {
         self.missing.contains_key(oid) || self.busy.contains(oid)
@@ -395,6 +408,9 @@ pub(crate) struct PgState {
     /// The newest commit watermark of the accepted term's primary (`RepOp::committed`):
     /// every write of that term at or below it is durable on every member.
     pub committed: Version,
+    /// A term in which a sub-operation failed here: this member is never readable in it
+    /// again (a late activation of that term, sent before the failure, must not make it so).
+    pub spoiled: Option<Term>,
     pub primary: Option<Primary>,
 }
 
@@ -485,6 +501,7 @@ impl Pgs {
                     queried: false,
                     readable: None,
                     committed: Version::NONE,
+                    spoiled: None,
                     primary: None,
                 }),
                 changed: Notify::new(),

@@ -207,12 +207,11 @@ impl Pg {
                     suspect: needs && (holdings[dev].info.suspect || dropped.contains(dev)),
                 },
             };
-            // Lacking nothing, in a term without backfill targets (a completed target
-            // witnesses the interval for later peerings, and its node grants no lease the
-            // member's reads would need: `replica_read.rs`), a member may answer reads of its
-            // own copy.
-            let readable = undersized.is_none() && !needs && no_targets(&entry);
-            self.activate(ctx, &map, *dev, term, info, readable).await?;
+            // Not readable yet (`replica_read.rs`): the authority may have adopted a version
+            // only some members hold, never acknowledged, which a later peering without them
+            // would drop; and a member activated later may fail. Once the term is active
+            // with nothing missing, `recovery.rs::publish_complete` says so.
+            self.activate(ctx, &map, *dev, term, info, false).await?;
         }
         let members = self.links(ctx, &map, &serving).await?;
         let targets = self.targets(ctx, &map, &entry, &holdings, term).await?;
@@ -770,12 +769,6 @@ impl Pg {
         }
         Ok(out)
     }
-}
-
-/// Whether the PG's up set lies within its acting set: then no term of its interval has a
-/// backfill target (a change of the up set makes the primary peer again).
-pub(super) fn no_targets(entry: &basalt_placement::PgMap) -> bool {
-    entry.up.iter().all(|d| entry.acting.contains(d))
 }
 
 /// Sends a message and returns the answer (errors as text).

@@ -281,11 +281,12 @@ impl Pg {
         let Some((term, complete, devs)) = self.committed() else {
             return Ok(());
         };
-        // Nothing is missing: every member may answer reads of its own copy, unless the term
-        // has backfill targets (`peering.rs::no_targets`).
-        let readable = self.st.lock().primary.as_ref().is_some_and(|p| {
-            p.term == term && p.targets.is_empty() && p.up.iter().all(|d| p.acting.contains(d))
-        });
+        let readable = self
+            .st
+            .lock()
+            .primary
+            .as_ref()
+            .is_some_and(|p| p.term == term && p.members_readable());
         let map = ctx.maps.map();
         for dev in devs {
             if !self.current(generation) {

@@ -29,15 +29,19 @@ impl Pgs {
     /// Applies a sub-operation: checked and handed to the store now (arrival order), answered
     /// once it is durable.
     pub fn rep(&self, op: RepOp) -> ResponseFuture {
-        let pg = self.existing(op.device, op.pg);
+        let (pg, term) = (self.existing(op.device, op.pg), op.term);
         let submitted = self.submit_rep(op);
         Box::pin(async move {
             let pending = submitted?;
             if let Err(e) = pending.await {
                 // The primary ends the term; until then this copy may lack a write the others
-                // hold: it answers no more reads of its own (`replica_read.rs`).
+                // hold: it answers no more reads of its own in this term (`replica_read.rs`).
                 if let Some(pg) = pg {
-                    pg.st.lock().readable = None;
+                    let mut st = pg.st.lock();
+                    if st.readable == Some(term) {
+                        st.readable = None;
+                    }
+                    st.spoiled = st.spoiled.max(Some(term));
                 }
                 return Err(engine_to_wire(e));
             }
@@ -419,7 +423,7 @@ impl Pgs {
         if st.accepting != term || st.promised != term {
             return;
         }
-        st.readable = readable.then_some(term);
+        st.readable = (readable && st.spoiled != Some(term)).then_some(term);
         if complete > st.committed && complete.epoch == term.interval.0 {
             st.committed = complete;
         }

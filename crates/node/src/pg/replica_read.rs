@@ -3,15 +3,19 @@
 //! are in `primary.rs`).
 //!
 //! A member answers such a read of object `o` in term `t` only when all of these hold
-//! (docs/design/replication.md, "Reads from a member's own copy"; failure-model.md rule 13):
+//! (docs/design/replication.md, "Reads from a member's own copy"; failure-model.md rule 10):
 //!
-//! 1. **Complete in `t`.** Its primary said so in `t`'s activation, or once nothing was missing
-//!    (`readable` in `PeerMsg::Activate`), and `t` has no backfill target. It is still the term
-//!    it accepts and the newest it promised (a newer peering asked it: it stops at once), and
-//!    no sub-operation failed here since. Being a serving member of `t`, it then gets every
-//!    write of `t` before that write is acknowledged.
+//! 1. **Complete in `t`, and so is every other member.** Its primary said so once `t` was
+//!    active with nothing missing on any member and no backfill target (`readable` in the
+//!    `PeerMsg::Activate` of `recovery.rs::publish_complete`; `Primary::members_readable`): every
+//!    version the authority adopted, acknowledged or not, is then on every member, so no later
+//!    peering can drop it. `t` is still the term it accepts and the newest it promised (a
+//!    newer peering asked it: it stops at once), and no sub-operation of `t` failed here. Being
+//!    a serving member of `t`, it then gets every write of `t` before that write is
+//!    acknowledged.
 //! 2. **Committed.** The version read is at or below the newest commit watermark the primary
-//!    sent (`RepOp::committed`; everything before `t` was decided by its peering): a write
+//!    sent (`RepOp::committed`; everything before `t` was decided by its peering and is on
+//!    every member by rule 1): a write
 //!    applied here that is not yet on every member (peering may still roll it back) is never
 //!    returned. A younger object is refused: the client reads it from the primary, which
 //!    holds such writes until they are durable everywhere.

@@ -234,7 +234,7 @@ async fn removed_while_cut_off(cfg: Config) {
 }
 
 /// A member whose map lags answers no read of its own copy once a newer term may have
-/// acknowledged writes it lacks (failure-model.md rule 13). Three copies; a gateway beside
+/// acknowledged writes it lacks (failure-model.md rule 10). Three copies; a gateway beside
 /// node 0 reads node 0's copies first. Node 0 is cut off from the other nodes and its map
 /// watch stops (so is the gateway's: it still routes reads to node 0); the others report it,
 /// its device goes down, and its PGs go on without it in a newer term, where the clients'
