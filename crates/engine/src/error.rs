@@ -43,6 +43,13 @@ pub enum EngineError {
         current: Version,
         requested: Version,
     },
+    /// A write meant to follow one version of the object found another (`WriteOptions::prior`):
+    /// the write it follows failed here.
+    #[error(
+        "object is at {current}, not at {expected} this write follows (an earlier write to it \
+         failed here); not applied"
+    )]
+    PriorVersion { current: Version, expected: Version },
     /// An earlier write or flush failed, so the store no longer knows what is durable. Every later
     /// read, write and flush is refused; reopen the store (recovery decides what survived).
     #[error(
@@ -149,6 +156,10 @@ impl EngineError {
             EngineError::StaleVersion { current, requested } => EngineError::StaleVersion {
                 current: *current,
                 requested: *requested,
+            },
+            EngineError::PriorVersion { current, expected } => EngineError::PriorVersion {
+                current: *current,
+                expected: *expected,
             },
             EngineError::Poisoned(s) => EngineError::Poisoned(s.clone()),
             EngineError::NotFormatted(p) => EngineError::NotFormatted(p.clone()),

@@ -142,6 +142,12 @@ pub struct WriteOptions {
     /// Hold the write invisible: reads of the object wait until [`Store::commit`] (the primary
     /// of a replicated PG commits once every replica has the write durable).
     pub pending: bool,
+    /// Apply only onto this version of the object (tombstones included; `Version::NONE`: the
+    /// object does not exist), else [`EngineError::PriorVersion`]. Checked when the write is
+    /// applied, after every earlier operation on the object: a replicated write sent while an
+    /// earlier one to its object was in flight is not applied where the earlier one failed.
+    /// Ignored by install.
+    pub prior: Option<Version>,
 }
 
 impl Default for WriteOptions {
@@ -152,6 +158,7 @@ impl Default for WriteOptions {
             version: None,
             pg: 0,
             pending: false,
+            prior: None,
         }
     }
 }
@@ -178,6 +185,12 @@ impl WriteOptions {
     pub fn held(self) -> Self {
         WriteOptions {
             pending: true,
+            ..self
+        }
+    }
+    pub fn after(self, prior: Version) -> Self {
+        WriteOptions {
+            prior: Some(prior),
             ..self
         }
     }

@@ -336,6 +336,62 @@ async fn pg_records_persist(b: Backend) {
     assert!(store.pgs().await.unwrap().iter().all(|p| p.pg != pg(9)));
 }
 
+/// A write that follows a version (`WriteOptions::prior`) applies only onto it, checked after
+/// every earlier operation on the object: one sent behind a write that failed is refused too.
+async fn writes_follow_the_version_they_were_sent_behind(b: Backend) {
+    let dev = dev(b);
+    let store = dev.open().await;
+    let o = oid(6, 1);
+    // Onto an object that does not exist yet.
+    let first = at(2, 1, 4).after(Version::NONE);
+    put(&store, o, b"a", first).await;
+    // Both queued before either applies: the first is stale (it fails here), so the one sent
+    // behind it is refused, and the object keeps what it had.
+    let failing = store.submit_write(o, 0, Bytes::from_static(b"x"), at(1, 9, 4));
+    let behind = store.submit_write(
+        o,
+        4096,
+        Bytes::from_static(b"y"),
+        at(2, 3, 4).after(Version::new(1, 9)),
+    );
+    assert!(matches!(
+        failing.await,
+        Err(EngineError::StaleVersion { .. })
+    ));
+    match behind.await {
+        Err(EngineError::PriorVersion { current, expected }) => {
+            assert_eq!(
+                (current, expected),
+                (Version::new(2, 1), Version::new(1, 9))
+            );
+        }
+        other => panic!("expected PriorVersion, got {other:?}"),
+    }
+    assert_eq!(store.read(o, 4096, 1).await.unwrap(), &b"\0"[..]);
+    // Behind a held write that applies: both apply, in order.
+    let held = store.submit_write(o, 0, Bytes::from_static(b"b"), at(2, 4, 4).held());
+    let next = store.submit_delete(o, at(2, 5, 4).after(Version::new(2, 4)));
+    assert_eq!(held.await.unwrap(), Version::new(2, 4));
+    store.commit(o, Version::new(2, 4)).unwrap();
+    assert_eq!(next.await.unwrap(), Version::new(2, 5));
+    let info = store.object_info(o).await.unwrap().unwrap();
+    assert!(info.deleted && info.version == Version::new(2, 5));
+    // Onto a tombstone: its version is the one to follow; "does not exist" is not.
+    assert!(matches!(
+        store
+            .write(
+                o,
+                0,
+                Bytes::from_static(b"z"),
+                at(2, 6, 4).after(Version::NONE)
+            )
+            .await,
+        Err(EngineError::PriorVersion { .. })
+    ));
+    put(&store, o, b"z", at(2, 7, 4).after(Version::new(2, 5))).await;
+    assert_eq!(store.read(o, 0, 1).await.unwrap(), &b"z"[..]);
+}
+
 macro_rules! suite {
     ($($name:ident),* $(,)?) => {
         mod sim { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(super::Backend::Sim).await } )* }
@@ -350,4 +406,5 @@ suite!(
     images_round_trip_and_roll_back,
     held_writes_are_invisible_until_committed,
     pg_records_persist,
+    writes_follow_the_version_they_were_sent_behind,
 );

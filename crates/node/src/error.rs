@@ -42,7 +42,9 @@ pub fn engine_to_wire(e: EngineError) -> WireError {
         // A copy that cannot be read is as bad as one failing its checksum: peers look for
         // another copy (`pg/repair.rs`); a client's read fails with `Checksum` (NBD: `EIO`).
         EngineError::Checksum { .. } | EngineError::Unreadable { .. } => ErrorCode::Checksum,
-        EngineError::StaleVersion { .. } => ErrorCode::StaleVersion,
+        EngineError::StaleVersion { .. } | EngineError::PriorVersion { .. } => {
+            ErrorCode::StaleVersion
+        }
         EngineError::Poisoned(_) => ErrorCode::DeviceFailed,
         EngineError::Io(_) => ErrorCode::Io,
         EngineError::Closed => ErrorCode::ShuttingDown,

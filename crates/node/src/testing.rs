@@ -218,3 +218,36 @@ impl MetaStore for Flaky {
         self.inner.revoke_lease(lease).await
     }
 }
+
+/// Makes `dev` of `node` a serving member of `pg` in `term`: promised by a peering query, then
+/// activated (not readable), as a primary's peering does.
+pub(crate) async fn activate_member(
+    node: &NodeShared,
+    dev: DeviceId,
+    pg: basalt_types::PgId,
+    term: basalt_types::Term,
+) {
+    use crate::pg::info::MemberInfo;
+    use crate::pg::messages::PeerMsg;
+    let query = PeerMsg::Query {
+        device: dev,
+        pg,
+        term,
+        epoch: basalt_types::Epoch(0),
+        from: None,
+    };
+    let activate = PeerMsg::Activate {
+        device: dev,
+        pg,
+        term,
+        info: MemberInfo {
+            les: term.interval,
+            activated: term.interval,
+            ..MemberInfo::default()
+        },
+        readable: false,
+    };
+    for msg in [query, activate] {
+        node.pgs.peer(msg, bytes::Bytes::new()).await.unwrap();
+    }
+}

@@ -3,7 +3,7 @@
 //!
 //! | opcode | request body | request data | response body | response data |
 //! |---|---|---|---|---|
-//! | 11 Rep | epoch u64, device u32, pool u32, pg u32, interval u64, round u64, object, version, kind u8, 0u8×3, offset u32, len u32, committed version | write: the bytes | - | - |
+//! | 11 Rep | epoch u64, device u32, pool u32, pg u32, interval u64, round u64, object, version, kind u8, 0u8×3, offset u32, len u32, committed version, prior version | write: the bytes | - | - |
 //! | 12 Peer | epoch u64, json_len u32 | JSON message ‖ payload | json_len u32 | JSON answer ‖ payload |
 //!
 //! `kind`: 1 write (`len` = data length), 2 write-zeroes, 3 delete. A Rep is always durable on
@@ -13,6 +13,9 @@
 //! watermark when it sent the sub-operation: every write of its term at or below it is durable on
 //! every member (and acknowledged, or about to be); a member serves a read of its own copy
 //! (`ReadReplica`) only of an object whose version is at or below the newest watermark it got.
+//! `prior` is the version of the primary's write to the same object still in flight when it sent
+//! this one (0.0: none): the member applies this write only onto that version, so a member where
+//! the earlier write failed does not apply the later one either.
 //! Peer messages are JSON (defined by the node: peering is rare and its shapes change more often
 //! than the data path's), with an optional binary payload (object images) after the JSON.
 
@@ -52,9 +55,13 @@ pub struct RepOp {
     /// Every write of `term` at or below this version is durable on every member: the primary's
     /// commit watermark when it sent this one (this write is above it).
     pub committed: Version,
+    /// The version this write follows: that of the primary's earlier write to the object still
+    /// in flight when this one was sent (the member applies it only onto that version);
+    /// `Version::NONE` when there was none (no check).
+    pub prior: Version,
 }
 
-pub(crate) const REP_BODY_LEN: usize = 8 + 4 + 4 + 4 + 8 + 8 + 20 + 16 + 4 + 4 + 4 + 16;
+pub(crate) const REP_BODY_LEN: usize = 8 + 4 + 4 + 4 + 8 + 8 + 20 + 16 + 4 + 4 + 4 + 16 + 16;
 
 const KIND_WRITE: u8 = 1;
 const KIND_ZEROES: u8 = 2;
@@ -84,6 +91,8 @@ impl RepOp {
         b.put_u32_le(len);
         b.put_u64_le(self.committed.epoch);
         b.put_u64_le(self.committed.seq);
+        b.put_u64_le(self.prior.epoch);
+        b.put_u64_le(self.prior.seq);
         self.data.clone()
     }
 
@@ -112,6 +121,7 @@ impl RepOp {
         b.advance(3);
         let (offset, len) = (b.get_u32_le(), b.get_u32_le());
         let committed = Version::new(b.get_u64_le(), b.get_u64_le());
+        let prior = Version::new(b.get_u64_le(), b.get_u64_le());
         let bad = |detail: &str| ProtoError::Malformed {
             what: "Rep",
             detail: detail.to_string(),
@@ -138,6 +148,7 @@ impl RepOp {
             kind,
             data,
             committed,
+            prior,
         })
     }
 }

@@ -109,10 +109,10 @@ fn arb_rep() -> impl Strategy<Value = Request> {
         0u8..3,
         (any::<u32>(), 1u32..u32::MAX),
         proptest::collection::vec(any::<u8>(), 1..5000),
-        (any::<u64>(), any::<u64>()),
+        (any::<u64>(), any::<u64>(), any::<u64>(), any::<u64>()),
     )
         .prop_map(
-            |((e, d, pg, i), oid, (ve, vs), k, (offset, len), data, (ce, cs))| {
+            |((e, d, pg, i), oid, (ve, vs), k, (offset, len), data, (ce, cs, pe, ps))| {
                 let (kind, data) = match k {
                     0 => (RepKind::Write { offset }, Bytes::from(data)),
                     1 => (RepKind::Zeroes { offset, len }, Bytes::new()),
@@ -128,6 +128,7 @@ fn arb_rep() -> impl Strategy<Value = Request> {
                     kind,
                     data,
                     committed: Version::new(ce, cs),
+                    prior: Version::new(pe, ps),
                 })
             },
         )
@@ -201,6 +202,7 @@ fn request_for(resp: &Result<Response, WireError>) -> Request {
             kind: RepKind::Delete,
             data: Bytes::new(),
             committed: Version::NONE,
+            prior: Version::NONE,
         }),
         Ok(Response::Peer { .. }) => Request::Peer {
             epoch: Epoch(1),

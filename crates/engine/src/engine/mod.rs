@@ -215,7 +215,8 @@ pub(crate) struct WriteOp {
     /// Old contents of partial edge blocks, read from disk for read-modify-write.
     pub old: Vec<(u32, AlignedBuf)>,
     pub reads_pending: u32,
-    pub failed: Option<EngineError>,
+    /// Why a read of an old block failed (boxed: rare, and it keeps the message small).
+    pub failed: Option<Box<EngineError>>,
 }
 
 impl WriteOp {

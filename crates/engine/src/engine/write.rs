@@ -134,6 +134,11 @@ impl Engine {
             return Ok(img.version);
         }
         let current = obj.map_or(Version::NONE, |o| o.version);
+        if let Some(expected) = op.opts.prior
+            && expected != current
+        {
+            return Err(EngineError::PriorVersion { current, expected });
+        }
         match op.opts.version {
             Some(v) if v <= current => Err(EngineError::StaleVersion {
                 current,
@@ -147,7 +152,7 @@ impl Engine {
     /// Tries to apply one operation. `Err` hands it back with the reason it must wait.
     fn try_op(&mut self, mut op: WriteOp) -> Step {
         if let Some(e) = op.failed.take() {
-            op.reply.err(e);
+            op.reply.err(*e);
             return Ok(());
         }
         if let Some(p) = &self.poisoned {
@@ -649,20 +654,20 @@ impl Engine {
             return;
         };
         match d.res {
-            Err(e) if !super::media_error(&e) => op.failed = Some(EngineError::Io(e)),
+            Err(e) if !super::media_error(&e) => op.failed = Some(Box::new(EngineError::Io(e))),
             Err(e) => {
-                op.failed = Some(EngineError::Unreadable {
+                op.failed = Some(Box::new(EngineError::Unreadable {
                     oid,
                     offset: u64::from(block) * BLOCK,
                     detail: e.to_string(),
-                });
+                }));
                 super::read_error(&self.shared, &mut self.bad_seen, off, crc);
             }
             Ok(()) if crc32c(&buf) != crc => {
-                op.failed = Some(EngineError::Checksum {
+                op.failed = Some(Box::new(EngineError::Checksum {
                     oid,
                     offset: u64::from(block) * BLOCK,
-                });
+                }));
                 super::checksum_error(&self.shared, &mut self.bad_seen, off, crc);
             }
             Ok(()) => op.old.push((block, buf)),

@@ -44,7 +44,7 @@ use basalt_types::{DeviceId, Epoch, ObjectId, PgId, Term, Version};
 use info::MemberInfo;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
@@ -276,6 +276,11 @@ pub(crate) struct Primary {
     pub seq: u64,
     /// Sequence numbers of writes not yet acknowledged by every member.
     pub inflight: BTreeSet<u64>,
+    /// Per object with a write in flight, the version of the last one: the next write to it is
+    /// applied only onto that version (`RepOp::prior`), so a copy where it failed does not take
+    /// the next one either (same version, different bytes: peering could not tell them apart).
+    /// Left behind by a failed write (its term ends).
+    pub tails: HashMap<ObjectId, Version>,
     pub missing: BTreeMap<ObjectId, Missing>,
     /// Missing objects recovery found no good copy of (every source's copy of the
     /// authoritative version failed its checksum), and why: reads and writes of them fail at
@@ -630,6 +635,7 @@ impl Pg {
                 targets: Vec::new(),
                 seq,
                 inflight: BTreeSet::new(),
+                tails: HashMap::new(),
                 missing: BTreeMap::new(),
                 unfound: BTreeMap::new(),
                 busy: BTreeSet::new(),
@@ -920,6 +926,7 @@ impl Pg {
             targets: Vec::new(),
             seq: 0,
             inflight: BTreeSet::new(),
+            tails: HashMap::new(),
             missing: BTreeMap::new(),
             unfound: BTreeMap::new(),
             busy: BTreeSet::new(),

@@ -349,6 +349,9 @@ impl Pg {
                 };
                 p.seq = n;
                 p.inflight.insert(n);
+                // Applied everywhere only onto the write to this object still in flight, if
+                // any (`Primary::tails`).
+                let prior = p.tails.insert(oid, version);
                 // What members may answer reads of (`replica_read.rs`): never this write.
                 let committed = p.committed_upto().unwrap_or(Version::NONE);
                 let replicated = !p.members.is_empty() || p.targets.iter().any(|t| t.covers(&oid));
@@ -357,6 +360,7 @@ impl Pg {
                     version: Some(version),
                     pg: self.id.pg,
                     pending: replicated,
+                    prior,
                 };
                 let rep = |dev| {
                     Request::Rep(RepOp {
@@ -379,6 +383,7 @@ impl Pg {
                             WriteKind::Zeroes { .. } | WriteKind::Delete => Bytes::new(),
                         },
                         committed,
+                        prior: prior.unwrap_or(Version::NONE),
                     })
                 };
                 // A target that does not get the write copies the object again later.
@@ -437,6 +442,9 @@ impl Pg {
                 && p.term.version(version.seq & Term::WRITES_PER_ROUND) == Some(version)
             {
                 p.inflight.remove(&(version.seq & Term::WRITES_PER_ROUND));
+                if p.tails.get(&oid) == Some(&version) {
+                    p.tails.remove(&oid);
+                }
                 if p.inflight.is_empty() {
                     pg.writes_idle.notify_one();
                 }
@@ -473,6 +481,11 @@ impl Pg {
                 // Failed here only (a full device, say): nothing of it exists anywhere.
                 done(self);
             }
+            if matches!(e, EngineError::PriorVersion { .. }) {
+                // Sent behind a write to the object that failed here: the next term's peering
+                // decides what stays of both, and the client retries.
+                return Err(busy(format!("{}: {e}", self.id)));
+            }
             if to_members && e.is_bad_copy() {
                 // A partial-block write into a block bad here: the serving members that
                 // applied it hold a newer version than this copy, so the next term's peering
@@ -508,12 +521,14 @@ impl Pg {
                 format!("{}: a member failed a write ({why})", self.id),
             ));
         }
+        // Durable on every copy: off the in-flight list even when the commit below fails (the
+        // store closed), so the commit watermark members read by does not stop here.
+        done(self);
         if replicated {
             // Held until every copy was durable: visible from now on. (An unreplicated write
             // was never held: no extra message to the device thread.)
             self.store.commit(oid, version).map_err(engine_to_wire)?;
         }
-        done(self);
         Ok(version)
     }
 
@@ -631,3 +646,7 @@ impl Pg {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "primary_tests.rs"]
+mod tests;

@@ -6,6 +6,9 @@
 //! - sub-operations are handed to the store in the order they arrive (the connection's read
 //!   loop calls [`Pgs::rep`] before decoding the next frame), so every member applies a PG's
 //!   writes to one object in the primary's order;
+//! - a sub-operation sent behind an earlier write to its object is applied only onto that
+//!   write's version (`RepOp::prior`): where the earlier one failed, this one fails too, and no
+//!   copy ends at the primary's version without every write to it;
 //! - what it reports to a peering primary is durable first (the store is flushed).
 
 use super::Pgs;
@@ -72,6 +75,8 @@ impl Pgs {
             version: Some(op.version),
             pg: op.pg.pg,
             pending: false,
+            // Not onto a copy where the write it follows failed (`Primary::tails`).
+            prior: (op.prior != Version::NONE).then_some(op.prior),
         };
         if op.committed > st.committed {
             st.committed = op.committed;

@@ -77,6 +77,7 @@ fn rep(index: u64, n: u64, committed: u64) -> RepOp {
             0 => TERM.before(),
             c => TERM.version(c).unwrap(),
         },
+        prior: Version::NONE,
     }
 }
 

@@ -155,6 +155,7 @@ async fn a_replicated_write_applies_only_in_the_term_the_member_was_activated_in
         kind: RepKind::Write { offset: 0 },
         data: Bytes::from(vec![n as u8; 4096]),
         committed: Version::NONE,
+        prior: Version::NONE,
     };
     let query = |term| PeerMsg::Query {
         device: dev,
@@ -202,6 +203,55 @@ async fn a_replicated_write_applies_only_in_the_term_the_member_was_activated_in
     assert_eq!(held().await, Some(new.version(1).unwrap()));
     let err = node.pgs.rep(rep(old, 3)).await.unwrap_err();
     assert_eq!(err.code, ErrorCode::StaleEpoch, "{err:?}");
+}
+
+/// A sub-operation sent behind an earlier write to its object (`RepOp::prior`) applies only
+/// onto that write's version: where the earlier one failed, so does this one, and the copy
+/// keeps the version it had (peering then sees it behind and recovers it). Without the check it
+/// would reach the later version without the earlier write's bytes, a copy peering cannot tell
+/// from the others.
+#[tokio::test]
+async fn a_write_sent_behind_one_that_failed_on_the_member_is_not_applied_there() {
+    use basalt_proto::{RepKind, RepOp};
+    let dir = tempfile::tempdir().unwrap();
+    let (node, dev, pg) = one_device_node(dir.path()).await;
+    let store = node.pgs.store(dev).unwrap().clone();
+    let oid = ObjectId::new(PoolId(1), VolumeId(1), 0);
+    let term = Term::new(Epoch(5), 0);
+    let rep = |n: u64, offset: u32, prior: u64| RepOp {
+        epoch: Epoch(0),
+        device: dev,
+        pg,
+        term,
+        oid,
+        version: term.version(n).unwrap(),
+        kind: RepKind::Write { offset },
+        data: Bytes::from(vec![n as u8; 4096]),
+        committed: Version::NONE,
+        prior: match prior {
+            0 => Version::NONE,
+            p => term.version(p).unwrap(),
+        },
+    };
+    crate::testing::activate_member(&node, dev, pg, term).await;
+    let held = || async { store.object_info(oid).await.unwrap().map(|o| o.version) };
+    node.pgs.rep(rep(1, 0, 0)).await.unwrap();
+    // Write 2 fails here (it ends past the object), write 3 was sent behind it: refused.
+    let past_the_end = store.info().object_size;
+    assert!(node.pgs.rep(rep(2, past_the_end, 1)).await.is_err());
+    let err = node.pgs.rep(rep(3, 8192, 2)).await.unwrap_err();
+    assert_eq!(err.code, ErrorCode::StaleVersion, "{err:?}");
+    assert!(err.message.contains("not at"), "{err:?}");
+    assert_eq!(
+        held().await,
+        Some(term.version(1).unwrap()),
+        "kept as it was"
+    );
+    let data = store.read(oid, 8192, 4096).await.unwrap();
+    assert!(data.iter().all(|b| *b == 0), "write 3 not applied");
+    // Behind a write that applied here: applied.
+    node.pgs.rep(rep(4, 8192, 1)).await.unwrap();
+    assert_eq!(held().await, Some(term.version(4).unwrap()));
 }
 
 /// Recovery takes the objects clients wait for first, then the rest in order, never one being

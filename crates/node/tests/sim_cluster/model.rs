@@ -7,9 +7,12 @@
 //! and acknowledged itself before `s`. Zeros are the value of a block never written (as if
 //! written and acknowledged at time 0) and of every zeroing write (trim, write-zeroes): a read
 //! may return them when one of those is not so superseded. A write that failed (the client
-//! gave up) may still land at any time after it was sent; it never supersedes anything. So:
-//! every acknowledged write reads back until a later one replaces it, and no read returns data
-//! older than an acknowledged write.
+//! gave up) may still land at any time after it was sent. A write a read returned is in place
+//! from that read's answer on: a write acknowledged before it was sent is too old for every
+//! read sent after that answer, as if the seen write had been acknowledged then (it may still
+//! land again itself until it is acknowledged: the client retries it). So: every acknowledged
+//! write reads back until a later one replaces it, and no read returns data older than an
+//! acknowledged write, or than a write an earlier read returned.
 
 use bytes::Bytes;
 
@@ -21,6 +24,30 @@ pub struct Write {
     pub sent: u64,
     pub acked: Option<u64>,
     pub failed: bool,
+    /// When a read first returned this write's value (values other than zero only: zeros do
+    /// not tell which write wrote them).
+    pub seen: Option<u64>,
+}
+
+impl Write {
+    /// How the write came to be in place, for messages.
+    fn placed(&self) -> String {
+        match (self.acked, self.seen) {
+            (Some(a), Some(s)) if s < a => format!("read at {s} before its acknowledgement"),
+            (Some(a), _) => format!("acknowledged at {a}"),
+            (None, Some(s)) => format!("not acknowledged, read at {s}"),
+            (None, None) => "not acknowledged".to_string(),
+        }
+    }
+
+    /// From when the write is in place for every later read: its acknowledgement, or the answer
+    /// of the first read that returned it, whichever came first.
+    fn in_place(&self) -> Option<u64> {
+        match (self.acked, self.seen) {
+            (Some(a), Some(s)) => Some(a.min(s)),
+            (a, s) => a.or(s),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -80,6 +107,7 @@ impl Model {
             sent,
             acked: None,
             failed: false,
+            seen: None,
         });
         writes.len() - 1
     }
@@ -100,11 +128,15 @@ impl Model {
     pub fn check_read(&mut self, block: u64, sent: u64, value: u64) -> Result<(), String> {
         let done = self.now();
         let writes = &self.blocks[block as usize];
-        let acked_before = |w: &Write| w.acked.is_some_and(|a| a < sent);
-        // The acknowledged write that makes `w` too old for this read, if any.
+        let in_place_before = |w: &Write| w.in_place().is_some_and(|a| a < sent);
+        // The write in place before this read was sent (acknowledged, or returned by an
+        // earlier read) that makes `w` too old for it, if any: one sent after `w` was
+        // acknowledged. (Until then `w` may still land again: the client retries it.)
         let newer = |w: &Write| {
             let acked = w.acked?;
-            writes.iter().find(|w2| acked_before(w2) && w2.sent > acked)
+            writes
+                .iter()
+                .find(|w2| in_place_before(w2) && w2.sent > acked)
         };
         if value == 0 {
             let initial = Write {
@@ -112,6 +144,7 @@ impl Model {
                 sent: 0,
                 acked: Some(0),
                 failed: false,
+                seen: None,
             };
             let zeroings = writes.iter().filter(|w| w.value == 0 && w.sent < done);
             if std::iter::once(&initial)
@@ -122,11 +155,11 @@ impl Model {
             }
             let w2 = newer(&initial).expect("the initial zeros are superseded");
             return Err(format!(
-                "block {block} read as zeros, but write {:#x} (sent at {}) was acknowledged \
-                 (at {}) after every zeroing and before the read was sent (at {sent})",
+                "block {block} read as zeros, but write {:#x} (sent at {}) was {} after every \
+                 zeroing and before the read was sent (at {sent})",
                 w2.value,
                 w2.sent,
-                w2.acked.unwrap_or_default()
+                w2.placed()
             ));
         }
         let Some(w) = writes.iter().find(|w| w.value == value) else {
@@ -139,18 +172,22 @@ impl Model {
                 "block {block} read {value:#x} before it was written"
             ));
         }
-        match newer(w) {
-            None => Ok(()),
-            Some(w2) => Err(format!(
-                "block {block} read {value:#x} (acknowledged at {}), older than write \
-                 {:#x} (sent at {}, acknowledged at {}) acknowledged before the read was sent \
-                 (at {sent})",
-                w.acked.unwrap_or_default(),
+        if let Some(w2) = newer(w) {
+            return Err(format!(
+                "block {block} read {value:#x} ({}), older than write {:#x} (sent at {}, {}) \
+                 in place before the read was sent (at {sent})",
+                w.placed(),
                 w2.value,
                 w2.sent,
-                w2.acked.unwrap_or_default()
-            )),
+                w2.placed()
+            ));
         }
+        let w = self.blocks[block as usize]
+            .iter_mut()
+            .find(|w| w.value == value)
+            .expect("found above");
+        w.seen = w.seen.or(Some(done));
+        Ok(())
     }
 
     /// The block a write of `value` was sent to (values other than zero are unique per write).
@@ -211,11 +248,49 @@ mod tests {
         let c = m.write_sent(0, 3);
         m.write_done(0, c, false);
         let s = m.now();
+        assert!(m.check_read(0, s, 2).is_ok(), "a failed write may not land");
         assert!(
             m.check_read(0, s, 3).is_ok(),
             "a failed write may have landed"
         );
-        assert!(m.check_read(0, s, 2).is_ok());
+        let s = m.now();
+        assert!(
+            m.check_read(0, s, 2).is_err(),
+            "older than a failed write an earlier read returned"
+        );
+        // A write seen in flight is in place for every read sent after: older acknowledged
+        // data no more. It may still land again itself (the client retries it) until it is
+        // acknowledged, so a write acknowledged meanwhile does not make it too old.
+        let e = m.write_sent(0, 5);
+        m.write_done(0, e, true);
+        let f = m.write_sent(0, 6);
+        let s = m.now();
+        assert!(
+            m.check_read(0, s, 6).is_ok(),
+            "an in-flight write may be seen"
+        );
+        assert!(
+            m.check_read(0, s, 5).is_ok(),
+            "by a read that overlapped the one that saw the newer write"
+        );
+        let s = m.now();
+        assert!(
+            m.check_read(0, s, 5).is_err(),
+            "not by one sent after it: the in-flight write was in place"
+        );
+        let g = m.write_sent(0, 7);
+        m.write_done(0, g, true);
+        let s = m.now();
+        assert!(
+            m.check_read(0, s, 6).is_ok(),
+            "retried after the newer write"
+        );
+        m.write_done(0, f, true);
+        let s = m.now();
+        assert!(m.check_read(0, s, 6).is_ok());
+        assert!(m.check_read(0, s, 7).is_ok());
+        let s = m.now();
+        assert!(m.check_read(0, s, 5).is_err(), "older than both, once seen");
         // Zeroing writes: zeros may be read while one is in flight or once it is
         // acknowledged, and an older value no more after that.
         let z = m.write_sent(0, 0);
@@ -224,12 +299,12 @@ mod tests {
             m.check_read(0, s, 0).is_ok(),
             "a zeroing in flight may be seen"
         );
-        assert!(m.check_read(0, s, 2).is_ok(), "or not");
+        assert!(m.check_read(0, s, 7).is_ok(), "or not");
         m.write_done(0, z, true);
         let s = m.now();
         assert!(m.check_read(0, s, 0).is_ok());
         assert!(
-            m.check_read(0, s, 2).is_err(),
+            m.check_read(0, s, 7).is_err(),
             "older than an acknowledged zeroing"
         );
         let d = m.write_sent(0, 4);
