@@ -146,7 +146,9 @@ pub struct WriteOptions {
     /// object does not exist), else [`EngineError::PriorVersion`]. Checked when the write is
     /// applied, after every earlier operation on the object: a replicated write sent while an
     /// earlier one to its object was in flight is not applied where the earlier one failed.
-    /// Ignored by install.
+    /// A version the object reached here without a record (a write-zeroes or delete that
+    /// changed nothing: the object had no live data) counts as its current one for this
+    /// check. Ignored by install.
     pub prior: Option<Version>,
 }
 
@@ -188,6 +190,7 @@ impl WriteOptions {
             ..self
         }
     }
+    /// Applied only onto `prior` ([`WriteOptions::prior`]).
     pub fn after(self, prior: Version) -> Self {
         WriteOptions {
             prior: Some(prior),

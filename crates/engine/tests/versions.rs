@@ -390,6 +390,33 @@ async fn writes_follow_the_version_they_were_sent_behind(b: Backend) {
     ));
     put(&store, o, b"z", at(2, 7, 4).after(Version::new(2, 5))).await;
     assert_eq!(store.read(o, 0, 1).await.unwrap(), &b"z"[..]);
+    // Behind a write-zeroes of an object that does not exist: the store records no version
+    // for it (nothing changes), yet the next write follows it: the object is at it here.
+    let absent = oid(6, 2);
+    let zeroes = store.submit_write_zeroes(absent, 0, 8192, at(3, 1, 4));
+    let follows = store.submit_write(
+        absent,
+        0,
+        Bytes::from_static(b"r"),
+        at(3, 3, 4).after(Version::new(3, 1)),
+    );
+    assert_eq!(zeroes.await.unwrap(), Version::NONE, "nothing recorded");
+    assert_eq!(follows.await.unwrap(), Version::new(3, 3));
+    // A zeroing that never arrived here is not excused by the object being absent: one
+    // behind a version this store never saw is refused.
+    let never = oid(6, 3);
+    assert!(matches!(
+        store
+            .write(
+                never,
+                0,
+                Bytes::from_static(b"s"),
+                at(3, 5, 4).after(Version::new(3, 4))
+            )
+            .await,
+        Err(EngineError::PriorVersion { .. })
+    ));
+    assert_eq!(store.read(absent, 0, 1).await.unwrap(), &b"r"[..]);
 }
 
 macro_rules! suite {

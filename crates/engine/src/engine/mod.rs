@@ -14,6 +14,7 @@ pub(crate) use recover::read_superblocks;
 pub use recover::{NewestEntry, NewestHeader, newest_record, newest_record_header};
 mod run;
 mod state;
+mod unrecorded;
 mod write;
 mod writeback;
 
@@ -371,6 +372,8 @@ pub(crate) struct Engine {
     /// Blocks that failed their checksum, by device offset and the checksum they should have
     /// (at most [`BAD_BLOCKS_KEPT`]): a block read again and again counts once.
     pub bad_seen: std::collections::HashSet<(u64, u32)>,
+    /// Versions objects reached here without a record (`unrecorded.rs`).
+    pub unrecorded: unrecorded::Unrecorded,
 }
 
 /// The most distinct bad blocks an engine remembers; past it every new one counts anew.

@@ -220,6 +220,7 @@ impl Engine {
             last_write: clock.now(),
             clock,
             bad_seen: Default::default(),
+            unrecorded: Default::default(),
         };
         engine.recover(&dev)?;
         repair_superblocks(&dev, &sbs)?;

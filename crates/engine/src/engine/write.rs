@@ -136,6 +136,7 @@ impl Engine {
         let current = obj.map_or(Version::NONE, |o| o.version);
         if let Some(expected) = op.opts.prior
             && expected != current
+            && !self.unrecorded.reached(&op.oid, expected)
         {
             return Err(EngineError::PriorVersion { current, expected });
         }
@@ -194,6 +195,12 @@ impl Engine {
     /// Answers an operation that changes nothing, in order with earlier ones.
     fn noop(&mut self, op: WriteOp) {
         let version = self.current(&op.oid);
+        if let Some(v) = op.opts.version
+            && matches!(op.kind, WKind::Zero(_) | WKind::Delete)
+        {
+            // What a write sent behind it follows (`WriteOptions::prior`).
+            self.unrecorded.note(op.oid, v);
+        }
         self.add_barrier(Waiter {
             durable: op.opts.durable,
             reply: op.reply,
@@ -446,6 +453,8 @@ impl Engine {
             .expect("checked non-empty");
         let victim = ObjectId::new(victim_pg.pool, volume, index);
         self.raise_log_tail(victim_pg, version)?;
+        // Gone from here, still what a write behind its delete follows.
+        self.unrecorded.note(victim, version);
         let t = self.st.objs[&victim].tomb;
         let purge = Entry {
             old_tomb: t,

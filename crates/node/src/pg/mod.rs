@@ -236,8 +236,12 @@ pub(crate) struct Target {
 
 impl Target {
     /// Whether writes to `oid` must reach the target (it already has the object's state).
+    /// Not one written since its last copy, though the cursor moved past it (created after its
+    /// page was listed): the target lacks the writes before, and a write applied onto its
+    /// copy would reach the primary's version without them, a copy a later backfill comparing
+    /// versions would skip (found by a helper's review). It is copied again first.
     pub fn covers(&self, oid: &ObjectId) -> bool {
-        self.done || self.cursor.is_some_and(|c| *oid <= c)
+        self.done || (self.cursor.is_some_and(|c| *oid <= c) && !self.dirty.contains(oid))
     }
 }
 

@@ -8,7 +8,8 @@
 //! written and acknowledged at time 0) and of every zeroing write (trim, write-zeroes): a read
 //! may return them when one of those is not so superseded. A write that failed (the client
 //! gave up) may still land at any time after it was sent. A write a read returned is in place
-//! from that read's answer on: a write acknowledged before it was sent is too old for every
+//! from that read's answer on (unless it was still in flight when a node was killed: a PG
+//! serving alone shows a write before it is durable): a write acknowledged before it was sent is too old for every
 //! read sent after that answer, as if the seen write had been acknowledged then (it may still
 //! land again itself until it is acknowledged: the client retries it). So: every acknowledged
 //! write reads back until a later one replaces it, and no read returns data older than an
@@ -110,6 +111,17 @@ impl Model {
             seen: None,
         });
         writes.len() - 1
+    }
+
+    /// A node was killed: a write still in flight a read returned may have been visible before
+    /// it was durable (a PG serving alone does not hold its writes until they are), and be
+    /// gone now; reads no longer count it as in place unless they see it again.
+    pub fn crashed(&mut self) {
+        for w in self.blocks.iter_mut().flatten() {
+            if w.acked.is_none() && !w.failed {
+                w.seen = None;
+            }
+        }
     }
 
     pub fn write_done(&mut self, block: u64, i: usize, ok: bool) {
@@ -291,6 +303,17 @@ mod tests {
         assert!(m.check_read(0, s, 7).is_ok());
         let s = m.now();
         assert!(m.check_read(0, s, 5).is_err(), "older than both, once seen");
+        // A kill while a write seen in flight is not acknowledged: it may be gone.
+        let h = m.write_sent(0, 8);
+        let s = m.now();
+        assert!(m.check_read(0, s, 8).is_ok());
+        m.crashed();
+        let s = m.now();
+        assert!(
+            m.check_read(0, s, 7).is_ok(),
+            "the seen write lost in a crash"
+        );
+        m.write_done(0, h, true);
         // Zeroing writes: zeros may be read while one is in flight or once it is
         // acknowledged, and an older value no more after that.
         let z = m.write_sent(0, 0);
@@ -299,12 +322,12 @@ mod tests {
             m.check_read(0, s, 0).is_ok(),
             "a zeroing in flight may be seen"
         );
-        assert!(m.check_read(0, s, 7).is_ok(), "or not");
+        assert!(m.check_read(0, s, 8).is_ok(), "or not");
         m.write_done(0, z, true);
         let s = m.now();
         assert!(m.check_read(0, s, 0).is_ok());
         assert!(
-            m.check_read(0, s, 7).is_err(),
+            m.check_read(0, s, 8).is_err(),
             "older than an acknowledged zeroing"
         );
         let d = m.write_sent(0, 4);

@@ -333,6 +333,9 @@ pub async fn faults(c: &mut SimCluster, seen: &Shared, start: Instant) {
                     continue;
                 }
                 inject(c, i, what);
+                if what == Fault::Kill {
+                    seen.borrow_mut().model.crashed();
+                }
                 if what == Fault::Kill
                     && c.cfg.faults.replacements
                     && c.rng.chance(0.3)
