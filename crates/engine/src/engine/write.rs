@@ -136,7 +136,7 @@ impl Engine {
         let current = obj.map_or(Version::NONE, |o| o.version);
         if let Some(expected) = op.opts.prior
             && expected != current
-            && !self.unrecorded.reached(&op.oid, expected)
+            && !self.unrecorded.reached(&op.oid, expected, current)
         {
             return Err(EngineError::PriorVersion { current, expected });
         }
@@ -199,7 +199,7 @@ impl Engine {
             && matches!(op.kind, WKind::Zero(_) | WKind::Delete)
         {
             // What a write sent behind it follows (`WriteOptions::prior`).
-            self.unrecorded.note(op.oid, v);
+            self.unrecorded.note(op.oid, v, version);
         }
         self.add_barrier(Waiter {
             durable: op.opts.durable,
@@ -454,7 +454,7 @@ impl Engine {
         let victim = ObjectId::new(victim_pg.pool, volume, index);
         self.raise_log_tail(victim_pg, version)?;
         // Gone from here, still what a write behind its delete follows.
-        self.unrecorded.note(victim, version);
+        self.unrecorded.note(victim, version, Version::NONE);
         let t = self.st.objs[&victim].tomb;
         let purge = Entry {
             old_tomb: t,

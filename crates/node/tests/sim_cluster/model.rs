@@ -9,11 +9,12 @@
 //! may return them when one of those is not so superseded. A write that failed (the client
 //! gave up) may still land at any time after it was sent. A write a read returned is in place
 //! from that read's answer on (unless it was still in flight when a node was killed: a PG
-//! serving alone shows a write before it is durable): a write acknowledged before it was sent is too old for every
-//! read sent after that answer, as if the seen write had been acknowledged then (it may still
-//! land again itself until it is acknowledged: the client retries it). So: every acknowledged
-//! write reads back until a later one replaces it, and no read returns data older than an
-//! acknowledged write, or than a write an earlier read returned.
+//! serving alone shows a write before it is durable): a write acknowledged before it was sent
+//! is too old for every read sent after that answer, as if the seen write had been
+//! acknowledged then (it may still land again itself until it is acknowledged: the client
+//! retries it). So: every acknowledged write reads back until a later one replaces it, and no
+//! read returns data older than an acknowledged write, or than a write an earlier read
+//! returned.
 
 use bytes::Bytes;
 
@@ -115,7 +116,10 @@ impl Model {
 
     /// A node was killed: a write still in flight a read returned may have been visible before
     /// it was durable (a PG serving alone does not hold its writes until they are), and be
-    /// gone now; reads no longer count it as in place unless they see it again.
+    /// gone now; reads no longer count it as in place unless they see it again. On every PG,
+    /// which forgets more than it must (a replicated PG shows a write only once every copy has
+    /// it): a seen write that a peering after the kill dropped goes unnoticed, as before reads
+    /// counted at all.
     pub fn crashed(&mut self) {
         for w in self.blocks.iter_mut().flatten() {
             if w.acked.is_none() && !w.failed {
