@@ -81,16 +81,21 @@ fn rep(index: u64, n: u64, committed: u64) -> RepOp {
     }
 }
 
-/// Node 1, activated in [`TERM`] as a member (`readable` as its primary says), with map 5.
-async fn member(dir: &std::path::Path, readable: bool) -> Arc<NodeShared> {
+/// Node `id` with one simulated device, dev.`id`, and read leases of [`LEASE`].
+async fn leased_node(dir: &std::path::Path, id: u32) -> Arc<NodeShared> {
     let catalog = Catalog::new(Flaky::open(&dir.join("meta.redb")).await);
-    let node = shared_with_leases(
-        NodeId(1),
+    shared_with_leases(
+        NodeId(id),
         Duration::from_secs(3600),
-        vec![sim_store(1)],
+        vec![sim_store(id)],
         catalog,
         LEASE,
-    );
+    )
+}
+
+/// Node 1, activated in [`TERM`] as a member (`readable` as its primary says), with map 5.
+async fn member(dir: &std::path::Path, readable: bool) -> Arc<NodeShared> {
+    let node = leased_node(dir, 1).await;
     node.maps.offer(map(5, &[PRIMARY, ME], 5));
     query(&node, TERM).await;
     activate(&node, TERM, readable).await;
@@ -274,14 +279,7 @@ async fn a_newer_term_a_failed_write_or_a_newer_interval_stop_a_members_reads() 
 async fn the_primary_calls_members_readable_only_when_active_complete_and_without_targets() {
     use crate::pg::{Missing, Status};
     let dir = tempfile::tempdir().unwrap();
-    let catalog = Catalog::new(Flaky::open(&dir.path().join("meta.redb")).await);
-    let node = shared_with_leases(
-        NodeId(2),
-        Duration::from_secs(3600),
-        vec![sim_store(2)],
-        catalog,
-        LEASE,
-    );
+    let node = leased_node(dir.path(), 2).await;
     let pg = node.pgs.get(PRIMARY, PG).unwrap();
     pg.serve_alone_for_test(Epoch(5));
     let readable = |change: &dyn Fn(&mut crate::pg::Primary)| {
@@ -345,14 +343,7 @@ fn lease_from(node: &NodeShared, granter: NodeId) {
 #[tokio::test]
 async fn a_primary_answers_reads_only_with_the_lease_of_a_completed_backfill_target() {
     let dir = tempfile::tempdir().unwrap();
-    let catalog = Catalog::new(Flaky::open(&dir.path().join("meta.redb")).await);
-    let node = shared_with_leases(
-        NodeId(1),
-        Duration::from_secs(3600),
-        vec![sim_store(1)],
-        catalog,
-        LEASE,
-    );
+    let node = leased_node(dir.path(), 1).await;
     let target = DeviceId(3);
     let mut m = map(9, &[ME], 9);
     m.pools.get_mut(&PG.pool).unwrap().pgs[0].up = vec![ME, target];
