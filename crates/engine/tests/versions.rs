@@ -419,6 +419,46 @@ async fn writes_follow_the_version_they_were_sent_behind(b: Backend) {
     assert_eq!(store.read(absent, 0, 1).await.unwrap(), &b"r"[..]);
 }
 
+/// A write behind a delete whose tombstone the full tombstone table then forgot follows the
+/// delete's version all the same (`engine/unrecorded.rs`), and still not an older one.
+async fn a_write_follows_a_delete_whose_tombstone_was_evicted(b: Backend) {
+    let dev = dev(b);
+    let store = dev.open().await;
+    let o = oid(8, 0);
+    put(&store, o, b"v", at(4, 1, 2)).await;
+    store.delete(o, at(4, 2, 2)).await.unwrap();
+    // Fill the tombstone table (at least 1024 records) with younger tombstones of the same
+    // PG, until a delete takes the oldest one's record, `o`'s.
+    let mut i = 0;
+    while store.object_info(o).await.unwrap().is_some() {
+        assert!(i < 16384, "no tombstone evicted after {i} deletes");
+        let mut ops = Vec::new();
+        for _ in 0..256 {
+            i += 1;
+            let f = oid(8, i);
+            ops.push(store.submit_write(f, 0, Bytes::from_static(b"f"), at(5, 2 * i, 2)));
+            ops.push(store.submit_delete(f, at(5, 2 * i + 1, 2)));
+        }
+        for op in ops {
+            op.await.unwrap();
+        }
+    }
+    assert!(i >= 1024, "evicted after {i} deletes");
+    assert!(matches!(
+        store
+            .write(
+                o,
+                0,
+                Bytes::from_static(b"x"),
+                at(6, 1, 2).after(Version::new(4, 1))
+            )
+            .await,
+        Err(EngineError::PriorVersion { .. })
+    ));
+    put(&store, o, b"w", at(6, 2, 2).after(Version::new(4, 2))).await;
+    assert_eq!(store.read(o, 0, 1).await.unwrap(), &b"w"[..]);
+}
+
 macro_rules! suite {
     ($($name:ident),* $(,)?) => {
         mod sim { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(super::Backend::Sim).await } )* }
@@ -434,4 +474,5 @@ suite!(
     held_writes_are_invisible_until_committed,
     pg_records_persist,
     writes_follow_the_version_they_were_sent_behind,
+    a_write_follows_a_delete_whose_tombstone_was_evicted,
 );

@@ -3,18 +3,19 @@
 //! order is the real order of events).
 //!
 //! A read sent at `s` and answered at `d` may return the value of write `w` only if `w` was sent
-//! before `d` and no acknowledged write `w2` supersedes it: `w2` sent after `w` was acknowledged
-//! and acknowledged itself before `s`. Zeros are the value of a block never written (as if
-//! written and acknowledged at time 0) and of every zeroing write (trim, write-zeroes): a read
-//! may return them when one of those is not so superseded. A write that failed (the client
-//! gave up) may still land at any time after it was sent. A write a read returned is in place
-//! from that read's answer on (unless it was still in flight when a node was killed: a PG
-//! serving alone shows a write before it is durable): a write acknowledged before it was sent
-//! is too old for every read sent after that answer, as if the seen write had been
-//! acknowledged then (it may still land again itself until it is acknowledged: the client
-//! retries it). So: every acknowledged write reads back until a later one replaces it, and no
-//! read returns data older than an acknowledged write, or than a write an earlier read
-//! returned.
+//! before `d` and no write `w2` in place before `s` supersedes it. `w2` supersedes `w` when it
+//! is known to have landed after `w` was acknowledged: it was sent after that, or a read sent
+//! after that returned it (`w2` was in flight while `w` was acknowledged and landed later).
+//! A write is in place from its acknowledgement, or from the answer of a read that returned it,
+//! whichever comes first. Zeros are the value of a block never written (as if written and
+//! acknowledged at time 0) and of every zeroing write (trim, write-zeroes): a read may return
+//! them when one of those is not so superseded. A write that failed (the client gave up) may
+//! still land at any time after it was sent, and a write not yet acknowledged may land again
+//! (the client retries it), so neither is ever too old while it may. So: every acknowledged
+//! write reads back until a later one replaces it, and no read returns data older than an
+//! acknowledged write, or than a write an earlier read returned. Where a PG may serve a write
+//! from one copy before it is durable (`min_size` 1), a read may return a write a crash then
+//! loses: [`Model::crashed`] forgets what reads saw of writes still in flight.
 
 use bytes::Bytes;
 
@@ -26,15 +27,15 @@ pub struct Write {
     pub sent: u64,
     pub acked: Option<u64>,
     pub failed: bool,
-    /// When a read first returned this write's value (values other than zero only: zeros do
-    /// not tell which write wrote them).
-    pub seen: Option<u64>,
+    /// The reads that returned this write's value, as (sent, answered) (values other than
+    /// zero only: zeros do not tell which write wrote them).
+    pub seen: Vec<(u64, u64)>,
 }
 
 impl Write {
     /// How the write came to be in place, for messages.
     fn placed(&self) -> String {
-        match (self.acked, self.seen) {
+        match (self.acked, self.first_seen()) {
             (Some(a), Some(s)) if s < a => format!("read at {s} before its acknowledgement"),
             (Some(a), _) => format!("acknowledged at {a}"),
             (None, Some(s)) => format!("not acknowledged, read at {s}"),
@@ -45,10 +46,26 @@ impl Write {
     /// From when the write is in place for every later read: its acknowledgement, or the answer
     /// of the first read that returned it, whichever came first.
     fn in_place(&self) -> Option<u64> {
-        match (self.acked, self.seen) {
+        match (self.acked, self.first_seen()) {
             (Some(a), Some(s)) => Some(a.min(s)),
             (a, s) => a.or(s),
         }
+    }
+
+    /// The answer of the first read that returned this write.
+    fn first_seen(&self) -> Option<u64> {
+        self.seen.iter().map(|&(_, done)| done).min()
+    }
+
+    /// Known, before a read sent at `before`, to have landed after `t`: sent after `t`, or
+    /// returned by a read sent after `t` (and answered before `before`).
+    fn landed_after(&self, t: u64, before: u64) -> bool {
+        let in_place = self.in_place().is_some_and(|p| p < before);
+        (in_place && self.sent > t)
+            || self
+                .seen
+                .iter()
+                .any(|&(sent, done)| sent > t && done < before)
     }
 }
 
@@ -109,21 +126,21 @@ impl Model {
             sent,
             acked: None,
             failed: false,
-            seen: None,
+            seen: Vec::new(),
         });
         writes.len() - 1
     }
 
-    /// A node was killed: a write still in flight a read returned may have been visible before
-    /// it was durable (a PG serving alone does not hold its writes until they are), and be
-    /// gone now; reads no longer count it as in place unless they see it again. On every PG,
-    /// which forgets more than it must (a replicated PG shows a write only once every copy has
-    /// it): a seen write that a peering after the kill dropped goes unnoticed, as before reads
-    /// counted at all.
+    /// A node was killed in a run whose PGs may serve from one copy (`min_size` 1): a write
+    /// still in flight a read returned may have been visible before it was durable (a PG
+    /// serving alone does not hold its writes until they are), and be gone now; reads no
+    /// longer count it as in place unless they see it again. Not called where `min_size` is 2
+    /// or more: a replicated PG shows a write only once every serving copy has it durable, so a
+    /// kill loses no write a read returned.
     pub fn crashed(&mut self) {
         for w in self.blocks.iter_mut().flatten() {
             if w.acked.is_none() && !w.failed {
-                w.seen = None;
+                w.seen.clear();
             }
         }
     }
@@ -144,15 +161,14 @@ impl Model {
     pub fn check_read(&mut self, block: u64, sent: u64, value: u64) -> Result<(), String> {
         let done = self.now();
         let writes = &self.blocks[block as usize];
-        let in_place_before = |w: &Write| w.in_place().is_some_and(|a| a < sent);
         // The write in place before this read was sent (acknowledged, or returned by an
-        // earlier read) that makes `w` too old for it, if any: one sent after `w` was
-        // acknowledged. (Until then `w` may still land again: the client retries it.)
+        // earlier read) that makes `w` too old for it, if any: one known to have landed after
+        // `w` was acknowledged. (Until then `w` may still land again: the client retries it.)
         let newer = |w: &Write| {
             let acked = w.acked?;
             writes
                 .iter()
-                .find(|w2| in_place_before(w2) && w2.sent > acked)
+                .find(|w2| !std::ptr::eq(*w2, w) && w2.landed_after(acked, sent))
         };
         if value == 0 {
             let initial = Write {
@@ -160,7 +176,7 @@ impl Model {
                 sent: 0,
                 acked: Some(0),
                 failed: false,
-                seen: None,
+                seen: Vec::new(),
             };
             let zeroings = writes.iter().filter(|w| w.value == 0 && w.sent < done);
             if std::iter::once(&initial)
@@ -202,7 +218,7 @@ impl Model {
             .iter_mut()
             .find(|w| w.value == value)
             .expect("found above");
-        w.seen = w.seen.or(Some(done));
+        w.seen.push((sent, done));
         Ok(())
     }
 
@@ -304,7 +320,10 @@ mod tests {
         m.write_done(0, f, true);
         let s = m.now();
         assert!(m.check_read(0, s, 6).is_ok());
-        assert!(m.check_read(0, s, 7).is_ok());
+        assert!(
+            m.check_read(0, s, 7).is_err(),
+            "a read sent after its acknowledgement returned the retried write: it landed after"
+        );
         let s = m.now();
         assert!(m.check_read(0, s, 5).is_err(), "older than both, once seen");
         // A kill while a write seen in flight is not acknowledged: it may be gone.
@@ -314,10 +333,12 @@ mod tests {
         m.crashed();
         let s = m.now();
         assert!(
-            m.check_read(0, s, 7).is_ok(),
+            m.check_read(0, s, 6).is_ok(),
             "the seen write lost in a crash"
         );
         m.write_done(0, h, true);
+        let s = m.now();
+        assert!(m.check_read(0, s, 8).is_ok());
         // Zeroing writes: zeros may be read while one is in flight or once it is
         // acknowledged, and an older value no more after that.
         let z = m.write_sent(0, 0);
@@ -341,6 +362,38 @@ mod tests {
             m.check_read(0, s, 0).is_err(),
             "zeros older than an acknowledged write"
         );
+    }
+
+    /// A write in flight while an older one was acknowledged, returned by a read sent after
+    /// that acknowledgement, landed after it: the older write may not come back.
+    #[test]
+    fn a_write_seen_after_an_acknowledgement_it_overlapped_supersedes_it() {
+        let mut m = Model::new(1);
+        let x = m.write_sent(0, 1);
+        let w = m.write_sent(0, 2);
+        m.write_done(0, w, true);
+        let s = m.now();
+        assert!(m.check_read(0, s, 1).is_ok(), "x may land after w");
+        let s = m.now();
+        assert!(
+            m.check_read(0, s, 2).is_err(),
+            "w came back after a read sent after its acknowledgement returned x"
+        );
+        assert!(m.check_read(0, s, 1).is_ok());
+        m.write_done(0, x, true);
+        // A read that overlapped the acknowledgement proves nothing about the order.
+        let y = m.write_sent(0, 3);
+        let s = m.now();
+        let v = m.write_sent(0, 4);
+        m.write_done(0, v, true);
+        assert!(m.check_read(0, s, 3).is_ok(), "y landed after x");
+        let s = m.now();
+        assert!(m.check_read(0, s, 4).is_ok(), "v may have landed after y");
+        m.write_done(0, y, true);
+    }
+
+    #[test]
+    fn torn_blocks_are_not_values() {
         assert!(value_of(&pattern(7)).is_ok_and(|v| v == 7));
         let mut torn = pattern(7).to_vec();
         torn[4095] = 1;

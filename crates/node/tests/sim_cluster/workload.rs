@@ -333,7 +333,8 @@ pub async fn faults(c: &mut SimCluster, seen: &Shared, start: Instant) {
                     continue;
                 }
                 inject(c, i, what);
-                if what == Fault::Kill {
+                if what == Fault::Kill && c.cfg.min_size == 1 {
+                    // Only a PG serving from one copy shows a write before it is durable.
                     seen.borrow_mut().model.crashed();
                 }
                 if what == Fault::Kill
