@@ -82,34 +82,38 @@ impl Volume {
     }
 
     /// Makes every write acknowledged before this call durable: flushes every node that
-    /// acknowledged a non-durable write of this volume since the last flush (through any handle
-    /// of this cluster, even if the map has moved its placement groups away since), and every
-    /// node that is now a primary of the volume's pool. A node that cannot be flushed fails the
-    /// flush (its writes may be lost) and stays in the set for the next one.
+    /// acknowledged a non-durable write of this volume and was not flushed since (through any
+    /// handle of this cluster, even if the map has moved its placement groups away since, and
+    /// even if another flush is flushing it right now), and every node that is now a primary
+    /// of the volume's pool. A node that cannot be flushed fails the flush (its writes may be
+    /// lost) and stays owed for the next one.
     pub async fn flush(&self) -> Result<(), ClientError> {
         let unflushed = &self.cluster.inner.unflushed;
-        let owed = unflushed.take(self.id);
+        let owed = unflushed.owed(self.id);
         let mut nodes = primary_nodes(&self.cluster.map(), self.pool);
-        nodes.extend(owed.iter().copied());
+        nodes.extend(owed.keys().copied());
         let flushes = nodes.into_iter().map(|node| async move {
             let answer =
                 call_node_with_retry(&self.cluster, node, |epoch| Request::Flush { epoch }).await;
             match answer {
-                Ok(Response::Flushed) => Ok(()),
-                Ok(other) => Err((
-                    node,
-                    ClientError::Protocol(format!("unexpected answer to Flush: {other:?}")),
-                )),
-                Err(e) => Err((node, e)),
+                Ok(Response::Flushed) => Ok(node),
+                Ok(other) => Err(ClientError::Protocol(format!(
+                    "unexpected answer to Flush: {other:?}"
+                ))),
+                Err(e) => Err(e),
             }
         });
         let mut first_error = None;
         for result in futures::future::join_all(flushes).await {
-            if let Err((node, e)) = result {
-                if owed.contains(&node) {
-                    unflushed.restore(self.id, [node]);
+            match result {
+                Ok(node) => {
+                    if let Some(mark) = owed.get(&node) {
+                        unflushed.flushed(self.id, node, *mark);
+                    }
                 }
-                first_error.get_or_insert(e);
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
             }
         }
         first_error.map_or(Ok(()), Err)
@@ -246,6 +250,57 @@ mod tests {
         assert_eq!((n1.flushes(), n2.flushes()), (2, 2));
         vol.flush().await.unwrap();
         assert_eq!((n1.flushes(), n2.flushes()), (2, 3), "owed once only");
+    }
+
+    /// A flush beside another that is still flushing a node flushes that node too: it must
+    /// not return before the writes that node acknowledged are durable. Before, the first
+    /// flush took the node out of the set as it began, and the second returned at once.
+    #[tokio::test]
+    async fn a_flush_beside_one_in_progress_flushes_its_nodes_too() {
+        let fx = fixture(1, ClusterConfig::default()).await;
+        let (n1, n2) = (
+            FakeNode::install(&fx.cluster, 1),
+            FakeNode::install(&fx.cluster, 2),
+        );
+        fx.cluster.inner.maps.offer(map(1, &[1]));
+        let vol = fx
+            .cluster
+            .open_volume("v", options(Durability::Flush))
+            .await
+            .unwrap();
+        vol.write(0, Bytes::from(vec![1u8; 4096]), false)
+            .await
+            .unwrap();
+        fx.cluster.inner.maps.offer(map(2, &[2]));
+        // Node 1's next answer (the first flush's) waits until the test lets it go.
+        let (go, wait) = tokio::sync::oneshot::channel::<()>();
+        *n1.before_answer.lock() = Some(Box::pin(async move {
+            let _ = wait.await;
+        }));
+        let vol = std::sync::Arc::new(vol);
+        let first = tokio::spawn({
+            let vol = vol.clone();
+            async move { vol.flush().await }
+        });
+        while n1.flushes() == 0 {
+            tokio::task::yield_now().await;
+        }
+        let other = fx
+            .cluster
+            .open_volume("v", options(Durability::Flush))
+            .await
+            .unwrap();
+        other.flush().await.unwrap();
+        assert_eq!(
+            n1.flushes(),
+            2,
+            "the second flush returned without flushing the node the first one still was"
+        );
+        let _ = go.send(());
+        first.await.unwrap().unwrap();
+        // Both succeeded there: nothing owed any more.
+        vol.flush().await.unwrap();
+        assert_eq!((n1.flushes(), n2.flushes()), (2, 3));
     }
 
     #[tokio::test]

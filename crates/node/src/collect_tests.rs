@@ -15,8 +15,14 @@ const OS: u32 = 128 << 10;
 const PAGE: usize = 256;
 
 /// Makes device 1 the active primary of PGs 0 and 1 of pool 1 (the collector works through
-/// primaries), in an interval above every version the store assigned itself.
+/// primaries), in an interval above every version the store assigned itself, and gives the
+/// node the map of that interval (the collector's deletes carry the node's epoch, and a write
+/// whose epoch is older than its PG's interval is refused).
 fn serve(node: &NodeShared) {
+    node.maps.offer(basalt_placement::ClusterMap {
+        epoch: Epoch(1000),
+        ..Default::default()
+    });
     for pg in 0..2 {
         let id = PgId {
             pool: PoolId(1),

@@ -136,7 +136,9 @@ pub(crate) fn decide(
         let Some(holding) = holdings.get(dev) else {
             continue;
         };
-        if !trusted(copy.version, holding, history, holdings, copies) {
+        if !trusted(copy.version, holding, history, holdings, copies)
+            || (!copy.deleted && forgotten_delete(copy.version, sources, holdings, copies))
+        {
             continue;
         }
         if copy.version > auth.version() {
@@ -327,6 +329,31 @@ fn trusted(
     !own_lacks && !later_lacks
 }
 
+/// Whether a source proves the object (live at `v`) deleted after `v` and the delete
+/// forgotten: it holds
+/// nothing of the object, yet was complete at or past `v` (it held `v`, or what replaced it),
+/// and its log is trimmed at or past `v` (a tombstone the full tombstone table forgot raises
+/// it: `reserve_tomb` in the store). A member that missed the delete (down meanwhile) still
+/// holds `v` at or below its `last_complete`, which rule 1 trusts: without this, peering
+/// would keep the deleted data there, or bring it back everywhere (found by a helper's
+/// review). Not a suspect source: its store may have lost the object. Not for a tombstone: one
+/// a member still holds is the only record left of its delete (a second review found that
+/// resetting it to nothing let a member that missed the delete keep the data at a later
+/// peering); the trusted tombstone wins and is recovered onto the others.
+fn forgotten_delete(
+    v: Version,
+    sources: &[DeviceId],
+    holdings: &BTreeMap<DeviceId, Holding>,
+    copies: &Copies,
+) -> bool {
+    sources.iter().any(|d| {
+        !copies.contains_key(d)
+            && witness(holdings, d)
+            && holdings[d].info.last_complete >= v
+            && holdings[d].log_tail >= v
+    })
+}
+
 /// Whether what device `m` lacks can prove a version was never acknowledged: it answered, has
 /// complete data (no backfill under way), and is not suspect (its store dropped no journal tail
 /// of the PG since a peering last brought it up to date: it still holds every write it
@@ -425,6 +452,45 @@ mod tests {
     ) -> Verdict {
         let sources: Vec<DeviceId> = hold.keys().copied().collect();
         decide(h, hold, &sources, serving, c)
+    }
+
+    /// A member down while an object was deleted and the delete's tombstone forgotten (the
+    /// tombstone table was full: the others' logs are trimmed past it) still holds the object
+    /// at a version at or below its `last_complete`: the delete wins, its copy is reset.
+    #[test]
+    fn a_delete_whose_tombstone_was_forgotten_beats_a_member_that_missed_it() {
+        let h = history(&[(10, &[A, B, C]), (20, &[A, C])]);
+        let mut hold = holdings(&[(A, 20, v(20, 9)), (B, 10, v(10, 5)), (C, 20, v(20, 9))]);
+        let c = copies(&[(B, v(10, 3), false)]);
+        // The others' logs still hold the change: not this case (a copy is missing there).
+        let kept = run(&h, &hold, &[A, B, C], &c);
+        assert_eq!(kept.auth, present(v(10, 3), B));
+        for d in [A, C] {
+            hold.get_mut(&d).unwrap().log_tail = v(20, 7);
+        }
+        let verdict = run(&h, &hold, &[A, B, C], &c);
+        assert_eq!(verdict.auth, Auth::Absent);
+        assert_eq!(verdict.divergent, vec![B]);
+        assert!(verdict.behind.is_empty(), "{verdict:?}");
+        // A suspect source proves nothing by lacking it; another one does.
+        hold.get_mut(&A).unwrap().info.suspect = true;
+        assert_eq!(run(&h, &hold, &[A, B, C], &c).auth, Auth::Absent);
+        hold.get_mut(&C).unwrap().info.suspect = true;
+        assert_eq!(run(&h, &hold, &[A, B, C], &c).auth, present(v(10, 3), B));
+        // A tombstone one source still holds is not distrusted by another forgetting it: it
+        // is the only record of the delete left.
+        hold.get_mut(&A).unwrap().info.suspect = false;
+        let tomb = copies(&[(C, v(20, 5), true)]);
+        let verdict = run(&h, &hold, &[A, B, C], &tomb);
+        assert_eq!(
+            verdict.auth,
+            Auth::Present {
+                version: v(20, 5),
+                deleted: true,
+                source: C
+            }
+        );
+        assert!(verdict.divergent.is_empty(), "{verdict:?}");
     }
 
     /// A stale member (suspect, activated last before the history began) is filed by its own

@@ -16,8 +16,13 @@ use basalt_placement::ClusterMap;
 use basalt_types::{DeviceId, ObjectId, Term, Version};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
 
 const PAGE: usize = 256;
+/// How long a backfill copy waits for the writes of its object already in flight
+/// ([`Pg::writes_landed`]) before it gives up (and the walk tries again later).
+const LANDED_LIMIT: Duration = Duration::from_secs(30);
 
 impl Pg {
     /// Backfills every target; reports the PG ready on its up set once all are done.
@@ -331,7 +336,7 @@ impl Pg {
     /// Makes `oid` on the target equal to the primary's (writes to it wait meanwhile), then
     /// moves the cursor past it.
     #[allow(clippy::too_many_arguments)]
-    async fn backfill_object(
+    pub(super) async fn backfill_object(
         self: &Arc<Self>,
         ctx: &Arc<Ctx>,
         map: &ClusterMap,
@@ -344,17 +349,34 @@ impl Pg {
         // Throttled before the object is marked busy: writes to it wait only while it moves.
         let most = u64::from(self.store.info().object_size);
         let pass = ctx.recovery.throttle.admit(self.dev, most).await;
-        {
-            let mut st = self.st.lock();
-            if st.generation != generation {
-                ctx.recovery.throttle.spent(pass, 0);
-                return Ok(());
-            }
-            if let Some(p) = st.primary.as_mut() {
-                p.busy.insert(oid);
-            }
+        loop {
+            // Held by another (a read repair, a recovery): wait for it, else its end would
+            // let writes of the object through while this copy still reads it.
+            let held = {
+                let mut st = self.st.lock();
+                let current = st.generation == generation;
+                match st.primary.as_mut().filter(|_| current) {
+                    None => {
+                        ctx.recovery.throttle.spent(pass, 0);
+                        return Ok(());
+                    }
+                    Some(p) if p.busy.contains(&oid) => {
+                        let (tx, rx) = tokio::sync::oneshot::channel();
+                        p.waiters.entry(oid).or_default().push(tx);
+                        rx
+                    }
+                    Some(p) => {
+                        p.busy.insert(oid);
+                        break;
+                    }
+                }
+            };
+            let _ = held.await;
         }
-        let result = self.copy_object(ctx, map, term, dev, oid, theirs).await;
+        let result = match self.writes_landed(oid, generation).await {
+            Ok(()) => self.copy_object(ctx, map, term, dev, oid, theirs).await,
+            Err(why) => Err(CopyFail::from(why)),
+        };
         let moved = *result.as_ref().unwrap_or(&0);
         ctx.recovery.throttle.spent(pass, moved);
         let mut st = self.st.lock();
@@ -379,6 +401,33 @@ impl Pg {
             p.release(&oid);
         }
         result.map(|_| ()).map_err(|e| e.why)
+    }
+
+    /// Waits until no write of `oid` admitted before it was marked busy is still in flight
+    /// (`Primary::tails`; later ones wait for the copy). The local store may not have applied
+    /// such a write yet (a partial block's read, a full journal, no free slot) and answers for
+    /// the object as it was before it; the write was not sent to the target (the object was
+    /// past its cursor, or dirty): a copy made now would lack it, yet count as current, and the
+    /// next write of the object would reach the target (found by a helper's review).
+    async fn writes_landed(&self, oid: ObjectId, generation: u64) -> Result<(), String> {
+        let deadline = Instant::now() + LANDED_LIMIT;
+        loop {
+            {
+                let st = self.st.lock();
+                let Some(p) = st.primary.as_ref().filter(|_| st.generation == generation) else {
+                    return Err(format!("{} changed terms", self.id));
+                };
+                if !p.tails.contains_key(&oid) {
+                    return Ok(());
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "{oid}: a write admitted before its copy did not finish"
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
     }
 
     async fn copy_object(

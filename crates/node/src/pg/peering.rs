@@ -351,7 +351,11 @@ impl Pg {
     }
 
     /// Every object whose version may differ between the devices: each source's log since the
-    /// lowest point every source is complete at (or its full listing where its log is trimmed).
+    /// lowest point every source is complete at; where a source's log is trimmed past it, every
+    /// source's full listing. (A log trimmed by a forgotten tombstone, `reserve_tomb` in the
+    /// store, no longer names the delete: the object is missing from that source's listing, and
+    /// only another source's listing names it, where a member that missed the delete still
+    /// holds it; `authority.rs` then finds the delete forgotten.)
     async fn changed_objects(
         &self,
         ctx: &Arc<Ctx>,
@@ -378,8 +382,10 @@ impl Pg {
                     PeerAnswer::Log {
                         trimmed: Some(_), ..
                     } => {
-                        self.list_all(ctx, map, device, &mut objects).await?;
-                        break;
+                        for &d in sources {
+                            self.list_all(ctx, map, d, &mut objects).await?;
+                        }
+                        return Ok(objects);
                     }
                     PeerAnswer::Log { entries, .. } => entries,
                     other => return Err(format!("{device} answered a log query with {other:?}")),

@@ -336,6 +336,15 @@ impl Pg {
         self.check_partial_blocks(ctx, oid, &kind).await?;
         let (version, local, reps, term, to_members) = loop {
             let submitted = self.gate(&oid, pass, |p, _| {
+                // Versioned only in an interval the request's map knew. A request the node
+                // admitted may wait (for the volume records, for its object) while the map
+                // moves the PG away and back: versioned in the later interval, it would land
+                // after writes its client sent since, rerouted to another primary, and had
+                // acknowledged (found by a helper's review). Refused, the client retries with
+                // a newer map, if it still waits for the write.
+                if epoch < p.term.interval {
+                    return Err(WireError::stale_epoch(p.term.interval, epoch));
+                }
                 // Written now, an object a backfill found no good copy of is no longer offered
                 // to be given up (`lost.rs` would delete what this write acknowledges); the
                 // backfill finds it again if the write does not make it whole.

@@ -4,6 +4,7 @@
 //! reaches the primary's version without every write to the object.
 
 use super::WriteKind;
+use crate::pg::messages::Held;
 use crate::pg::{Member, Pg};
 use crate::service::NodeShared;
 use crate::testing::{Flaky, activate_member, shared, sim_store};
@@ -220,6 +221,191 @@ async fn a_backfill_target_gets_no_write_of_an_object_it_must_copy_again() {
     assert!(second.await.unwrap().is_ok());
 }
 
+/// A backfill copy of an object waits for the writes of it already in flight: the local store
+/// may answer for the object as it was before one of them (not applied yet: a partial block's
+/// read, a full journal), a write the target did not get. Without the wait the copy found the
+/// target's version equal, counted the object current there and moved the cursor past it; the
+/// next write reached the target, which lacked the one before (same version, other bytes).
+#[tokio::test]
+async fn a_backfill_copy_waits_for_the_writes_of_its_object_in_flight() {
+    let t = Test::new(false).await;
+    t.release();
+    t.write(0, data(1)).await.unwrap().unwrap();
+    t.release.send_replace(false);
+    const TARGET: DeviceId = DeviceId(3);
+    let in_flight = t.write(0, data(2));
+    until("the write in flight", || {
+        t.pg.st
+            .lock()
+            .primary
+            .as_ref()
+            .unwrap()
+            .tails
+            .contains_key(&t.oid)
+    })
+    .await;
+    // The target holds what the primary's store answers for the object now.
+    let theirs = t.version(&t.primary, PRIMARY).await.map(|version| Held {
+        oid: t.oid,
+        version,
+        deleted: false,
+    });
+    let (generation, term) = {
+        let mut st = t.pg.st.lock();
+        let generation = st.generation;
+        let p = st.primary.as_mut().unwrap();
+        p.targets = vec![crate::pg::Target {
+            member: Member {
+                dev: TARGET,
+                link: t.link.clone(),
+            },
+            cursor: None,
+            done: false,
+            objects: 0,
+            walked: 0,
+            dirty: [t.oid].into_iter().collect(),
+        }];
+        (generation, p.term)
+    };
+    let (pg, ctx, oid) = (t.pg.clone(), t.primary.pgs.ctx.clone(), t.oid);
+    let copy = tokio::spawn(async move {
+        let map = basalt_placement::ClusterMap::default();
+        pg.backfill_object(&ctx, &map, generation, term, TARGET, oid, theirs)
+            .await
+    });
+    until("the object held for its copy", || {
+        copy.is_finished()
+            || t.pg
+                .st
+                .lock()
+                .primary
+                .as_ref()
+                .unwrap()
+                .busy
+                .contains(&t.oid)
+    })
+    .await;
+    // Two round trips through the primary's store and the tasks' turns: a copy that did not
+    // wait would have compared versions and moved the cursor by now.
+    for _ in 0..2 {
+        t.version(&t.primary, PRIMARY).await;
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+    }
+    let target = |t: &Test| {
+        let st = t.pg.st.lock();
+        let tg = &st.primary.as_ref().unwrap().targets[0];
+        (tg.dirty.contains(&t.oid), tg.cursor)
+    };
+    assert!(!copy.is_finished(), "the copy did not wait for the write");
+    assert_eq!(target(&t), (true, None), "counted current on the target");
+    t.release();
+    in_flight.await.unwrap().unwrap();
+    // Compared once the write landed (the target is taken to hold what the store answered
+    // before: the same version here, so nothing moves), then counted current.
+    let copied = copy.await.unwrap();
+    assert!(copied.is_ok(), "{copied:?}");
+    assert_eq!(target(&t), (false, Some(t.oid)));
+}
+
+/// A backfill copy of an object held by another (a read repair, a recovery) waits for it: the
+/// other's end releases the object, and writes of it would go on while the copy still read it.
+#[tokio::test]
+async fn a_backfill_copy_waits_for_an_object_held_by_another() {
+    let t = Test::new(false).await;
+    t.release();
+    t.write(0, data(1)).await.unwrap().unwrap();
+    const TARGET: DeviceId = DeviceId(3);
+    let theirs = t.version(&t.primary, PRIMARY).await.map(|version| Held {
+        oid: t.oid,
+        version,
+        deleted: false,
+    });
+    let (generation, term) = {
+        let mut st = t.pg.st.lock();
+        let generation = st.generation;
+        let p = st.primary.as_mut().unwrap();
+        p.busy.insert(t.oid);
+        p.targets = vec![crate::pg::Target {
+            member: Member {
+                dev: TARGET,
+                link: t.link.clone(),
+            },
+            cursor: None,
+            done: false,
+            objects: 0,
+            walked: 0,
+            dirty: [t.oid].into_iter().collect(),
+        }];
+        (generation, p.term)
+    };
+    let (pg, ctx, oid) = (t.pg.clone(), t.primary.pgs.ctx.clone(), t.oid);
+    let copy = tokio::spawn(async move {
+        let map = basalt_placement::ClusterMap::default();
+        pg.backfill_object(&ctx, &map, generation, term, TARGET, oid, theirs)
+            .await
+    });
+    until("the copy waiting for the object", || {
+        copy.is_finished()
+            || t.pg
+                .st
+                .lock()
+                .primary
+                .as_ref()
+                .unwrap()
+                .waiters
+                .contains_key(&t.oid)
+    })
+    .await;
+    assert!(
+        !copy.is_finished(),
+        "the copy did not wait for the object's holder"
+    );
+    {
+        let mut st = t.pg.st.lock();
+        let p = st.primary.as_mut().unwrap();
+        assert!(p.targets[0].dirty.contains(&t.oid));
+        p.busy.remove(&t.oid);
+        p.release(&t.oid);
+    }
+    copy.await.unwrap().unwrap();
+    let st = t.pg.st.lock();
+    let p = st.primary.as_ref().unwrap();
+    assert!(!p.busy.contains(&t.oid), "left held");
+    assert!(!p.targets[0].dirty.contains(&t.oid));
+}
+
+/// A write whose request carried a map older than the PG's interval (admitted by the node
+/// before the map moved the PG away and back, then left waiting) is refused, not versioned in
+/// the new interval: its client may have had it acknowledged elsewhere since and written the
+/// block again.
+#[tokio::test]
+async fn a_write_sent_with_a_map_older_than_the_interval_is_not_versioned() {
+    let t = Test::new(false).await;
+    t.release();
+    let (pg, ctx, oid) = (t.pg.clone(), t.primary.pgs.ctx.clone(), t.oid);
+    let old = pg
+        .write(
+            &ctx,
+            Epoch(8),
+            oid,
+            WriteKind::Data {
+                offset: 0,
+                data: data(1),
+            },
+            false,
+        )
+        .await;
+    assert!(
+        matches!(&old, Err(e) if e.code == ErrorCode::StaleEpoch),
+        "{old:?}"
+    );
+    assert_eq!(t.version(&t.primary, PRIMARY).await, None, "applied");
+    assert!(t.link.sent.lock().is_empty(), "sent to the member");
+    t.write(0, data(2)).await.unwrap().unwrap();
+}
+
 fn data(byte: u8) -> Bytes {
     Bytes::from(vec![byte; 4096])
 }
@@ -267,7 +453,7 @@ impl Test {
 
     fn submit(&self, kind: WriteKind) -> JoinHandle<Result<Version, WireError>> {
         let (pg, ctx, oid) = (self.pg.clone(), self.primary.pgs.ctx.clone(), self.oid);
-        tokio::spawn(async move { pg.write(&ctx, Epoch(0), oid, kind, false).await })
+        tokio::spawn(async move { pg.write(&ctx, Epoch(9), oid, kind, false).await })
     }
 
     fn write(&self, offset: u32, data: Bytes) -> JoinHandle<Result<Version, WireError>> {

@@ -33,8 +33,10 @@ async fn a_discard_sees_the_new_end_and_waits_for_writes_admitted_before() {
         vec![store.clone()],
         catalog.clone(),
     );
+    // At the interval the PG is served in below: a write whose epoch is older than its PG's
+    // interval is refused.
     let mut map = ClusterMap {
-        epoch: Epoch(1),
+        epoch: Epoch(1000),
         ..ClusterMap::default()
     };
     map.pools.insert(
@@ -49,7 +51,7 @@ async fn a_discard_sees_the_new_end_and_waits_for_writes_admitted_before() {
             pgs: vec![PgMap {
                 up: vec![DeviceId(1)],
                 acting: vec![DeviceId(1)],
-                since: Epoch(1),
+                since: Epoch(1000),
             }],
         },
     );
@@ -77,7 +79,7 @@ async fn a_discard_sees_the_new_end_and_waits_for_writes_admitted_before() {
     let phase = node.volumes.drain_phase();
     let delete = {
         let node = node.clone();
-        tokio::spawn(async move { delete_volume(&node, Epoch(1), v.pool, v.id, 1).await })
+        tokio::spawn(async move { delete_volume(&node, Epoch(1000), v.pool, v.id, 1).await })
     };
     while node.volumes.drain_phase() == phase && !delete.is_finished() {
         tokio::task::yield_now().await;
@@ -114,21 +116,21 @@ async fn a_discard_sees_the_new_end_and_waits_for_writes_admitted_before() {
         .unwrap();
     drop(_admitted);
     for from in [1, 0] {
-        let e = delete_volume(&node, Epoch(1), v.pool, v.id, from)
+        let e = delete_volume(&node, Epoch(1000), v.pool, v.id, from)
             .await
             .unwrap_err();
         assert_eq!(e.code, ErrorCode::InvalidArgument, "{e:?}");
         assert!(e.message.contains("resized since"), "{}", e.message);
     }
     assert!(matches!(
-        delete_volume(&node, Epoch(1), v.pool, v.id, 2).await,
+        delete_volume(&node, Epoch(1000), v.pool, v.id, 2).await,
         Ok(Response::Deleted { objects: 0 })
     ));
     assert_eq!(store.read(oid(1), 0, 4096).await.unwrap(), vec![8u8; 4096]);
     // Once it is marked deleting, everything goes.
     catalog.mark_volume_deleting("v").await.unwrap();
     assert!(matches!(
-        delete_volume(&node, Epoch(1), v.pool, v.id, 0).await,
+        delete_volume(&node, Epoch(1000), v.pool, v.id, 0).await,
         Ok(Response::Deleted { objects: 1 })
     ));
 }

@@ -363,3 +363,65 @@ async fn lagging_member(cfg: Config) {
     let mut c = c;
     c.stop();
 }
+
+/// A member down while an object is deleted, and while so many others are deleted after it
+/// that the full tombstone table forgets the object's tombstone on the members that served
+/// (their logs of the PG are trimmed past the delete), loses its copy when it returns: peering
+/// lists every member's objects and finds the delete forgotten (`authority.rs`). Before, the
+/// returning member kept the deleted data (its version at or below its `last_complete` was
+/// trusted, and no log named the object), which a read of its copy or a later write on it
+/// exposed (found by a helper's review).
+#[test]
+fn a_member_back_after_a_forgotten_delete_drops_the_deleted_object() {
+    init_log();
+    let mut cfg = three_nodes(10, 3);
+    cfg.min_size = 2;
+    cfg.object_size = 64 << 10;
+    // More objects than the 1024 tombstone records a device of this size has.
+    cfg.blocks = 16 * 1100;
+    // Its device stays in: a member back from an outage, not a backfill target.
+    cfg.down_out = Duration::from_secs(3600);
+    on_sim_runtime(cfg.seed, forgotten_delete(cfg));
+}
+
+async fn forgotten_delete(cfg: Config) {
+    let (mut c, volume) = SimCluster::start(&cfg, false).await;
+    let object = u64::from(cfg.object_size);
+    volume.write(0, block(0), false).await.expect("write");
+    // A later interval activates node 1's device complete past the write (its
+    // `last_complete` covers it): node 2 restarts.
+    c.settled().await.expect("settled");
+    c.stop_node(2).await;
+    c.restart(2).await;
+    c.settled().await.expect("settled");
+    c.stop_node(1).await;
+    volume.trim(0, object).await.expect("delete");
+    for i in 1..1100u64 {
+        volume
+            .write(i * object, block(i), false)
+            .await
+            .expect("write");
+        volume.trim(i * object, object).await.expect("delete");
+    }
+    let oid = ObjectId::new(c.pool.expect("pool"), c.volume.expect("volume"), 0);
+    let served = c.slots[0].node.as_ref().expect("running");
+    let store = served
+        .store_for_test(c.slots[0].devices[0])
+        .expect("a store");
+    assert!(
+        store.object_info(oid).await.expect("info").is_none(),
+        "the tombstone of {oid} was not forgotten: the schedule missed its case"
+    );
+    c.restart(1).await;
+    c.settled().await.expect("settled");
+    let back = c.slots[1].node.as_ref().expect("running");
+    let store = back.store_for_test(c.slots[1].devices[0]).expect("a store");
+    let held = store.object_info(oid).await.expect("info");
+    assert!(
+        held.as_ref().is_none_or(|o| o.deleted),
+        "the member back holds the deleted object: {held:?}"
+    );
+    let got = volume.read(0, BLOCK as u32).await.expect("read");
+    assert!(got.iter().all(|b| *b == 0), "the deleted block reads back");
+    c.stop();
+}
