@@ -182,8 +182,14 @@ mod tests {
         VolumeOptions { durability }
     }
 
-    #[tokio::test]
-    async fn a_flush_reaches_the_old_primary_after_the_map_moved() {
+    /// A flush-durability volume with one write acknowledged by node 1, not durable yet,
+    /// whose PG the map has since moved to node 2.
+    async fn written_then_moved() -> (
+        crate::testing::Fixture,
+        std::sync::Arc<FakeNode>,
+        std::sync::Arc<FakeNode>,
+        crate::Volume,
+    ) {
         let fx = fixture(1, ClusterConfig::default()).await;
         let (n1, n2) = (
             FakeNode::install(&fx.cluster, 1),
@@ -198,8 +204,14 @@ mod tests {
         vol.write(0, Bytes::from(vec![1u8; 4096]), false)
             .await
             .unwrap();
-        // The PG moves to node 2 before the flush: node 1 holds an acknowledged, unflushed write.
         fx.cluster.inner.maps.offer(map(2, &[2]));
+        (fx, n1, n2, vol)
+    }
+
+    #[tokio::test]
+    async fn a_flush_reaches_the_old_primary_after_the_map_moved() {
+        // The PG moves to node 2 before the flush: node 1 holds an acknowledged, unflushed write.
+        let (fx, n1, n2, vol) = written_then_moved().await;
         vol.flush().await.unwrap();
         assert_eq!(
             n1.flushes(),
@@ -227,21 +239,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_node_that_could_not_be_flushed_is_flushed_next_time() {
-        let fx = fixture(1, ClusterConfig::default()).await;
-        let (n1, n2) = (
-            FakeNode::install(&fx.cluster, 1),
-            FakeNode::install(&fx.cluster, 2),
-        );
-        fx.cluster.inner.maps.offer(map(1, &[1]));
-        let vol = fx
-            .cluster
-            .open_volume("v", options(Durability::Flush))
-            .await
-            .unwrap();
-        vol.write(0, Bytes::from(vec![1u8; 4096]), false)
-            .await
-            .unwrap();
-        fx.cluster.inner.maps.offer(map(2, &[2]));
+        let (_fx, n1, n2, vol) = written_then_moved().await;
         *n1.fail_flushes.lock() = Some(ErrorCode::DeviceFailed);
         let e = vol.flush().await.unwrap_err();
         assert!(e.to_string().contains("flush failed"), "{e}");
@@ -257,21 +255,7 @@ mod tests {
     /// flush took the node out of the set as it began, and the second returned at once.
     #[tokio::test]
     async fn a_flush_beside_one_in_progress_flushes_its_nodes_too() {
-        let fx = fixture(1, ClusterConfig::default()).await;
-        let (n1, n2) = (
-            FakeNode::install(&fx.cluster, 1),
-            FakeNode::install(&fx.cluster, 2),
-        );
-        fx.cluster.inner.maps.offer(map(1, &[1]));
-        let vol = fx
-            .cluster
-            .open_volume("v", options(Durability::Flush))
-            .await
-            .unwrap();
-        vol.write(0, Bytes::from(vec![1u8; 4096]), false)
-            .await
-            .unwrap();
-        fx.cluster.inner.maps.offer(map(2, &[2]));
+        let (fx, n1, n2, vol) = written_then_moved().await;
         // Node 1's next answer (the first flush's) waits until the test lets it go.
         let (go, wait) = tokio::sync::oneshot::channel::<()>();
         *n1.before_answer.lock() = Some(Box::pin(async move {

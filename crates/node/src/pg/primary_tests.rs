@@ -232,7 +232,6 @@ async fn a_backfill_copy_waits_for_the_writes_of_its_object_in_flight() {
     t.release();
     t.write(0, data(1)).await.unwrap().unwrap();
     t.release.send_replace(false);
-    const TARGET: DeviceId = DeviceId(3);
     let in_flight = t.write(0, data(2));
     until("the write in flight", || {
         t.pg.st
@@ -245,34 +244,7 @@ async fn a_backfill_copy_waits_for_the_writes_of_its_object_in_flight() {
     })
     .await;
     // The target holds what the primary's store answers for the object now.
-    let theirs = t.version(&t.primary, PRIMARY).await.map(|version| Held {
-        oid: t.oid,
-        version,
-        deleted: false,
-    });
-    let (generation, term) = {
-        let mut st = t.pg.st.lock();
-        let generation = st.generation;
-        let p = st.primary.as_mut().unwrap();
-        p.targets = vec![crate::pg::Target {
-            member: Member {
-                dev: TARGET,
-                link: t.link.clone(),
-            },
-            cursor: None,
-            done: false,
-            objects: 0,
-            walked: 0,
-            dirty: [t.oid].into_iter().collect(),
-        }];
-        (generation, p.term)
-    };
-    let (pg, ctx, oid) = (t.pg.clone(), t.primary.pgs.ctx.clone(), t.oid);
-    let copy = tokio::spawn(async move {
-        let map = basalt_placement::ClusterMap::default();
-        pg.backfill_object(&ctx, &map, generation, term, TARGET, oid, theirs)
-            .await
-    });
+    let copy = t.backfill_copy().await;
     until("the object held for its copy", || {
         copy.is_finished()
             || t.pg
@@ -316,36 +288,8 @@ async fn a_backfill_copy_waits_for_an_object_held_by_another() {
     let t = Test::new(false).await;
     t.release();
     t.write(0, data(1)).await.unwrap().unwrap();
-    const TARGET: DeviceId = DeviceId(3);
-    let theirs = t.version(&t.primary, PRIMARY).await.map(|version| Held {
-        oid: t.oid,
-        version,
-        deleted: false,
-    });
-    let (generation, term) = {
-        let mut st = t.pg.st.lock();
-        let generation = st.generation;
-        let p = st.primary.as_mut().unwrap();
-        p.busy.insert(t.oid);
-        p.targets = vec![crate::pg::Target {
-            member: Member {
-                dev: TARGET,
-                link: t.link.clone(),
-            },
-            cursor: None,
-            done: false,
-            objects: 0,
-            walked: 0,
-            dirty: [t.oid].into_iter().collect(),
-        }];
-        (generation, p.term)
-    };
-    let (pg, ctx, oid) = (t.pg.clone(), t.primary.pgs.ctx.clone(), t.oid);
-    let copy = tokio::spawn(async move {
-        let map = basalt_placement::ClusterMap::default();
-        pg.backfill_object(&ctx, &map, generation, term, TARGET, oid, theirs)
-            .await
-    });
+    t.pg.st.lock().primary.as_mut().unwrap().busy.insert(t.oid);
+    let copy = t.backfill_copy().await;
     until("the copy waiting for the object", || {
         copy.is_finished()
             || t.pg
@@ -463,6 +407,44 @@ impl Test {
     /// Lets the answers go (the lost one as an error).
     fn release(&self) {
         self.release.send_replace(true);
+    }
+
+    /// Makes device 3 a backfill target of the PG with the object dirty (its cursor before
+    /// it) and starts the copy of the object there, the target taken to hold what the
+    /// primary's store answers for the object now (this test's map has no route to it).
+    async fn backfill_copy(&self) -> JoinHandle<Result<(), String>> {
+        const TARGET: DeviceId = DeviceId(3);
+        let theirs = self
+            .version(&self.primary, PRIMARY)
+            .await
+            .map(|version| Held {
+                oid: self.oid,
+                version,
+                deleted: false,
+            });
+        let (generation, term) = {
+            let mut st = self.pg.st.lock();
+            let generation = st.generation;
+            let p = st.primary.as_mut().unwrap();
+            p.targets = vec![crate::pg::Target {
+                member: Member {
+                    dev: TARGET,
+                    link: self.link.clone(),
+                },
+                cursor: None,
+                done: false,
+                objects: 0,
+                walked: 0,
+                dirty: [self.oid].into_iter().collect(),
+            }];
+            (generation, p.term)
+        };
+        let (pg, ctx, oid) = (self.pg.clone(), self.primary.pgs.ctx.clone(), self.oid);
+        tokio::spawn(async move {
+            let map = basalt_placement::ClusterMap::default();
+            pg.backfill_object(&ctx, &map, generation, term, TARGET, oid, theirs)
+                .await
+        })
     }
 
     async fn version(&self, node: &NodeShared, dev: DeviceId) -> Option<Version> {
