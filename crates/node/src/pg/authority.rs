@@ -330,10 +330,9 @@ fn trusted(
 }
 
 /// Whether a source proves the object (live at `v`) deleted after `v` and the delete
-/// forgotten: it holds
-/// nothing of the object, yet was complete at or past `v` (it held `v`, or what replaced it),
-/// and its log is trimmed at or past `v` (a tombstone the full tombstone table forgot raises
-/// it: `reserve_tomb` in the store). A member that missed the delete (down meanwhile) still
+/// forgotten: it holds nothing of the object, yet was complete at or past `v` (it held `v`, or
+/// what replaced it), and its log is trimmed at or past `v` (a tombstone the full tombstone
+/// table forgot raises it: `reserve_tomb` in the store). A member that missed the delete (down meanwhile) still
 /// holds `v` at or below its `last_complete`, which rule 1 trusts: without this, peering
 /// would keep the deleted data there, or bring it back everywhere (found by a helper's
 /// review). Not a suspect source: its store may have lost the object. Not for a tombstone: one
