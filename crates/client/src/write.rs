@@ -182,6 +182,14 @@ mod tests {
         VolumeOptions { durability }
     }
 
+    /// A handle of volume "v" whose writes are durable only once flushed.
+    async fn open_flushed(fx: &crate::testing::Fixture) -> crate::Volume {
+        fx.cluster
+            .open_volume("v", options(Durability::Flush))
+            .await
+            .unwrap()
+    }
+
     /// A flush-durability volume with one write acknowledged by node 1, not durable yet,
     /// whose PG the map has since moved to node 2.
     async fn written_then_moved() -> (
@@ -196,11 +204,7 @@ mod tests {
             FakeNode::install(&fx.cluster, 2),
         );
         fx.cluster.inner.maps.offer(map(1, &[1]));
-        let vol = fx
-            .cluster
-            .open_volume("v", options(Durability::Flush))
-            .await
-            .unwrap();
+        let vol = open_flushed(&fx).await;
         vol.write(0, Bytes::from(vec![1u8; 4096]), false)
             .await
             .unwrap();
@@ -228,11 +232,7 @@ mod tests {
         vol.write_zeroes(0, 4096, false).await.unwrap();
         fx.cluster.inner.maps.offer(map(4, &[3]));
         let n3 = FakeNode::install(&fx.cluster, 3);
-        let other = fx
-            .cluster
-            .open_volume("v", options(Durability::Flush))
-            .await
-            .unwrap();
+        let other = open_flushed(&fx).await;
         other.flush().await.unwrap();
         assert_eq!((n1.flushes(), n2.flushes(), n3.flushes()), (2, 3, 1));
     }
@@ -269,11 +269,7 @@ mod tests {
         while n1.flushes() == 0 {
             tokio::task::yield_now().await;
         }
-        let other = fx
-            .cluster
-            .open_volume("v", options(Durability::Flush))
-            .await
-            .unwrap();
+        let other = open_flushed(&fx).await;
         other.flush().await.unwrap();
         assert_eq!(
             n1.flushes(),

@@ -219,6 +219,40 @@ impl MetaStore for Flaky {
     }
 }
 
+/// The peering query by which a primary of `term` asks `dev` about `pg` (and takes its promise).
+pub(crate) fn query_msg(
+    dev: DeviceId,
+    pg: basalt_types::PgId,
+    term: basalt_types::Term,
+) -> crate::pg::messages::PeerMsg {
+    crate::pg::messages::PeerMsg::Query {
+        device: dev,
+        pg,
+        term,
+        epoch: basalt_types::Epoch(0),
+        from: None,
+    }
+}
+
+/// The activation of `dev` as a serving member of `pg` in `term` (not readable).
+pub(crate) fn activate_msg(
+    dev: DeviceId,
+    pg: basalt_types::PgId,
+    term: basalt_types::Term,
+) -> crate::pg::messages::PeerMsg {
+    crate::pg::messages::PeerMsg::Activate {
+        device: dev,
+        pg,
+        term,
+        info: crate::pg::info::MemberInfo {
+            les: term.interval,
+            activated: term.interval,
+            ..Default::default()
+        },
+        readable: false,
+    }
+}
+
 /// Makes `dev` of `node` a serving member of `pg` in `term`: promised by a peering query, then
 /// activated (not readable), as a primary's peering does.
 pub(crate) async fn activate_member(
@@ -227,26 +261,7 @@ pub(crate) async fn activate_member(
     pg: basalt_types::PgId,
     term: basalt_types::Term,
 ) {
-    use crate::pg::info::MemberInfo;
-    use crate::pg::messages::PeerMsg;
-    let query = PeerMsg::Query {
-        device: dev,
-        pg,
-        term,
-        epoch: basalt_types::Epoch(0),
-        from: None,
-    };
-    let activate = PeerMsg::Activate {
-        device: dev,
-        pg,
-        term,
-        info: MemberInfo {
-            les: term.interval,
-            activated: term.interval,
-            ..MemberInfo::default()
-        },
-        readable: false,
-    };
+    let (query, activate) = (query_msg(dev, pg, term), activate_msg(dev, pg, term));
     for msg in [query, activate] {
         node.pgs.peer(msg, bytes::Bytes::new()).await.unwrap();
     }

@@ -194,10 +194,10 @@ async fn a_backfill_target_gets_no_write_of_an_object_it_must_copy_again() {
         dirty: dirty.then_some(t.oid).into_iter().collect(),
     };
     let serve = |dirty| {
-        let mut st = t.pg.st.lock();
-        let p = st.primary.as_mut().unwrap();
-        p.members.clear();
-        p.targets = vec![target(dirty)];
+        t.with_primary(|p| {
+            p.members.clear();
+            p.targets = vec![target(dirty)];
+        })
     };
     serve(true);
     let written = tokio::time::timeout(Duration::from_secs(5), t.write(0, data(1))).await;
@@ -206,10 +206,10 @@ async fn a_backfill_target_gets_no_write_of_an_object_it_must_copy_again() {
         "the write waited for the target: {written:?}"
     );
     assert!(t.link.sent.lock().is_empty(), "sent to the target");
-    let dirty = t.pg.st.lock().primary.as_ref().unwrap().targets[0]
-        .dirty
-        .clone();
-    assert!(dirty.contains(&t.oid), "no longer to be copied again");
+    assert!(
+        t.with_primary(|p| p.targets[0].dirty.contains(&t.oid)),
+        "no longer to be copied again"
+    );
     // Copied again (no longer dirty): its writes reach the target.
     serve(false);
     let second = t.write(0, data(2));
@@ -234,27 +234,13 @@ async fn a_backfill_copy_waits_for_the_writes_of_its_object_in_flight() {
     t.release.send_replace(false);
     let in_flight = t.write(0, data(2));
     until("the write in flight", || {
-        t.pg.st
-            .lock()
-            .primary
-            .as_ref()
-            .unwrap()
-            .tails
-            .contains_key(&t.oid)
+        t.with_primary(|p| p.tails.contains_key(&t.oid))
     })
     .await;
     // The target holds what the primary's store answers for the object now.
     let copy = t.backfill_copy().await;
     until("the object held for its copy", || {
-        copy.is_finished()
-            || t.pg
-                .st
-                .lock()
-                .primary
-                .as_ref()
-                .unwrap()
-                .busy
-                .contains(&t.oid)
+        copy.is_finished() || t.with_primary(|p| p.busy.contains(&t.oid))
     })
     .await;
     // Two round trips through the primary's store and the tasks' turns: a copy that did not
@@ -265,11 +251,8 @@ async fn a_backfill_copy_waits_for_the_writes_of_its_object_in_flight() {
             tokio::task::yield_now().await;
         }
     }
-    let target = |t: &Test| {
-        let st = t.pg.st.lock();
-        let tg = &st.primary.as_ref().unwrap().targets[0];
-        (tg.dirty.contains(&t.oid), tg.cursor)
-    };
+    let target =
+        |t: &Test| t.with_primary(|p| (p.targets[0].dirty.contains(&t.oid), p.targets[0].cursor));
     assert!(!copy.is_finished(), "the copy did not wait for the write");
     assert_eq!(target(&t), (true, None), "counted current on the target");
     t.release();
@@ -288,36 +271,26 @@ async fn a_backfill_copy_waits_for_an_object_held_by_another() {
     let t = Test::new(false).await;
     t.release();
     t.write(0, data(1)).await.unwrap().unwrap();
-    t.pg.st.lock().primary.as_mut().unwrap().busy.insert(t.oid);
+    t.with_primary(|p| p.busy.insert(t.oid));
     let copy = t.backfill_copy().await;
     until("the copy waiting for the object", || {
-        copy.is_finished()
-            || t.pg
-                .st
-                .lock()
-                .primary
-                .as_ref()
-                .unwrap()
-                .waiters
-                .contains_key(&t.oid)
+        copy.is_finished() || t.with_primary(|p| p.waiters.contains_key(&t.oid))
     })
     .await;
     assert!(
         !copy.is_finished(),
         "the copy did not wait for the object's holder"
     );
-    {
-        let mut st = t.pg.st.lock();
-        let p = st.primary.as_mut().unwrap();
+    t.with_primary(|p| {
         assert!(p.targets[0].dirty.contains(&t.oid));
         p.busy.remove(&t.oid);
         p.release(&t.oid);
-    }
+    });
     copy.await.unwrap().unwrap();
-    let st = t.pg.st.lock();
-    let p = st.primary.as_ref().unwrap();
-    assert!(!p.busy.contains(&t.oid), "left held");
-    assert!(!p.targets[0].dirty.contains(&t.oid));
+    t.with_primary(|p| {
+        assert!(!p.busy.contains(&t.oid), "left held");
+        assert!(!p.targets[0].dirty.contains(&t.oid));
+    });
 }
 
 /// A write whose request carried a map older than the PG's interval (admitted by the node
@@ -445,6 +418,11 @@ impl Test {
             pg.backfill_object(&ctx, &map, generation, term, TARGET, oid, theirs)
                 .await
         })
+    }
+
+    /// Runs `f` on the primary's state of the PG (under its lock).
+    fn with_primary<R>(&self, f: impl FnOnce(&mut crate::pg::Primary) -> R) -> R {
+        f(self.pg.st.lock().primary.as_mut().unwrap())
     }
 
     async fn version(&self, node: &NodeShared, dev: DeviceId) -> Option<Version> {

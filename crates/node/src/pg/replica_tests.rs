@@ -8,9 +8,9 @@
 
 use crate::pg::messages::{ImageKind, ImageMeta, PeerAnswer, PeerMsg};
 use crate::service::NodeShared;
-use crate::testing::{Flaky, shared, sim_store};
+use crate::testing::{Flaky, activate_msg, query_msg, shared, sim_store};
 use basalt_meta::Catalog;
-use basalt_proto::ErrorCode;
+use basalt_proto::{ErrorCode, RepKind, RepOp};
 use basalt_types::{DeviceId, Epoch, NodeId, ObjectId, PgId, PoolId, Term, Version, VolumeId};
 use bytes::Bytes;
 use std::sync::Arc;
@@ -138,43 +138,14 @@ async fn each_generation_of_a_primary_peers_in_a_term_of_its_own() {
 /// activates it too; so a deposed primary can complete no write once a newer term peered.
 #[tokio::test]
 async fn a_replicated_write_applies_only_in_the_term_the_member_was_activated_in_and_promised() {
-    use crate::pg::info::MemberInfo;
-    use basalt_proto::{RepKind, RepOp};
     let dir = tempfile::tempdir().unwrap();
     let (node, dev, pg) = one_device_node(dir.path()).await;
     let store = node.pgs.store(dev).unwrap().clone();
     let oid = ObjectId::new(PoolId(1), VolumeId(1), 0);
     let (old, new) = (Term::new(Epoch(5), 0), Term::new(Epoch(7), 0));
-    let rep = |term: Term, n: u64| RepOp {
-        epoch: Epoch(0),
-        device: dev,
-        pg,
-        term,
-        oid,
-        version: term.version(n).unwrap(),
-        kind: RepKind::Write { offset: 0 },
-        data: Bytes::from(vec![n as u8; 4096]),
-        committed: Version::NONE,
-        prior: Version::NONE,
-    };
-    let query = |term| PeerMsg::Query {
-        device: dev,
-        pg,
-        term,
-        epoch: Epoch(0),
-        from: None,
-    };
-    let activate = |term: Term| PeerMsg::Activate {
-        device: dev,
-        pg,
-        term,
-        info: MemberInfo {
-            les: term.interval,
-            activated: term.interval,
-            ..MemberInfo::default()
-        },
-        readable: false,
-    };
+    let rep = |term: Term, n: u64| write_op(dev, pg, oid, term, n, 0, Version::NONE);
+    let query = |term| query_msg(dev, pg, term);
+    let activate = |term| activate_msg(dev, pg, term);
     let held = || async { store.object_info(oid).await.unwrap().map(|o| o.version) };
 
     // Promised, not yet activated: refused.
@@ -212,26 +183,17 @@ async fn a_replicated_write_applies_only_in_the_term_the_member_was_activated_in
 /// from the others.
 #[tokio::test]
 async fn a_write_sent_behind_one_that_failed_on_the_member_is_not_applied_there() {
-    use basalt_proto::{RepKind, RepOp};
     let dir = tempfile::tempdir().unwrap();
     let (node, dev, pg) = one_device_node(dir.path()).await;
     let store = node.pgs.store(dev).unwrap().clone();
     let oid = ObjectId::new(PoolId(1), VolumeId(1), 0);
     let term = Term::new(Epoch(5), 0);
-    let rep = |n: u64, offset: u32, prior: u64| RepOp {
-        epoch: Epoch(0),
-        device: dev,
-        pg,
-        term,
-        oid,
-        version: term.version(n).unwrap(),
-        kind: RepKind::Write { offset },
-        data: Bytes::from(vec![n as u8; 4096]),
-        committed: Version::NONE,
-        prior: match prior {
+    let rep = |n: u64, offset: u32, prior: u64| {
+        let prior = match prior {
             0 => Version::NONE,
             p => term.version(p).unwrap(),
-        },
+        };
+        write_op(dev, pg, oid, term, n, offset, prior)
     };
     crate::testing::activate_member(&node, dev, pg, term).await;
     let held = || async { store.object_info(oid).await.unwrap().map(|o| o.version) };
@@ -499,4 +461,29 @@ async fn a_ready_report_is_written_again_while_the_map_waits_for_it() {
     offer(12, vec![dev], 12);
     p.report_again(&ctx, generation).await.unwrap();
     assert!(reports().await.is_empty());
+}
+
+/// Sub-operation `n` of `term`: a 4 KiB write of byte `n` at `offset` of `oid`, sent behind
+/// `prior`.
+fn write_op(
+    dev: DeviceId,
+    pg: PgId,
+    oid: ObjectId,
+    term: Term,
+    n: u64,
+    offset: u32,
+    prior: Version,
+) -> RepOp {
+    RepOp {
+        epoch: Epoch(0),
+        device: dev,
+        pg,
+        term,
+        oid,
+        version: term.version(n).unwrap(),
+        kind: RepKind::Write { offset },
+        data: Bytes::from(vec![n as u8; 4096]),
+        committed: Version::NONE,
+        prior,
+    }
 }
