@@ -103,6 +103,7 @@ fn malformed_and_stale_node_protocol_frames_are_refused() {
             version: Version::NONE,
             fua: true,
             data: Bytes::from(vec![0u8; 4096]),
+            session: basalt_proto::Session::NONE,
         },
         &mut out,
     );
@@ -124,6 +125,7 @@ fn malformed_and_stale_node_protocol_frames_are_refused() {
             version: Version::NONE,
             fua: true,
             data: Bytes::from(vec![0u8; 4096]),
+            session: basalt_proto::Session::NONE,
         },
     );
     match c.answer() {

@@ -156,6 +156,7 @@ impl Raw {
             version: Version::NONE,
             fua: true,
             data: Bytes::copy_from_slice(data),
+            session: basalt_proto::Session::NONE,
         })
     }
 

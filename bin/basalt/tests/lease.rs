@@ -159,6 +159,7 @@ fn a_node_fences_itself_while_cut_off_and_rejoins_after_its_lease_expired() {
         version: Version::NONE,
         fua: true,
         data: data.clone(),
+        session: basalt_proto::Session::NONE,
     };
     let read = |epoch: Epoch| Request::Read {
         epoch,

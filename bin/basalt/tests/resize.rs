@@ -111,6 +111,7 @@ fn a_stale_writer_past_a_shrunk_end_is_refused_and_a_grow_shows_zeros() {
         version: Version::NONE,
         fua: true,
         data: Bytes::from(vec![0x5A; len]),
+        session: basalt_proto::Session::NONE,
     };
     // The resize returned once the node had seen the shrink: refused at once.
     for (id, req) in [
@@ -135,6 +136,7 @@ fn a_stale_writer_past_a_shrunk_end_is_refused_and_a_grow_shows_zeros() {
             offset: 0,
             len: os as u32,
             fua: true,
+            session: basalt_proto::Session::NONE,
         },
     );
     assert!(matches!(n.answer(), Some(Ok(Response::Written { .. }))));

@@ -109,6 +109,7 @@ impl Cluster {
                 offset: partial as u32,
                 len: len as u32,
                 fua: true,
+                session: basalt_proto::Session::NONE,
             })
             .await?;
         }

@@ -8,7 +8,7 @@ use crate::meta::{self, Catalog, MetaStore};
 use crate::openvolumes::{LiveVolume, OpenVolumes};
 use crate::volume::{Volume, VolumeOptions};
 use basalt_placement::ClusterMap;
-use basalt_proto::{Request, Response, Service};
+use basalt_proto::{Request, Response, Service, Session};
 use basalt_types::{Epoch, NodeId};
 use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
@@ -68,6 +68,9 @@ pub(crate) struct Inner {
     pub(crate) open: Arc<OpenVolumes>,
     /// Nodes holding acknowledged, not yet durable writes, per volume (`Volume::flush`).
     pub(crate) unflushed: Unflushed,
+    /// This client's id and, per node, its session generation there ([`Cluster::session`]).
+    client_id: u64,
+    generations: Mutex<HashMap<NodeId, u64>>,
 }
 
 /// How often retrying operations may re-read the whole map from the metadata store.
@@ -102,6 +105,8 @@ impl Cluster {
                 last_reload: Mutex::new(None),
                 open: Arc::default(),
                 unflushed: Unflushed::default(),
+                client_id: basalt_types::unique_u64(),
+                generations: Mutex::new(HashMap::new()),
             }),
         };
         let task = tokio::spawn(follow_maps(Arc::downgrade(&cluster.inner)));
@@ -271,6 +276,29 @@ impl Cluster {
         let link = Arc::new(link);
         *guard = Some(link.clone());
         Ok(link)
+    }
+
+    /// The session this client's writes to `node` carry now (`basalt_proto::Session`).
+    pub(crate) fn session(&self, node: NodeId) -> Session {
+        let generation = *self.inner.generations.lock().get(&node).unwrap_or(&1);
+        Session {
+            client: self.inner.client_id,
+            generation,
+        }
+    }
+
+    /// An attempt sent to `node` in `session` ended without its answer: the node may still
+    /// hold it. The next write to `node` raises the generation, and from then on the node
+    /// versions no write of an older one: the abandoned attempt can no longer land after a
+    /// write sent later.
+    pub(crate) fn abandoned(&self, node: NodeId, session: Session) {
+        let mut generations = self.inner.generations.lock();
+        let generation = generations.entry(node).or_insert(1);
+        let next = session
+            .generation
+            .checked_add(1)
+            .expect("fewer than 2^64 abandoned attempts");
+        *generation = (*generation).max(next);
     }
 
     /// Forgets a broken connection so that the next call reconnects.

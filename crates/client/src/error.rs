@@ -42,6 +42,10 @@ pub enum ClientError {
     Node(WireError),
     #[error(transparent)]
     Meta(#[from] basalt_meta::MetaError),
+    /// A flush found that a node lost writes it had acknowledged before they were durable:
+    /// it started again after a crash in between (`Volume::flush`).
+    #[error("flush of volume '{volume}' failed: {why}")]
+    WritesLost { volume: String, why: String },
     #[error("protocol: {0}")]
     Protocol(String),
     #[error("the client is shut down")]

@@ -3,7 +3,7 @@
 use crate::cluster::Cluster;
 use crate::error::ClientError;
 use basalt_placement::ClusterMap;
-use basalt_proto::{ErrorCode, Request, Response, WireError};
+use basalt_proto::{ErrorCode, Request, Response, Session, WireError};
 use basalt_types::{Epoch, NodeId, ObjectId};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -182,11 +182,17 @@ fn list(devices: &[basalt_types::DeviceId]) -> String {
 /// would otherwise wait out the whole timeout). Sending it again is safe: the old node can no
 /// longer acknowledge it (its members promised the new primary's term, and its lease fence
 /// stopped it), and peering decided whatever of it the members had applied.
+///
+/// A write carries this client's session at `node` ([`Cluster::session`]); a write attempt
+/// that ends without the node's answer (its timeout, a reroute, a lost connection, or the
+/// caller dropping the operation) is marked abandoned ([`Cluster::abandoned`], by
+/// [`Unanswered`]), so that the node versions it after no later write of this client (the
+/// node's `sessions.rs`).
 async fn call_node(
     cluster: &Cluster,
     map: &ClusterMap,
     node: NodeId,
-    req: Request,
+    mut req: Request,
     deadline: Instant,
     route: &impl Fn(&ClusterMap) -> Result<NodeId, ClientError>,
 ) -> Result<Response, Failure> {
@@ -204,6 +210,13 @@ async fn call_node(
         Err(e @ ClientError::Unavailable(_)) => return Err(Failure::Unavailable(e)),
         Err(e) => return Err(Failure::Fatal(e)),
     };
+    let session = cluster.session(node);
+    // (`then`, not `then_some`: a guard made for a read would drop, and count, at once.)
+    let unanswered = req.set_session(session).then(|| Unanswered {
+        cluster,
+        node,
+        session,
+    });
     let answer = tokio::select! {
         biased;
         a = tokio::time::timeout_at(deadline, svc.call(req)) => a,
@@ -215,8 +228,17 @@ async fn call_node(
         }
     };
     match answer {
-        Ok(Ok(resp)) => Ok(resp),
-        Ok(Err(e)) => Err(classify(cluster, node, map.epoch, e)),
+        Ok(Ok(resp)) => {
+            unanswered.into_iter().for_each(Unanswered::answered);
+            Ok(resp)
+        }
+        Ok(Err(e)) => {
+            // Also what a lost connection answers: the node may have the request.
+            if e.code != ErrorCode::ShuttingDown {
+                unanswered.into_iter().for_each(Unanswered::answered);
+            }
+            Err(classify(cluster, node, map.epoch, e))
+        }
         Err(_) => {
             cluster.drop_link(node);
             Err(Failure::Wait(format!(
@@ -224,6 +246,29 @@ async fn call_node(
                 cluster.config().op_timeout
             )))
         }
+    }
+}
+
+/// A write attempt sent to `node` in `session` that has no answer yet: dropped so (its
+/// timeout, a reroute, a lost connection, or its caller giving up on the whole operation, a
+/// sibling piece of a split write that failed), it marks the attempt abandoned
+/// ([`Cluster::abandoned`]): the node may still hold it.
+struct Unanswered<'a> {
+    cluster: &'a Cluster,
+    node: NodeId,
+    session: Session,
+}
+
+impl Unanswered<'_> {
+    /// The node answered: nothing of the attempt is left there.
+    fn answered(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        self.cluster.abandoned(self.node, self.session);
     }
 }
 
@@ -466,6 +511,94 @@ mod tests {
             other => panic!("expected RetriesExhausted, got {other:?}"),
         }
         assert!(start.elapsed() <= std::time::Duration::from_secs(2));
+    }
+
+    fn write(epoch: Epoch) -> Request {
+        Request::Write {
+            epoch,
+            oid: OID,
+            offset: 0,
+            version: basalt_types::Version::NONE,
+            fua: false,
+            data: Bytes::from_static(&[1; 512]),
+            session: basalt_proto::Session::NONE,
+        }
+    }
+
+    /// The session generation of every write `node` received, in order.
+    fn generations(node: &FakeNode) -> Vec<u64> {
+        let seen = node.seen.lock();
+        let sessions = seen.iter().filter_map(|r| match r {
+            Request::Write { session, .. } => Some(*session),
+            _ => None,
+        });
+        sessions.map(|s| s.generation).collect()
+    }
+
+    /// An attempt at a node that ends without the node's answer (rerouted by a new map, or
+    /// the connection lost) raises the client's session generation at that node: the next
+    /// write there tells the node to version none of the older attempts (it may still hold
+    /// them). Answered attempts, and other nodes, keep theirs.
+    #[tokio::test(start_paused = true)]
+    async fn an_attempt_left_without_an_answer_raises_the_session_generation_of_its_node() {
+        let fx = fixture(1, ClusterConfig::default()).await;
+        let (n1, n2) = (
+            FakeNode::install(&fx.cluster, 1),
+            FakeNode::install(&fx.cluster, 2),
+        );
+        fx.cluster.inner.maps.offer(map(1, &[1]));
+        call_primary(&fx.cluster, OID, write).await.unwrap();
+        *n1.before_answer.lock() = Some(Box::pin(std::future::pending()));
+        let call = tokio::spawn({
+            let c = fx.cluster.clone();
+            async move { call_primary_at(&c, OID, write).await }
+        });
+        while generations(&n1).len() < 2 {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        fx.cluster.inner.maps.offer(map(2, &[2]));
+        assert_eq!(call.await.unwrap().unwrap().0, NodeId(2));
+        fx.cluster.inner.maps.offer(map(3, &[1]));
+        n1.script
+            .lock()
+            .push_back(WireError::new(ErrorCode::ShuttingDown, "connection lost"));
+        call_primary(&fx.cluster, OID, write).await.unwrap();
+        call_primary(&fx.cluster, OID, write).await.unwrap();
+        // 1, 1 (left waiting), then 2 (answered ShuttingDown), then 3 twice.
+        assert_eq!(generations(&n1), [1, 1, 2, 3, 3]);
+        assert_eq!(generations(&n2), [1]);
+        let ids: std::collections::BTreeSet<u64> = n1
+            .seen
+            .lock()
+            .iter()
+            .chain(n2.seen.lock().iter())
+            .filter_map(|r| match r {
+                Request::Write { session, .. } => Some(session.client),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(ids.len(), 1, "one client id");
+        assert!(!ids.contains(&0), "a client's writes carry a session");
+    }
+
+    /// A caller that drops a write's operation while the node holds the attempt (a timeout
+    /// of its own, a sibling piece of a split write that failed) abandons it too; a dropped
+    /// read raises nothing.
+    #[tokio::test(start_paused = true)]
+    async fn a_write_dropped_by_its_caller_is_abandoned() {
+        let fx = fixture(1, ClusterConfig::default()).await;
+        let n1 = FakeNode::install(&fx.cluster, 1);
+        fx.cluster.inner.maps.offer(map(1, &[1]));
+        let short = std::time::Duration::from_millis(100);
+        *n1.before_answer.lock() = Some(Box::pin(std::future::pending()));
+        let read = tokio::time::timeout(short, call_primary(&fx.cluster, OID, read)).await;
+        assert!(read.is_err(), "the read waits for the node");
+        call_primary(&fx.cluster, OID, write).await.unwrap();
+        *n1.before_answer.lock() = Some(Box::pin(std::future::pending()));
+        let gave_up = tokio::time::timeout(short, call_primary(&fx.cluster, OID, write)).await;
+        assert!(gave_up.is_err(), "the write waits for the node");
+        call_primary(&fx.cluster, OID, write).await.unwrap();
+        assert_eq!(generations(&n1), [1, 1, 2]);
     }
 
     /// Publishes `next` in the store while `node` handles its next request (so the client

@@ -97,6 +97,9 @@ pub(crate) struct FakeNode {
     pub(crate) fail_flushes: Mutex<Option<ErrorCode>>,
     /// Run once, while handling the next request, before answering it.
     pub(crate) before_answer: Mutex<Option<BeforeAnswer>>,
+    /// The incarnation its answers carry (a test changes it as a node's crash and restart
+    /// would).
+    pub(crate) incarnation: Mutex<u64>,
 }
 
 pub(crate) type BeforeAnswer = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
@@ -138,7 +141,9 @@ impl Service for FakeService {
             match req {
                 Request::Flush { .. } => match *node.fail_flushes.lock() {
                     Some(code) => Err(WireError::new(code, "flush failed")),
-                    None => Ok(Response::Flushed),
+                    None => Ok(Response::Flushed {
+                        incarnation: *node.incarnation.lock(),
+                    }),
                 },
                 Request::Read { len, .. } => Ok(Response::Read {
                     data: Bytes::from(vec![0u8; len as usize]),
@@ -146,6 +151,7 @@ impl Service for FakeService {
                 Request::DeleteVolume { .. } => Ok(Response::Deleted { objects: 0 }),
                 _ => Ok(Response::Written {
                     version: Version::new(0, 1),
+                    incarnation: *node.incarnation.lock(),
                 }),
             }
         })

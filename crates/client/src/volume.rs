@@ -6,6 +6,7 @@ use crate::meta::VolumeRecord;
 use crate::openvolumes::LiveVolume;
 use basalt_types::{PoolId, VolumeId};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// When an acknowledged write is durable.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -56,6 +57,9 @@ pub struct Volume {
     pub(crate) object_size: u32,
     pub(crate) durability: Durability,
     live: Arc<LiveVolume>,
+    /// The losses of the volume's writes this handle's flushes reported, or that were found
+    /// before it opened (`flushset.rs`).
+    losses_seen: AtomicU64,
 }
 
 impl Volume {
@@ -70,7 +74,9 @@ impl Volume {
             .get_pool(record.pool)
             .await?
             .ok_or_else(|| ClientError::NoSuchPool(record.pool.to_string()))?;
+        let losses_seen = AtomicU64::new(cluster.inner.unflushed.losses(record.id));
         Ok(Volume {
+            losses_seen,
             cluster,
             name: record.name,
             id: record.id,
@@ -121,6 +127,15 @@ impl Volume {
         self.live.reload(self.cluster.catalog(), &self.name).await?;
         self.check_range(0, 0)?;
         Ok(self.size())
+    }
+
+    pub(crate) fn losses_seen(&self) -> u64 {
+        self.losses_seen.load(Ordering::Acquire)
+    }
+
+    /// This handle reported the volume's first `count` losses.
+    pub(crate) fn saw_losses(&self, count: u64) {
+        self.losses_seen.fetch_max(count, Ordering::AcqRel);
     }
 
     pub(crate) fn check_range(&self, offset: u64, len: u64) -> Result<(), ClientError> {

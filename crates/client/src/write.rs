@@ -5,7 +5,7 @@ use crate::error::ClientError;
 use crate::retry::{call_node_with_retry, call_primary_at};
 use crate::split::split;
 use crate::volume::{Durability, Volume};
-use basalt_proto::{Request, Response};
+use basalt_proto::{Request, Response, Session};
 use basalt_types::{NodeId, ObjectId};
 use bytes::Bytes;
 use std::collections::BTreeSet;
@@ -28,6 +28,7 @@ impl Volume {
                     version: basalt_types::Version::NONE,
                     fua,
                     data: slice.clone(),
+                    session: Session::NONE,
                 })
                 .await?;
                 self.written(answer, fua)
@@ -49,6 +50,7 @@ impl Volume {
                     offset: p.offset,
                     len: p.len,
                     fua,
+                    session: Session::NONE,
                 })
                 .await?;
                 self.written(answer, fua)
@@ -73,6 +75,7 @@ impl Volume {
                     oid,
                     offset: p.offset,
                     len: p.len,
+                    session: Session::NONE,
                 })
                 .await?;
                 self.written(answer, false)
@@ -86,7 +89,10 @@ impl Volume {
     /// handle of this cluster, even if the map has moved its placement groups away since, and
     /// even if another flush is flushing it right now), and every node that is now a primary
     /// of the volume's pool. A node that cannot be flushed fails the flush (its writes may be
-    /// lost) and stays owed for the next one.
+    /// lost) and stays owed for the next one. A node that answers in another incarnation than
+    /// it acknowledged the writes in (it crashed and started again in between) lost them: the
+    /// flush fails with [`ClientError::WritesLost`], and so does the next flush of every other
+    /// handle of the volume that was open then (`flushset.rs`).
     pub async fn flush(&self) -> Result<(), ClientError> {
         let unflushed = &self.cluster.inner.unflushed;
         let owed = unflushed.owed(self.id);
@@ -96,7 +102,7 @@ impl Volume {
             let answer =
                 call_node_with_retry(&self.cluster, node, |epoch| Request::Flush { epoch }).await;
             match answer {
-                Ok(Response::Flushed) => Ok(node),
+                Ok(Response::Flushed { incarnation }) => Ok((node, incarnation)),
                 Ok(other) => Err(ClientError::Protocol(format!(
                     "unexpected answer to Flush: {other:?}"
                 ))),
@@ -106,9 +112,10 @@ impl Volume {
         let mut first_error = None;
         for result in futures::future::join_all(flushes).await {
             match result {
-                Ok(node) => {
-                    if let Some(mark) = owed.get(&node) {
-                        unflushed.flushed(self.id, node, *mark);
+                Ok((node, incarnation)) => {
+                    if let Some(o) = owed.get(&node) {
+                        // A loss is reported below, to every handle once.
+                        let _ = unflushed.flushed(self.id, node, *o, incarnation);
                     }
                 }
                 Err(e) => {
@@ -116,15 +123,29 @@ impl Volume {
                 }
             }
         }
+        if let Some((count, why)) = unflushed.loss_since(self.id, self.losses_seen()) {
+            self.saw_losses(count);
+            return Err(ClientError::WritesLost {
+                volume: self.name.clone(),
+                why,
+            });
+        }
         first_error.map_or(Ok(()), Err)
     }
 
     /// Checks a write's answer and, for one that is not durable yet, records the node that
-    /// acknowledged it for the next flush.
+    /// acknowledged it, in its incarnation, for the next flush.
     fn written(&self, (node, resp): (NodeId, Response), durable: bool) -> Result<(), ClientError> {
-        expect_written(resp)?;
+        let Response::Written { incarnation, .. } = resp else {
+            return Err(ClientError::Protocol(format!(
+                "unexpected answer to a write: {resp:?}"
+            )));
+        };
         if !durable {
-            self.cluster.inner.unflushed.record(self.id, node);
+            self.cluster
+                .inner
+                .unflushed
+                .record(self.id, node, incarnation);
         }
         Ok(())
     }
@@ -160,15 +181,6 @@ where
     };
     let all = [first, second].into_iter().chain(pieces);
     futures::future::try_join_all(all).await.map(|_| ())
-}
-
-fn expect_written(resp: Response) -> Result<(), ClientError> {
-    match resp {
-        Response::Written { .. } => Ok(()),
-        other => Err(ClientError::Protocol(format!(
-            "unexpected answer to a write: {other:?}"
-        ))),
-    }
 }
 
 #[cfg(test)]
@@ -281,6 +293,39 @@ mod tests {
         // Both succeeded there: nothing owed any more.
         vol.flush().await.unwrap();
         assert_eq!((n1.flushes(), n2.flushes()), (2, 3));
+    }
+
+    /// A node that answers the flush in another incarnation than it acknowledged the write in
+    /// (it crashed and started again in between) lost it: the flush fails, and so does the
+    /// next flush of every other handle open at the time, once; a handle opened later, and
+    /// later flushes, do not.
+    #[tokio::test]
+    async fn a_flush_fails_when_a_node_started_again_since_it_acknowledged_a_write() {
+        let (fx, n1, _n2, vol) = written_then_moved().await;
+        let other = open_flushed(&fx).await;
+        *n1.incarnation.lock() = 2;
+        match vol.flush().await {
+            Err(crate::ClientError::WritesLost { why, .. }) => {
+                assert!(
+                    why.contains("node.1") && why.contains("may be lost"),
+                    "{why}"
+                );
+            }
+            other => panic!("the flush answered {other:?}"),
+        }
+        let later = open_flushed(&fx).await;
+        later.flush().await.unwrap();
+        assert!(other.flush().await.is_err(), "a handle open at the loss");
+        other.flush().await.unwrap();
+        vol.flush().await.unwrap();
+        // Written and flushed in the same incarnation: nothing lost.
+        fx.cluster.inner.maps.offer(map(3, &[1]));
+        vol.write(0, Bytes::from(vec![3u8; 4096]), false)
+            .await
+            .unwrap();
+        vol.flush().await.unwrap();
+        // Node 1 was owed nothing between its first flush and the write.
+        assert_eq!(n1.flushes(), 2);
     }
 
     #[tokio::test]

@@ -748,26 +748,34 @@ impl Store {
     }
 
     /// Finishes queued work, writes the journal back, flushes and stops the I/O loop.
-    /// Idempotent; afterwards every call returns [`EngineError::Closed`]. When it returns, the
-    /// device is closed (and its lock released): it can be opened again at once.
+    /// Idempotent (a later call returns `Ok`); afterwards every other call returns
+    /// [`EngineError::Closed`]. When it returns, the device is closed (and its lock released):
+    /// it can be opened again at once. `Ok` only when this close, or an earlier one, finished
+    /// the loop's work: a loop that had ended otherwise (its thread panicked, its task was
+    /// aborted) gives [`EngineError::Closed`], since what it had acknowledged may not be
+    /// durable.
     pub async fn close(&self) -> Result<(), EngineError> {
-        self.inner.closing.store(true, Ordering::Release);
-        let result = match self.call(|tx| Msg::Close { reply: Some(tx) }).await {
+        let earlier = self.inner.closing.swap(true, Ordering::AcqRel);
+        let mut result = match self.call(|tx| Msg::Close { reply: Some(tx) }).await {
             Ok(r) => r,
-            Err(EngineError::Closed) => Ok(()),
+            Err(EngineError::Closed) if earlier => Ok(()),
             Err(e) => Err(e),
         };
         // The loop answers, then drops the device: wait for that (it is about to happen).
         match &self.inner.runner {
             Runner::Thread(t) => {
                 let thread = t.lock().take();
-                if let Some(t) = thread {
-                    let _ = t.join();
+                if let Some(t) = thread
+                    && t.join().is_err()
+                {
+                    result = result.and(Err(EngineError::Closed));
                 }
             }
             Runner::Task(_, Some(done)) => {
                 // An error means the task is gone (aborted, or its runtime stopped): released.
-                let _ = done.clone().wait_for(|d| *d).await;
+                if done.clone().wait_for(|d| *d).await.is_err() {
+                    result = result.and(Err(EngineError::Closed));
+                }
             }
             Runner::Task(_, None) => {}
         }

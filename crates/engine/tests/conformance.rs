@@ -711,6 +711,31 @@ async fn lone_durable_writes(b: Backend) {
     }
 }
 
+/// A store whose loop ended without a close (its task aborted, as a crash ends it) does not
+/// report a clean close: what it acknowledged may not be durable (a node keeps its durability
+/// incarnation only across clean closes). A store closed cleanly may be closed again.
+#[tokio::test]
+async fn only_a_close_that_finished_the_loop_is_clean() {
+    let dev = Dev::new(Backend::PsyncTask, 64 << 20, 8 << 20);
+    let store = dev.open().await;
+    let o = oid(1, 0);
+    store
+        .write(
+            o,
+            0,
+            Bytes::from(pattern(1, 4096)),
+            WriteOptions::buffered(),
+        )
+        .await
+        .unwrap();
+    store.crash();
+    assert!(matches!(store.close().await, Err(EngineError::Closed)));
+    drop(store);
+    let store = dev.open().await;
+    store.close().await.unwrap();
+    store.close().await.unwrap();
+}
+
 macro_rules! suite {
     ($($name:ident),* $(,)?) => {
         mod uring { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(super::Backend::Uring).await } )* }

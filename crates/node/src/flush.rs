@@ -1,4 +1,6 @@
-//! The flush handler: every store on this node makes its acknowledged writes durable.
+//! The flush handler: every store on this node makes its acknowledged writes durable. The
+//! answer carries the node's incarnation (`incarnation.rs`): a client whose writes this node
+//! acknowledged in another one knows they may be lost.
 
 use crate::error::engine_to_wire;
 use crate::service::NodeShared;
@@ -11,5 +13,7 @@ pub(crate) async fn flush(node: &NodeShared, epoch: Epoch) -> Result<Response, W
     futures::future::try_join_all(flushes)
         .await
         .map_err(engine_to_wire)?;
-    Ok(Response::Flushed)
+    Ok(Response::Flushed {
+        incarnation: node.incarnation,
+    })
 }

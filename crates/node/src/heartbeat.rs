@@ -189,6 +189,10 @@ impl Watcher {
         if !leases.enabled() {
             return;
         }
+        // No answer goes out once a peer may have dropped its grant: a read still in flight
+        // (past the drain limit) could return data older than a write a new term acknowledged.
+        // (The lease task closes the fence too as it stops; this one may run first.)
+        self.shared.fence.close();
         let me = self.shared.id;
         let data = leases.ping(me, self.shared.maps.epoch(), true);
         let name = format!("{me}-heartbeat");

@@ -41,6 +41,7 @@ mod flush;
 mod gather;
 mod heartbeat;
 mod identity;
+mod incarnation;
 mod latency;
 mod leader;
 mod lease;
@@ -53,6 +54,7 @@ mod readlease;
 mod reports;
 mod server;
 mod service;
+mod sessions;
 #[cfg(feature = "sim")]
 pub mod sim;
 mod stopmark;

@@ -12,11 +12,11 @@ use crate::pg::{Ctx, Pgs, Recovery};
 use crate::readlease::ReadLeases;
 use crate::server::Limits;
 use crate::service::{NodeService, NodeShared};
-use crate::stopmark;
 use crate::volumes::Volumes;
 use crate::{
     advertise, collect, devices, faults, heartbeat, identity, leader, lease, server, volumes,
 };
+use crate::{incarnation, stopmark};
 use basalt_engine::{DirLock, Store};
 use basalt_meta::{Catalog, MetaStore, NodeRecord};
 use basalt_placement::ClusterMap;
@@ -73,6 +73,8 @@ pub(crate) struct Parts {
     /// How long read leases earlier processes of the node granted may still run: none when its
     /// id was allocated now, what a clean stop's mark says (`stopmark.rs`), else a lease length.
     pub earlier_grants: Duration,
+    /// The node's durability incarnation (`incarnation.rs`).
+    pub incarnation: u64,
 }
 
 impl Node {
@@ -108,6 +110,10 @@ impl Node {
             source,
         })?;
         let earlier_grants = earlier_grants(fresh, mark, &config);
+        let incarnation = incarnation::take(&config.data_dir).map_err(|source| NodeError::Io {
+            path: config.data_dir.join("stores-closed").display().to_string(),
+            source,
+        })?;
         let devices::Opened { stores, unopened } = devices::open_all(
             &catalog,
             id,
@@ -141,6 +147,7 @@ impl Node {
             listener: Some(listener),
             dir_lock: Some(dir_lock),
             earlier_grants,
+            incarnation,
         })
         .await
     }
@@ -161,6 +168,7 @@ impl Node {
             listener,
             dir_lock,
             earlier_grants,
+            incarnation,
         } = parts;
         let unopened = devices::report_missing(&catalog, id, &stores, unopened).await?;
         let maps = Arc::new(MapState::new(stores.clone()));
@@ -180,6 +188,7 @@ impl Node {
                 earlier_grants,
             )),
             stopped: Default::default(),
+            sessions: Default::default(),
         });
         let pgs = Pgs::new(ctx, stores.clone());
         pgs.scrub
@@ -208,6 +217,7 @@ impl Node {
             hung: watch::channel(BTreeSet::new()).0,
             latency: Default::default(),
             removed: watch::channel(None).0,
+            incarnation,
         });
         if let Some((map, _)) = catalog.get_map::<ClusterMap>().await? {
             shared.maps.offer(map);
@@ -366,6 +376,7 @@ impl Node {
             listener: None,
             dir_lock: None,
             earlier_grants,
+            incarnation: incarnation::fresh(),
         })
         .await
     }
@@ -380,7 +391,8 @@ impl Node {
 
     /// Simulation: kill -9. Refuses every request from now on, drops the node's tasks, ends
     /// its PGs' primaries and stops every store at once (`Store::crash`: take the disks' crash
-    /// images first). Nothing is flushed, nothing is revoked: its lease expires by its TTL.
+    /// images first; a store on an I/O thread is let go, `Store::detach`). Nothing is flushed,
+    /// nothing is revoked: its lease expires by its TTL.
     #[cfg(feature = "sim")]
     pub fn kill(mut self) {
         self.shared.stopping.store(true, Ordering::Release);
@@ -389,6 +401,9 @@ impl Node {
         }
         for store in self.shared.maps.stores().values() {
             store.crash();
+            // A store on an I/O thread (in-process tests) waits for I/O the crashed disk
+            // never completes: dropping it must not wait for that thread.
+            store.detach();
         }
         self.stop_primaries();
     }
@@ -539,13 +554,20 @@ impl Node {
         // It left: no more read leases; the last one granted runs out by `leases_end`.
         let leases = self.shared.pgs.ctx.leases.clone();
         let leases_end = leases.close();
+        let mut closed = true;
         for store in self.shared.maps.stores().values() {
-            close_store(store, self.stall_limit).await;
+            closed &= close_store(store, self.stall_limit).await;
         }
         if let (Some(dir), true) = (&self.stop_mark, leases.enabled()) {
             // So that the next start waits for what is left of them, not a lease length.
             if let Err(e) = stopmark::write(dir, leases_end) {
                 tracing::warn!(node = %self.shared.id, "writing the clean-stop mark: {e}");
+            }
+        }
+        if let (Some(dir), true) = (&self.stop_mark, closed) {
+            // Every acknowledged write is durable: the next start keeps the incarnation.
+            if let Err(e) = incarnation::write(dir, self.shared.incarnation) {
+                tracing::warn!(node = %self.shared.id, "writing the stores-closed mark: {e}");
             }
         }
         tracing::info!(node = %self.shared.id, "node stopped");
@@ -555,7 +577,8 @@ impl Node {
 /// Closes a store (drains it, writes its journal back, flushes), unless its device hangs: once
 /// its oldest I/O is older than `limit` (non-zero), the store is let go without waiting
 /// ([`Store::detach`]), so a node whose device hangs can still stop (and be restarted).
-async fn close_store(store: &Store, limit: Duration) {
+/// Returns whether it closed without an error.
+async fn close_store(store: &Store, limit: Duration) -> bool {
     let dev = store.info().device_id;
     let close = store.close();
     tokio::pin!(close);
@@ -563,10 +586,10 @@ async fn close_store(store: &Store, limit: Duration) {
         tokio::select! {
             biased;
             r = &mut close => {
-                if let Err(e) = r {
+                if let Err(e) = &r {
                     tracing::warn!("closing store {dev}: {e}");
                 }
-                return;
+                return r.is_ok();
             }
             _ = tokio::time::sleep(Duration::from_millis(500)) => {
                 if let Some(age) = store.oldest_io_age().filter(|a| !limit.is_zero() && *a > limit) {
@@ -577,7 +600,7 @@ async fn close_store(store: &Store, limit: Duration) {
                         age.as_secs_f64()
                     );
                     store.detach();
-                    return;
+                    return false;
                 }
             }
         }

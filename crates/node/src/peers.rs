@@ -35,13 +35,16 @@ pub(crate) enum PeerError {
     BadAnswer { device: DeviceId, detail: String },
 }
 
-/// The node's own service, reached without a socket (members on this node's devices).
+/// The node's own service, reached without a socket (members on this node's devices). Each
+/// request but a read runs as a task of its own, as over TCP (`drain.rs::Detached`): a caller
+/// that gives up (its peer timeout, a term that ended) does not cancel a peering message or a
+/// sub-operation halfway, between its store write and the member's state in memory.
 struct LocalLink(Weak<dyn Service>);
 
 impl Service for LocalLink {
     fn call(&self, req: Request) -> ResponseFuture {
         match self.0.upgrade() {
-            Some(svc) => svc.call(req),
+            Some(svc) => crate::drain::Detached(svc).call(req),
             None => Box::pin(async {
                 Err(WireError::new(
                     basalt_proto::ErrorCode::ShuttingDown,
@@ -174,5 +177,61 @@ impl Peers {
                 Err(PeerError::Refused(e))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use basalt_proto::Response;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// Answers once the test lets it go, and says whether it got there.
+    struct Slow {
+        go: Arc<tokio::sync::Notify>,
+        done: Arc<AtomicBool>,
+    }
+
+    impl Service for Slow {
+        fn call(&self, _req: Request) -> ResponseFuture {
+            let (go, done) = (self.go.clone(), self.done.clone());
+            Box::pin(async move {
+                go.notified().await;
+                done.store(true, Ordering::SeqCst);
+                Ok(Response::RepDone)
+            })
+        }
+    }
+
+    /// A peering message to the node's own device whose caller gives up still runs to its end.
+    #[tokio::test]
+    async fn a_local_message_whose_caller_gives_up_still_completes() {
+        let (go, done) = (
+            Arc::new(tokio::sync::Notify::new()),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let svc: Arc<dyn Service> = Arc::new(Slow {
+            go: go.clone(),
+            done: done.clone(),
+        });
+        let link = LocalLink(Arc::downgrade(&svc));
+        let msg = Request::Peer {
+            epoch: basalt_types::Epoch(1),
+            json: bytes::Bytes::from_static(b"{}"),
+            payload: bytes::Bytes::new(),
+        };
+        let call = link.call(msg);
+        let gave_up = tokio::time::timeout(Duration::from_millis(10), call).await;
+        assert!(gave_up.is_err(), "it waits for the test");
+        go.notify_one();
+        let finished = tokio::time::timeout(Duration::from_secs(10), async {
+            while !done.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        });
+        assert!(
+            finished.await.is_ok(),
+            "the message was cancelled with its caller"
+        );
     }
 }

@@ -46,7 +46,6 @@ use bytes::{BufMut, Bytes, BytesMut};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -395,12 +394,7 @@ fn parse_ping(data: &[u8]) -> Option<Ping> {
 /// A number no other process of this node (nor another node in this process: the simulator)
 /// has: the process id, the start time and a counter.
 fn incarnation() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    let count = NEXT.fetch_add(1, Ordering::Relaxed);
-    nanos ^ (u64::from(std::process::id()) << 40) ^ count.rotate_right(8)
+    basalt_types::unique_u64()
 }
 
 #[cfg(test)]

@@ -63,6 +63,7 @@ impl Service for GateService {
                 Request::Ping { data } => Response::Pong { data },
                 _ => Response::Written {
                     version: Version::new(0, 1),
+                    incarnation: 1,
                 },
             })
         })
@@ -186,6 +187,7 @@ fn write_req(len: usize) -> Request {
         version: Version::NONE,
         fua: false,
         data: Bytes::from(vec![7u8; len]),
+        session: basalt_proto::Session::NONE,
     }
 }
 

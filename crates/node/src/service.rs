@@ -45,6 +45,9 @@ pub(crate) struct NodeShared {
     /// Why the node must stop for good: it was removed from the cluster while cut off from
     /// the metadata store (`lease.rs`; [`crate::Node::removed`]).
     pub(crate) removed: watch::Sender<Option<String>>,
+    /// Changes when the node starts after a stop that may have lost acknowledged writes
+    /// (`incarnation.rs`); in every write's and flush's answer.
+    pub(crate) incarnation: u64,
 }
 
 /// The node as a [`Service`]: the TCP server calls it for each decoded frame, and a client in the
@@ -119,23 +122,26 @@ impl NodeShared {
                 epoch,
                 oid,
                 offset,
-                version,
+                version: _,
                 fua,
                 data,
-            } => write::write(self, epoch, oid, offset, version, fua, data).await,
+                session,
+            } => write::write(self, epoch, oid, offset, fua, data, session).await,
             Request::WriteZeroes {
                 epoch,
                 oid,
                 offset,
                 len,
                 fua,
-            } => write::write_zeroes(self, epoch, oid, offset, len, fua).await,
+                session,
+            } => write::write_zeroes(self, epoch, oid, offset, len, fua, session).await,
             Request::Trim {
                 epoch,
                 oid,
                 offset,
                 len,
-            } => write::trim(self, epoch, oid, offset, len).await,
+                session,
+            } => write::trim(self, epoch, oid, offset, len, session).await,
             Request::Flush { epoch } => flush::flush(self, epoch).await,
             Request::DeleteVolume {
                 epoch,

@@ -34,27 +34,42 @@ pub(crate) fn write(dir: &Path, until: Instant) -> io::Result<()> {
     let until_ns = boottime_ns()?.saturating_add(nanos(left));
     let body = format!("{PREFIX} boot={} until_ns={until_ns}", boot_id()?);
     let line = format!("{body} crc={:08x}\n", crc32c::crc32c(body.as_bytes()));
-    let temp = dir.join(TEMP);
-    std::fs::write(&temp, line)?;
+    replace_file(dir, FILE, TEMP, &line)
+}
+
+/// Writes `text` as file `name` of `dir`, durably and whole: to `temp` first, synced, renamed
+/// over `name`, the directory synced.
+pub(crate) fn replace_file(dir: &Path, name: &str, temp: &str, text: &str) -> io::Result<()> {
+    let temp = dir.join(temp);
+    std::fs::write(&temp, text)?;
     std::fs::File::open(&temp)?.sync_all()?;
-    std::fs::rename(&temp, dir.join(FILE))?;
+    std::fs::rename(&temp, dir.join(name))?;
     std::fs::File::open(dir)?.sync_all()
+}
+
+/// Reads file `name` of `dir` and removes it, durably (`None`: there was none). A file that
+/// cannot be read counts as empty, and is removed too.
+pub(crate) fn take_file(dir: &Path, name: &str) -> io::Result<Option<Vec<u8>>> {
+    let bytes = match std::fs::read(dir.join(name)) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            tracing::warn!("reading {name}: {e}; taken as empty");
+            Vec::new()
+        }
+    };
+    std::fs::remove_file(dir.join(name))?;
+    std::fs::File::open(dir)?.sync_all()?;
+    Ok(Some(bytes))
 }
 
 /// Takes the mark the last process left, if any: how long its grants may still run (`None`:
 /// no usable mark, so as long as a lease can). Removes it, durably, first.
 /// Fails only when the mark cannot be removed; one that cannot be read counts as none.
 pub(crate) fn take(dir: &Path) -> io::Result<Option<Duration>> {
-    let bytes = match std::fs::read(dir.join(FILE)) {
-        Ok(bytes) => bytes,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => {
-            tracing::warn!("reading the clean-stop mark: {e}; taken as none");
-            Vec::new()
-        }
+    let Some(bytes) = take_file(dir, FILE)? else {
+        return Ok(None);
     };
-    std::fs::remove_file(dir.join(FILE))?;
-    std::fs::File::open(dir)?.sync_all()?;
     let text = String::from_utf8_lossy(&bytes);
     let left = boot_id().ok().and_then(|boot| {
         let until_ns = parse(&text, &boot)?;

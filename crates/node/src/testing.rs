@@ -72,6 +72,7 @@ pub(crate) fn shared_with_leases(
         recovery: Recovery::new(&Tuning::default()),
         leases: Arc::new(crate::readlease::ReadLeases::new(lease, Duration::ZERO)),
         stopped: Default::default(),
+        sessions: Default::default(),
     });
     Arc::new(NodeShared {
         id,
@@ -92,6 +93,7 @@ pub(crate) fn shared_with_leases(
         hung: tokio::sync::watch::channel(Default::default()).0,
         latency: Default::default(),
         removed: tokio::sync::watch::channel(None).0,
+        incarnation: 1,
     })
 }
 

@@ -1,11 +1,12 @@
 //! The write handlers: fence by epoch, find the PG this node is the primary of, check the volume
 //! (it exists, and a write ends within its size: `volumes/mod.rs`), and let the PG order,
 //! version and replicate the write (`pg/primary.rs`). With `fua`, or when the PG has other
-//! members, the write is acknowledged only once it is durable on every one of them.
+//! members, the write is acknowledged only once it is durable on every one of them. The
+//! client's session is noted first (`sessions.rs`): its older attempts are not versioned after.
 
 use crate::pg::WriteKind;
 use crate::service::NodeShared;
-use basalt_proto::{Response, WireError};
+use basalt_proto::{Response, Session, WireError};
 use basalt_types::{Epoch, ObjectId, Version};
 use bytes::Bytes;
 
@@ -14,10 +15,12 @@ pub(crate) async fn write(
     epoch: Epoch,
     oid: ObjectId,
     offset: u32,
-    _version: Version,
     fua: bool,
     data: Bytes,
+    session: Session,
 ) -> Result<Response, WireError> {
+    // First: the client's older attempts are over before this one waits for anything.
+    node.pgs.ctx.sessions.arrived(session);
     let pg = node.primary_pg(epoch, &oid).await?;
     let object_size = pg.store.info().object_size;
     // Held until the write is done: a volume delete waits for admitted writes.
@@ -26,8 +29,10 @@ pub(crate) async fn write(
         .admit_write(&oid, offset, data.len(), object_size)
         .await?;
     let kind = WriteKind::Data { offset, data };
-    let version = pg.write(&node.pgs.ctx, epoch, oid, kind, fua).await?;
-    Ok(Response::Written { version })
+    let version = pg
+        .write(&node.pgs.ctx, epoch, session, oid, kind, fua)
+        .await?;
+    Ok(node.written(version))
 }
 
 pub(crate) async fn write_zeroes(
@@ -37,8 +42,10 @@ pub(crate) async fn write_zeroes(
     offset: u32,
     len: u32,
     fua: bool,
+    session: Session,
 ) -> Result<Response, WireError> {
-    zero(node, epoch, oid, WriteKind::Zeroes { offset, len }, fua).await
+    let kind = WriteKind::Zeroes { offset, len };
+    zero(node, epoch, session, oid, kind, fua).await
 }
 
 pub(crate) async fn trim(
@@ -47,8 +54,10 @@ pub(crate) async fn trim(
     oid: ObjectId,
     offset: u32,
     len: u32,
+    session: Session,
 ) -> Result<Response, WireError> {
-    zero(node, epoch, oid, WriteKind::Zeroes { offset, len }, false).await
+    let kind = WriteKind::Zeroes { offset, len };
+    zero(node, epoch, session, oid, kind, false).await
 }
 
 /// Write-zeroes and trim may reach past a shrunk end (a discard does): only the volume's
@@ -56,12 +65,26 @@ pub(crate) async fn trim(
 async fn zero(
     node: &NodeShared,
     epoch: Epoch,
+    session: Session,
     oid: ObjectId,
     kind: WriteKind,
     fua: bool,
 ) -> Result<Response, WireError> {
+    node.pgs.ctx.sessions.arrived(session);
     let pg = node.primary_pg(epoch, &oid).await?;
     node.volumes.admit_discard(&oid).await?;
-    let version = pg.write(&node.pgs.ctx, epoch, oid, kind, fua).await?;
-    Ok(Response::Written { version })
+    let version = pg
+        .write(&node.pgs.ctx, epoch, session, oid, kind, fua)
+        .await?;
+    Ok(node.written(version))
+}
+
+impl NodeShared {
+    /// A write's answer: its version, and the node's incarnation it was acknowledged in.
+    fn written(&self, version: Version) -> Response {
+        Response::Written {
+            version,
+            incarnation: self.incarnation,
+        }
+    }
 }

@@ -263,6 +263,7 @@ async fn a_primary_whose_disk_hangs_is_reported_down_and_its_writes_end_with_its
         version: Version::NONE,
         fua: false,
         data: pattern(mine[0], 9),
+        session: basalt_proto::Session::NONE,
     };
     // And a read of an object no write waits on: it reads the hung device.
     let read = Request::Read {
@@ -354,6 +355,7 @@ async fn an_in_process_write_whose_caller_gives_up_still_completes() {
         version: Version::NONE,
         fua: false,
         data: pattern(i, 2),
+        session: basalt_proto::Session::NONE,
     };
     let gave_up = tokio::time::timeout(Duration::from_millis(200), svc.call(write)).await;
     assert!(

@@ -15,7 +15,7 @@ use bytes::{Buf, BufMut};
 /// `"BSLT"` as the first four bytes of every frame.
 pub const MAGIC: [u8; 4] = *b"BSLT";
 /// The protocol version this build speaks. Bumped on any incompatible change.
-pub const PROTOCOL_VERSION: u8 = 4;
+pub const PROTOCOL_VERSION: u8 = 5;
 /// Header length in bytes.
 pub const HEADER_LEN: usize = 32;
 /// Largest fixed-layout body accepted (bodies are a few dozen bytes; error messages are capped).

@@ -32,7 +32,7 @@ pub use decoder::{Frame, FrameDecoder};
 pub use error::{ErrorCode, ProtoError, WireError};
 pub use frame::{FrameHeader, HEADER_LEN, MAGIC, MAX_BODY_LEN, MAX_DATA_LEN, PROTOCOL_VERSION};
 pub use fuzzing::fuzz_decode_stream;
-pub use message::{Request, RequestKind, Response, encode_request, encode_response};
+pub use message::{Request, RequestKind, Response, Session, encode_request, encode_response};
 pub use outqueue::OutQueue;
 pub use replication::{RepKind, RepOp};
 pub use service::{ResponseFuture, Service};

@@ -9,15 +9,17 @@
 //! |---|---|---|---|---|
 //! | 1 Hello | min_ver u8, max_ver u8, name_len u16, name | - | version u8, 0u8×3, node u32, epoch u64 | - |
 //! | 2 Read | epoch u64, object, offset u32, len u32 | - | - | the bytes |
-//! | 3 Write | epoch u64, object, offset u32, version | the bytes | version | - |
-//! | 4 WriteZeroes | epoch u64, object, offset u32, len u32 | - | version | - |
-//! | 5 Trim | epoch u64, object, offset u32, len u32 | - | version | - |
-//! | 6 Flush | epoch u64 | - | - | - |
+//! | 3 Write | epoch u64, object, offset u32, version, session | the bytes | version, incarnation u64 | - |
+//! | 4 WriteZeroes | epoch u64, object, offset u32, len u32, session | - | version, incarnation u64 | - |
+//! | 5 Trim | epoch u64, object, offset u32, len u32, session | - | version, incarnation u64 | - |
+//! | 6 Flush | epoch u64 | - | incarnation u64 | - |
 //! | 7 DeleteVolume | epoch u64, pool u32, volume u64, from_index u64 | - | objects u64 | - |
 //! | 8 Ping | - | any bytes | - | the same bytes |
 //! | 9 Admin | - | JSON request | - | JSON response |
 //! | 10 Meta | - | JSON metadata call | - | JSON answer |
 //! | 13 ReadReplica | epoch u64, object, offset u32, len u32 | - | - | the bytes |
+//!
+//! A session is 16 bytes: `client u64 | generation u64` ([`Session`]).
 //!
 //! Error body: `code u16 | 0u16 | epoch u64 | msg_len u16 | msg (UTF-8, at most 1024 bytes)`.
 
@@ -44,6 +46,7 @@ const OP_READ_REPLICA: u8 = 13;
 
 const OBJECT_LEN: usize = 20;
 const VERSION_LEN: usize = 16;
+const SESSION_LEN: usize = 16;
 const MAX_NAME_LEN: usize = 256;
 const MAX_MESSAGE_LEN: usize = 1024;
 
@@ -81,6 +84,7 @@ pub enum Request {
         version: Version,
         fua: bool,
         data: Bytes,
+        session: Session,
     },
     WriteZeroes {
         epoch: Epoch,
@@ -88,12 +92,14 @@ pub enum Request {
         offset: u32,
         len: u32,
         fua: bool,
+        session: Session,
     },
     Trim {
         epoch: Epoch,
         oid: ObjectId,
         offset: u32,
         len: u32,
+        session: Session,
     },
     /// Makes every write this node acknowledged before the flush durable.
     Flush { epoch: Epoch },
@@ -122,6 +128,26 @@ pub enum Request {
     },
 }
 
+/// Who sent a write, for the node to refuse one its client may have given up on: `client` names
+/// one client (the random id of a `basalt_client::Cluster`; 0: none, never refused), `generation` grows
+/// each time that client ends an attempt at this node without its answer (a timeout, a lost
+/// connection, a reroute). A node remembers the newest generation each client sent it and
+/// versions no write of an older one: a write the client stopped waiting for can no longer
+/// land after a write it sent later (see the node's `sessions.rs`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Session {
+    pub client: u64,
+    pub generation: u64,
+}
+
+impl Session {
+    /// No session: the write is never refused for one (tools, tests, node-internal writes).
+    pub const NONE: Session = Session {
+        client: 0,
+        generation: 0,
+    };
+}
+
 /// A node's successful answer. Errors travel as [`WireError`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Response {
@@ -133,11 +159,19 @@ pub enum Response {
     Read {
         data: Bytes,
     },
-    /// Answer to Write, WriteZeroes and Trim: the object's new version.
+    /// Answer to Write, WriteZeroes and Trim: the object's new version, and the
+    /// [durability incarnation](Response::Flushed) of the node that acknowledged it.
     Written {
         version: Version,
+        incarnation: u64,
     },
-    Flushed,
+    /// Every write the node acknowledged before the flush is durable, unless the node lost
+    /// writes it acknowledged in between: `incarnation` changes whenever the node starts
+    /// after a stop that may have lost acknowledged writes that were not durable yet (a crash),
+    /// so a client compares it with the one its writes were acknowledged in.
+    Flushed {
+        incarnation: u64,
+    },
     Deleted {
         objects: u64,
     },
@@ -196,6 +230,19 @@ impl Request {
         }
     }
 
+    /// Sets the session of a client's write (Write, WriteZeroes, Trim) and says whether it is
+    /// one; other requests carry none.
+    pub fn set_session(&mut self, to: Session) -> bool {
+        if let Request::Write { session, .. }
+        | Request::WriteZeroes { session, .. }
+        | Request::Trim { session, .. } = self
+        {
+            *session = to;
+            return true;
+        }
+        false
+    }
+
     fn write_body(&self, b: &mut BytesMut) -> (u16, Bytes) {
         match self {
             Request::Hello {
@@ -236,11 +283,13 @@ impl Request {
                 version,
                 fua,
                 data,
+                session,
             } => {
                 b.put_u64_le(epoch.0);
                 put_object(b, oid);
                 b.put_u32_le(*offset);
                 put_version(b, *version);
+                put_session(b, *session);
                 (fua_flag(*fua), data.clone())
             }
             Request::WriteZeroes {
@@ -249,8 +298,10 @@ impl Request {
                 offset,
                 len,
                 fua,
+                session,
             } => {
                 put_range(b, *epoch, oid, *offset, *len);
+                put_session(b, *session);
                 (fua_flag(*fua), Bytes::new())
             }
             Request::Trim {
@@ -258,8 +309,10 @@ impl Request {
                 oid,
                 offset,
                 len,
+                session,
             } => {
                 put_range(b, *epoch, oid, *offset, *len);
+                put_session(b, *session);
                 (0, Bytes::new())
             }
             Request::Flush { epoch } => {
@@ -336,7 +389,7 @@ impl Request {
                 }
             }
             OP_WRITE => {
-                expect_len(&b, 8 + OBJECT_LEN + 4 + VERSION_LEN, "Write")?;
+                expect_len(&b, 8 + OBJECT_LEN + 4 + VERSION_LEN + SESSION_LEN, "Write")?;
                 let epoch = Epoch(b.get_u64_le());
                 let oid = get_object(&mut b);
                 let offset = b.get_u32_le();
@@ -348,25 +401,28 @@ impl Request {
                     version,
                     fua,
                     data,
+                    session: get_session(&mut b),
                 }
             }
             OP_WRITE_ZEROES => {
-                let (epoch, oid, offset, len) = get_range(&mut b, "WriteZeroes")?;
+                let (epoch, oid, offset, len, session) = get_range_in(&mut b, "WriteZeroes")?;
                 Request::WriteZeroes {
                     epoch,
                     oid,
                     offset,
                     len,
                     fua,
+                    session,
                 }
             }
             OP_TRIM => {
-                let (epoch, oid, offset, len) = get_range(&mut b, "Trim")?;
+                let (epoch, oid, offset, len, session) = get_range_in(&mut b, "Trim")?;
                 Request::Trim {
                     epoch,
                     oid,
                     offset,
                     len,
+                    session,
                 }
             }
             OP_FLUSH => {
@@ -431,7 +487,7 @@ impl Response {
             Response::Hello { .. } => OP_HELLO,
             Response::Read { .. } => OP_READ,
             Response::Written { .. } => OP_WRITE,
-            Response::Flushed => OP_FLUSH,
+            Response::Flushed { .. } => OP_FLUSH,
             Response::Deleted { .. } => OP_DELETE_VOLUME,
             Response::Pong { .. } => OP_PING,
             Response::Admin { .. } => OP_ADMIN,
@@ -455,11 +511,18 @@ impl Response {
                 Bytes::new()
             }
             Response::Read { data } => data.clone(),
-            Response::Written { version } => {
+            Response::Written {
+                version,
+                incarnation,
+            } => {
                 put_version(b, *version);
+                b.put_u64_le(*incarnation);
                 Bytes::new()
             }
-            Response::Flushed => Bytes::new(),
+            Response::Flushed { incarnation } => {
+                b.put_u64_le(*incarnation);
+                Bytes::new()
+            }
             Response::Deleted { objects } => {
                 b.put_u64_le(*objects);
                 Bytes::new()
@@ -504,14 +567,17 @@ impl Response {
                 }
             }
             OP_WRITE | OP_WRITE_ZEROES | OP_TRIM => {
-                expect_len(&b, VERSION_LEN, "Write response")?;
+                expect_len(&b, VERSION_LEN + 8, "Write response")?;
                 Response::Written {
                     version: get_version(&mut b),
+                    incarnation: b.get_u64_le(),
                 }
             }
             OP_FLUSH => {
-                expect_len(&b, 0, "Flush response")?;
-                Response::Flushed
+                expect_len(&b, 8, "Flush response")?;
+                Response::Flushed {
+                    incarnation: b.get_u64_le(),
+                }
             }
             OP_DELETE_VOLUME => {
                 expect_len(&b, 8, "DeleteVolume response")?;
@@ -640,6 +706,18 @@ fn get_version(b: &mut Bytes) -> Version {
     Version::new(b.get_u64_le(), b.get_u64_le())
 }
 
+fn put_session(b: &mut BytesMut, s: Session) {
+    b.put_u64_le(s.client);
+    b.put_u64_le(s.generation);
+}
+
+fn get_session(b: &mut Bytes) -> Session {
+    Session {
+        client: b.get_u64_le(),
+        generation: b.get_u64_le(),
+    }
+}
+
 fn put_range(b: &mut BytesMut, epoch: Epoch, oid: &ObjectId, offset: u32, len: u32) {
     b.put_u64_le(epoch.0);
     put_object(b, oid);
@@ -654,6 +732,21 @@ fn get_range(b: &mut Bytes, what: &'static str) -> Result<(Epoch, ObjectId, u32,
         get_object(b),
         b.get_u32_le(),
         b.get_u32_le(),
+    ))
+}
+
+/// A range followed by a session (WriteZeroes, Trim).
+fn get_range_in(
+    b: &mut Bytes,
+    what: &'static str,
+) -> Result<(Epoch, ObjectId, u32, u32, Session), ProtoError> {
+    expect_len(b, 8 + OBJECT_LEN + 8 + SESSION_LEN, what)?;
+    Ok((
+        Epoch(b.get_u64_le()),
+        get_object(b),
+        b.get_u32_le(),
+        b.get_u32_le(),
+        get_session(b),
     ))
 }
 

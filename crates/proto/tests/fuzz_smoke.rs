@@ -2,7 +2,7 @@
 //! mutations of valid streams never panic, and whatever decodes re-encodes to the same message.
 //! The same entry point backs the cargo-fuzz target in `fuzz/` for long runs.
 
-use basalt_proto::{Request, encode_request, fuzz_decode_stream};
+use basalt_proto::{Request, Session, encode_request, fuzz_decode_stream};
 use basalt_types::{Epoch, ObjectId, PoolId, Version, VolumeId};
 use bytes::{Bytes, BytesMut};
 use rand::{Rng, SeedableRng, rngs::StdRng};
@@ -22,6 +22,10 @@ fn valid_stream() -> Vec<u8> {
             version: Version::NONE,
             fua: true,
             data: Bytes::from(vec![7u8; 100]),
+            session: Session {
+                client: 5,
+                generation: 1,
+            },
         },
         Request::Read {
             epoch: Epoch(4),

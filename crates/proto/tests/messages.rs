@@ -2,8 +2,8 @@
 //! at every possible point, and rejection of corrupted frames.
 
 use basalt_proto::{
-    ErrorCode, FrameDecoder, ProtoError, RepKind, RepOp, Request, RequestKind, Response, WireError,
-    encode_request, encode_response,
+    ErrorCode, FrameDecoder, ProtoError, RepKind, RepOp, Request, RequestKind, Response, Session,
+    WireError, encode_request, encode_response,
 };
 use basalt_types::{DeviceId, Epoch, NodeId, ObjectId, PgId, PoolId, Term, Version, VolumeId};
 use bytes::{Bytes, BytesMut};
@@ -16,6 +16,10 @@ fn arb_oid() -> impl Strategy<Value = ObjectId> {
 
 fn arb_data() -> impl Strategy<Value = Bytes> {
     proptest::collection::vec(any::<u8>(), 0..5000).prop_map(Bytes::from)
+}
+
+fn arb_session() -> impl Strategy<Value = Session> {
+    (any::<u64>(), any::<u64>()).prop_map(|(client, generation)| Session { client, generation })
 }
 
 fn arb_request() -> impl Strategy<Value = Request> {
@@ -47,38 +51,50 @@ fn arb_request() -> impl Strategy<Value = Request> {
             any::<u32>(),
             (any::<u64>(), any::<u64>()),
             any::<bool>(),
-            arb_data()
+            arb_data(),
+            arb_session()
         )
-            .prop_map(|(e, oid, offset, (ve, vs), fua, data)| Request::Write {
+            .prop_map(
+                |(e, oid, offset, (ve, vs), fua, data, session)| Request::Write {
+                    epoch: Epoch(e),
+                    oid,
+                    offset,
+                    version: Version::new(ve, vs),
+                    fua,
+                    data,
+                    session
+                }
+            ),
+        (
+            any::<u64>(),
+            arb_oid(),
+            any::<u32>(),
+            any::<u32>(),
+            any::<bool>(),
+            arb_session()
+        )
+            .prop_map(|(e, oid, offset, len, fua, session)| Request::WriteZeroes {
                 epoch: Epoch(e),
                 oid,
                 offset,
-                version: Version::new(ve, vs),
+                len,
                 fua,
-                data
+                session
             }),
         (
             any::<u64>(),
             arb_oid(),
             any::<u32>(),
             any::<u32>(),
-            any::<bool>()
+            arb_session()
         )
-            .prop_map(|(e, oid, offset, len, fua)| Request::WriteZeroes {
+            .prop_map(|(e, oid, offset, len, session)| Request::Trim {
                 epoch: Epoch(e),
                 oid,
                 offset,
                 len,
-                fua
+                session,
             }),
-        (any::<u64>(), arb_oid(), any::<u32>(), any::<u32>()).prop_map(|(e, oid, offset, len)| {
-            Request::Trim {
-                epoch: Epoch(e),
-                oid,
-                offset,
-                len,
-            }
-        }),
         any::<u64>().prop_map(|e| Request::Flush { epoch: Epoch(e) }),
         (any::<u64>(), any::<u32>(), any::<u64>(), any::<u64>()).prop_map(|(e, p, v, f)| {
             Request::DeleteVolume {
@@ -142,10 +158,11 @@ fn arb_response() -> impl Strategy<Value = Result<Response, WireError>> {
             epoch: Epoch(e)
         })),
         arb_data().prop_map(|data| Ok(Response::Read { data })),
-        (any::<u64>(), any::<u64>()).prop_map(|(e, s)| Ok(Response::Written {
-            version: Version::new(e, s)
+        (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(e, s, i)| Ok(Response::Written {
+            version: Version::new(e, s),
+            incarnation: i
         })),
-        Just(Ok(Response::Flushed)),
+        any::<u64>().prop_map(|incarnation| Ok(Response::Flushed { incarnation })),
         Just(Ok(Response::RepDone)),
         (arb_data(), arb_data()).prop_map(|(json, payload)| Ok(Response::Peer { json, payload })),
         any::<u64>().prop_map(|objects| Ok(Response::Deleted { objects })),
@@ -181,8 +198,9 @@ fn request_for(resp: &Result<Response, WireError>) -> Request {
             oid,
             offset: 0,
             len: 0,
+            session: Session::NONE,
         },
-        Ok(Response::Flushed) => Request::Flush { epoch },
+        Ok(Response::Flushed { .. }) => Request::Flush { epoch },
         Ok(Response::Deleted { .. }) => Request::DeleteVolume {
             epoch,
             pool: PoolId(0),
@@ -295,7 +313,12 @@ fn long_error_messages_are_cut_on_a_char_boundary() {
 fn a_response_is_not_a_request_and_vice_versa() {
     let req = Request::Flush { epoch: Epoch(1) };
     let mut out = BytesMut::new();
-    encode_response(1, &RequestKind::of(&req), &Ok(Response::Flushed), &mut out);
+    encode_response(
+        1,
+        &RequestKind::of(&req),
+        &Ok(Response::Flushed { incarnation: 1 }),
+        &mut out,
+    );
     let frame = FrameDecoder::new().decode(&mut out).unwrap().unwrap();
     assert!(Request::decode(&frame).is_err());
     let mut out = BytesMut::new();

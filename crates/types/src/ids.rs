@@ -188,6 +188,22 @@ impl fmt::Display for ObjectId {
     }
 }
 
+/// A random number, never 0, unlike any this function returned before in this process or
+/// another: the OS's randomness (the random keys of std's hasher), the wall clock in
+/// nanoseconds, the process id and a counter mixed. Ids of clients, incarnations of nodes: not
+/// secret, only distinct.
+pub fn unique_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let count = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut random = std::collections::hash_map::RandomState::new().build_hasher();
+    random.write_u64(nanos ^ (u64::from(std::process::id()) << 40) ^ count.rotate_right(12));
+    random.finish().max(1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -230,5 +246,12 @@ mod tests {
             "a later interval is newer"
         );
         assert_eq!(Version::new(3, 7).to_string(), "v3.7");
+    }
+
+    #[test]
+    fn unique_numbers_differ_and_are_never_zero() {
+        let seen: std::collections::BTreeSet<u64> = (0..10_000).map(|_| unique_u64()).collect();
+        assert_eq!(seen.len(), 10_000);
+        assert!(!seen.contains(&0));
     }
 }

@@ -17,7 +17,9 @@ pub mod name;
 pub mod size;
 
 pub use domain::FailureDomain;
-pub use ids::{DeviceId, Epoch, NodeId, ObjectId, PgId, PoolId, Term, Version, VolumeId};
+pub use ids::{
+    DeviceId, Epoch, NodeId, ObjectId, PgId, PoolId, Term, Version, VolumeId, unique_u64,
+};
 pub use mapparts::{ChunkId, MapCodec, MapParts};
 
 /// The checksum and I/O granule: every 4 KiB block on a device carries its own CRC-32C.

@@ -12,7 +12,7 @@
 
 use super::primary::{Pass, WriteKind};
 use super::{Ctx, Pg, Pgs, Status};
-use basalt_proto::{ErrorCode, WireError};
+use basalt_proto::{ErrorCode, Session, WireError};
 use basalt_types::{DeviceId, ObjectId, PgId, Version};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -90,7 +90,14 @@ impl Pg {
             let epoch = ctx.maps.map().epoch;
             let pass = Pass::Lost { generation };
             let r = self
-                .write_as(ctx, epoch, oid, WriteKind::Delete, true, pass)
+                .write_as(
+                    ctx,
+                    (epoch, Session::NONE),
+                    oid,
+                    WriteKind::Delete,
+                    true,
+                    pass,
+                )
                 .await;
             self.settle_lost(generation, oid, r.is_ok().then_some(()).ok_or(why));
             match r {

@@ -63,6 +63,9 @@ pub(crate) struct Ctx {
     /// The node stopped (`Node::shutdown`, `Node::kill`): no primary starts on its behalf
     /// again (a write that failed on the closed store would otherwise peer anew).
     pub stopped: AtomicBool,
+    /// The newest session generation of each client (`sessions.rs`): a write of an older one
+    /// is not versioned.
+    pub sessions: crate::sessions::Sessions,
 }
 
 /// The node's recovery throttle (following the cluster settings) and counters.

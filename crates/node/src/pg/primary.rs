@@ -15,7 +15,7 @@
 use super::{Ctx, Pg, Status};
 use crate::error::engine_to_wire;
 use basalt_engine::{EngineError, Pending, WriteOptions};
-use basalt_proto::{ErrorCode, RepKind, RepOp, Request, Response, WireError};
+use basalt_proto::{ErrorCode, RepKind, RepOp, Request, Response, Session, WireError};
 use basalt_types::{Epoch, ObjectId, Term, Version, VolumeId};
 use bytes::Bytes;
 use std::sync::Arc;
@@ -311,15 +311,19 @@ impl Pg {
     }
 
     /// Applies one write on every member; returns its version once it is durable everywhere.
+    /// `epoch` and `session`: the request's (a client's write; `Session::NONE` for the
+    /// node's own).
     pub async fn write(
         self: &Arc<Self>,
         ctx: &Arc<Ctx>,
         epoch: Epoch,
+        session: Session,
         oid: ObjectId,
         kind: WriteKind,
         durable: bool,
     ) -> Result<Version, WireError> {
-        self.write_as(ctx, epoch, oid, kind, durable, Pass::Normal)
+        let from = (epoch, session);
+        self.write_as(ctx, from, oid, kind, durable, Pass::Normal)
             .await
     }
 
@@ -327,7 +331,7 @@ impl Pg {
     pub(super) async fn write_as(
         self: &Arc<Self>,
         ctx: &Arc<Ctx>,
-        epoch: Epoch,
+        (epoch, session): (Epoch, Session),
         oid: ObjectId,
         kind: WriteKind,
         durable: bool,
@@ -344,6 +348,16 @@ impl Pg {
                 // a newer map, if it still waits for the write.
                 if epoch < p.term.interval {
                     return Err(WireError::stale_epoch(p.term.interval, epoch));
+                }
+                // Versioned only while no later attempt of its client reached the node: one
+                // the client gave up on must not land after a write it sent since
+                // (`sessions.rs`).
+                if !ctx.sessions.current(session) {
+                    return Err(busy(format!(
+                        "{}: a later attempt of client {:016x} reached this node first; this \
+                         write is not applied",
+                        self.id, session.client
+                    )));
                 }
                 // Written now, an object a backfill found no good copy of is no longer offered
                 // to be given up (`lost.rs` would delete what this write acknowledges); the
@@ -644,7 +658,7 @@ impl Pg {
             let past_volume = last.oid.volume != volume;
             let writes = mine
                 .iter()
-                .map(|oid| self.write(ctx, epoch, *oid, WriteKind::Delete, false));
+                .map(|oid| self.write(ctx, epoch, Session::NONE, *oid, WriteKind::Delete, false));
             for r in futures::future::join_all(writes).await {
                 r?;
                 deleted += 1;

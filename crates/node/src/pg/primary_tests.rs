@@ -9,7 +9,7 @@ use crate::pg::{Member, Pg};
 use crate::service::NodeShared;
 use crate::testing::{Flaky, activate_member, shared, sim_store};
 use basalt_meta::Catalog;
-use basalt_proto::{ErrorCode, RepOp, Request, ResponseFuture, Service, WireError};
+use basalt_proto::{ErrorCode, RepOp, Request, ResponseFuture, Service, Session, WireError};
 use basalt_types::{DeviceId, Epoch, NodeId, ObjectId, PgId, PoolId, Term, Version, VolumeId};
 use bytes::Bytes;
 use parking_lot::Mutex;
@@ -306,6 +306,7 @@ async fn a_write_sent_with_a_map_older_than_the_interval_is_not_versioned() {
         .write(
             &ctx,
             Epoch(8),
+            Session::NONE,
             oid,
             WriteKind::Data {
                 offset: 0,
@@ -321,6 +322,42 @@ async fn a_write_sent_with_a_map_older_than_the_interval_is_not_versioned() {
     assert_eq!(t.version(&t.primary, PRIMARY).await, None, "applied");
     assert!(t.link.sent.lock().is_empty(), "sent to the member");
     t.write(0, data(2)).await.unwrap().unwrap();
+}
+
+/// A write of a client whose later attempt (a newer session generation) already reached the
+/// node is refused, not versioned: the client gave up on it (`sessions.rs`). The newer
+/// generation's writes, other clients' and the node's own are versioned.
+#[tokio::test]
+async fn a_write_of_a_session_its_client_left_is_not_versioned() {
+    let t = Test::new(false).await;
+    t.release();
+    let (pg, ctx, oid) = (t.pg.clone(), t.primary.pgs.ctx.clone(), t.oid);
+    let session = |generation| Session {
+        client: 7,
+        generation,
+    };
+    ctx.sessions.arrived(session(2));
+    let write = |s: Session, byte: u8| {
+        let kind = WriteKind::Data {
+            offset: 0,
+            data: data(byte),
+        };
+        pg.write(&ctx, Epoch(9), s, oid, kind, false)
+    };
+    let old = write(session(1), 1).await;
+    assert!(
+        matches!(&old, Err(e) if e.code == ErrorCode::Busy && e.message.contains("later attempt")),
+        "{old:?}"
+    );
+    assert_eq!(t.version(&t.primary, PRIMARY).await, None, "applied");
+    assert!(t.link.sent.lock().is_empty(), "sent to the member");
+    let other = Session {
+        client: 8,
+        generation: 1,
+    };
+    for (s, byte) in [(session(2), 2), (other, 3), (Session::NONE, 4)] {
+        assert!(write(s, byte).await.is_ok(), "{s:?}");
+    }
 }
 
 fn data(byte: u8) -> Bytes {
@@ -370,7 +407,8 @@ impl Test {
 
     fn submit(&self, kind: WriteKind) -> JoinHandle<Result<Version, WireError>> {
         let (pg, ctx, oid) = (self.pg.clone(), self.primary.pgs.ctx.clone(), self.oid);
-        tokio::spawn(async move { pg.write(&ctx, Epoch(9), oid, kind, false).await })
+        let none = Session::NONE;
+        tokio::spawn(async move { pg.write(&ctx, Epoch(9), none, oid, kind, false).await })
     }
 
     fn write(&self, offset: u32, data: Bytes) -> JoinHandle<Result<Version, WireError>> {

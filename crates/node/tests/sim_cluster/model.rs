@@ -11,7 +11,10 @@
 //! acknowledged at time 0) and of every zeroing write (trim, write-zeroes): a read may return
 //! them when one of those is not so superseded. A write that failed (the client gave up) may
 //! still land at any time after it was sent, and a write not yet acknowledged may land again
-//! (the client retries it), so neither is ever too old while it may. So: every acknowledged
+//! (the client retries it), so neither is ever too old while it may; but a failed write never
+//! lands after a write its own client (`Write::session`: the handles of one `Cluster` share
+//! one) sent after it failed (the node's `sessions.rs`): once that one is in place, the failed
+//! one is too old. So: every acknowledged
 //! write reads back until a later one replaces it, and no read returns data older than an
 //! acknowledged write, or than a write an earlier read returned. Where a PG may serve a write
 //! from one copy before it is durable (`min_size` 1), a read may return a write a crash then
@@ -27,6 +30,10 @@ pub struct Write {
     pub sent: u64,
     pub acked: Option<u64>,
     pub failed: bool,
+    /// When the client gave up on it.
+    pub failed_at: Option<u64>,
+    /// The client (one `Cluster`) that sent it.
+    pub session: u8,
     /// The reads that returned this write's value, as (sent, answered) (values other than
     /// zero only: zeros do not tell which write wrote them).
     pub seen: Vec<(u64, u64)>,
@@ -117,8 +124,9 @@ impl Model {
         self.clock
     }
 
-    /// A write of `value` to `block` is sent: returns its index for [`Model::write_done`].
-    pub fn write_sent(&mut self, block: u64, value: u64) -> usize {
+    /// A write of `value` to `block` is sent by client `session`: returns its index for
+    /// [`Model::write_done`].
+    pub fn write_sent(&mut self, block: u64, value: u64, session: u8) -> usize {
         let sent = self.now();
         let writes = &mut self.blocks[block as usize];
         writes.push(Write {
@@ -126,6 +134,8 @@ impl Model {
             sent,
             acked: None,
             failed: false,
+            failed_at: None,
+            session,
             seen: Vec::new(),
         });
         writes.len() - 1
@@ -150,7 +160,10 @@ impl Model {
         let w = &mut self.blocks[block as usize][i];
         match ok {
             true => w.acked = Some(now),
-            false => w.failed = true,
+            false => {
+                w.failed = true;
+                w.failed_at = Some(now);
+            }
         }
     }
 
@@ -164,11 +177,22 @@ impl Model {
         // The write in place before this read was sent (acknowledged, or returned by an
         // earlier read) that makes `w` too old for it, if any: one known to have landed after
         // `w` was acknowledged. (Until then `w` may still land again: the client retries it.)
+        // A failed one is too old once a write its client sent after it failed is in place.
         let newer = |w: &Write| {
+            let other = |w2: &&Write| !std::ptr::eq(*w2, w);
+            if let Some(failed) = w.failed_at {
+                let later = |w2: &&Write| {
+                    w2.session == w.session
+                        && w2.sent > failed
+                        && w2.in_place().is_some_and(|p| p < sent)
+                };
+                return writes.iter().filter(other).find(later);
+            }
             let acked = w.acked?;
             writes
                 .iter()
-                .find(|w2| !std::ptr::eq(*w2, w) && w2.landed_after(acked, sent))
+                .filter(other)
+                .find(|w2| w2.landed_after(acked, sent))
         };
         if value == 0 {
             let initial = Write {
@@ -176,6 +200,8 @@ impl Model {
                 sent: 0,
                 acked: Some(0),
                 failed: false,
+                failed_at: None,
+                session: 0,
                 seen: Vec::new(),
             };
             let zeroings = writes.iter().filter(|w| w.value == 0 && w.sent < done);
@@ -252,7 +278,7 @@ mod tests {
         let mut m = Model::new(1);
         let s = m.now();
         assert!(m.check_read(0, s, 0).is_ok(), "nothing written yet");
-        let a = m.write_sent(0, 1);
+        let a = m.write_sent(0, 1, 0);
         m.write_done(0, a, true);
         let s = m.now();
         assert!(
@@ -260,7 +286,7 @@ mod tests {
             "zeros after an acknowledged write"
         );
         assert!(m.check_read(0, s, 1).is_ok());
-        let b = m.write_sent(0, 2);
+        let b = m.write_sent(0, 2, 0);
         let s = m.now();
         assert!(
             m.check_read(0, s, 1).is_ok(),
@@ -277,7 +303,7 @@ mod tests {
             "older than an acknowledged write"
         );
         assert!(m.check_read(0, s, 3).is_err(), "never written");
-        let c = m.write_sent(0, 3);
+        let c = m.write_sent(0, 3, 0);
         m.write_done(0, c, false);
         let s = m.now();
         assert!(m.check_read(0, s, 2).is_ok(), "a failed write may not land");
@@ -290,12 +316,28 @@ mod tests {
             m.check_read(0, s, 2).is_err(),
             "older than a failed write an earlier read returned"
         );
+        // A failed write is too old once a write its client sent after it failed is in place:
+        // not before, nor for another client's.
+        let x = m.write_sent(0, 10, 0);
+        m.write_done(0, x, false);
+        let y = m.write_sent(0, 11, 1);
+        m.write_done(0, y, true);
+        let z = m.write_sent(0, 12, 0);
+        let s = m.now();
+        assert!(m.check_read(0, s, 10).is_ok(), "another client's write");
+        m.write_done(0, z, true);
+        let s = m.now();
+        assert!(
+            m.check_read(0, s, 10).is_err(),
+            "its client's later write is in place"
+        );
+        assert!(m.check_read(0, s, 12).is_ok());
         // A write seen in flight is in place for every read sent after: older acknowledged
         // data no more. It may still land again itself (the client retries it) until it is
         // acknowledged, so a write acknowledged meanwhile does not make it too old.
-        let e = m.write_sent(0, 5);
+        let e = m.write_sent(0, 5, 0);
         m.write_done(0, e, true);
-        let f = m.write_sent(0, 6);
+        let f = m.write_sent(0, 6, 0);
         let s = m.now();
         assert!(
             m.check_read(0, s, 6).is_ok(),
@@ -310,7 +352,7 @@ mod tests {
             m.check_read(0, s, 5).is_err(),
             "not by one sent after it: the in-flight write was in place"
         );
-        let g = m.write_sent(0, 7);
+        let g = m.write_sent(0, 7, 0);
         m.write_done(0, g, true);
         let s = m.now();
         assert!(
@@ -327,7 +369,7 @@ mod tests {
         let s = m.now();
         assert!(m.check_read(0, s, 5).is_err(), "older than both, once seen");
         // A kill while a write seen in flight is not acknowledged: it may be gone.
-        let h = m.write_sent(0, 8);
+        let h = m.write_sent(0, 8, 0);
         let s = m.now();
         assert!(m.check_read(0, s, 8).is_ok());
         m.crashed();
@@ -341,7 +383,7 @@ mod tests {
         assert!(m.check_read(0, s, 8).is_ok());
         // Zeroing writes: zeros may be read while one is in flight or once it is
         // acknowledged, and an older value no more after that.
-        let z = m.write_sent(0, 0);
+        let z = m.write_sent(0, 0, 0);
         let s = m.now();
         assert!(
             m.check_read(0, s, 0).is_ok(),
@@ -355,7 +397,7 @@ mod tests {
             m.check_read(0, s, 8).is_err(),
             "older than an acknowledged zeroing"
         );
-        let d = m.write_sent(0, 4);
+        let d = m.write_sent(0, 4, 0);
         m.write_done(0, d, true);
         let s = m.now();
         assert!(
@@ -369,8 +411,8 @@ mod tests {
     #[test]
     fn a_write_seen_after_an_acknowledgement_it_overlapped_supersedes_it() {
         let mut m = Model::new(1);
-        let x = m.write_sent(0, 1);
-        let w = m.write_sent(0, 2);
+        let x = m.write_sent(0, 1, 0);
+        let w = m.write_sent(0, 2, 0);
         m.write_done(0, w, true);
         let s = m.now();
         assert!(m.check_read(0, s, 1).is_ok(), "x may land after w");
@@ -382,9 +424,9 @@ mod tests {
         assert!(m.check_read(0, s, 1).is_ok());
         m.write_done(0, x, true);
         // A read that overlapped the acknowledgement proves nothing about the order.
-        let y = m.write_sent(0, 3);
+        let y = m.write_sent(0, 3, 0);
         let s = m.now();
-        let v = m.write_sent(0, 4);
+        let v = m.write_sent(0, 4, 0);
         m.write_done(0, v, true);
         assert!(m.check_read(0, s, 3).is_ok(), "y landed after x");
         let s = m.now();

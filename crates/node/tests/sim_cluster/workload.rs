@@ -48,6 +48,8 @@ pub async fn client(
     start: Instant,
 ) {
     let (blocks, think) = (cfg.blocks, cfg.think);
+    // The clients share one `Cluster`, the gateway (client `cfg.clients`) has its own.
+    let session = u8::from(c >= cfg.clients);
     for n in 0..cfg.ops_per_client {
         let pause = rng.ms(think.0, think.1);
         if !pause.is_zero() {
@@ -81,7 +83,7 @@ pub async fn client(
             zero(c, volume, &seen, &mut rng, cfg, block, start).await;
         } else {
             let value = (u64::from(c) + 1) << 32 | u64::from(n + 1);
-            let i = seen.borrow_mut().model.write_sent(block, value);
+            let i = seen.borrow_mut().model.write_sent(block, value, session);
             let answer = volume.write(offset, pattern(value), true).await;
             let mut s = seen.borrow_mut();
             s.model.write_done(block, i, answer.is_ok());
@@ -126,7 +128,7 @@ async fn zero(
     let sent: Vec<usize> = {
         let mut s = seen.borrow_mut();
         (first..first + count)
-            .map(|b| s.model.write_sent(b, 0))
+            .map(|b| s.model.write_sent(b, 0, u8::from(c >= cfg.clients)))
             .collect()
     };
     let (offset, len) = (first * BLOCK as u64, count * BLOCK as u64);
