@@ -1,5 +1,6 @@
 //! The nodes a flush must reach: every node that acknowledged a write of a volume that was not
-//! durable yet (no FUA) since a flush of the volume last succeeded there, wherever later maps
+//! durable yet (sent without FUA, and answered with an incarnation other than 0: a replicated
+//! PG makes every write durable) since a flush of the volume last succeeded there, wherever later maps
 //! moved the volume's placement groups. Shared by every handle of the volume in one
 //! [`crate::Cluster`], so a flush on one NBD connection covers writes acknowledged on another
 //! (CAN_MULTI_CONN). A node leaves the set only once a flush that began after its last such

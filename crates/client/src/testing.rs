@@ -98,7 +98,7 @@ pub(crate) struct FakeNode {
     /// Run once, while handling the next request, before answering it.
     pub(crate) before_answer: Mutex<Option<BeforeAnswer>>,
     /// The incarnation its answers carry (a test changes it as a node's crash and restart
-    /// would).
+    /// would; 0 in a write's answer: the write is durable).
     pub(crate) incarnation: Mutex<u64>,
 }
 
@@ -107,6 +107,8 @@ pub(crate) type BeforeAnswer = std::pin::Pin<Box<dyn std::future::Future<Output 
 impl FakeNode {
     pub(crate) fn install(cluster: &Cluster, id: u32) -> Arc<FakeNode> {
         let node = Arc::new(FakeNode::default());
+        // Writes not durable until flushed, as from a PG served by one copy.
+        *node.incarnation.lock() = 1;
         cluster.add_local_node(NodeId(id), Arc::new(FakeService(node.clone())));
         node
     }

@@ -134,14 +134,15 @@ impl Volume {
     }
 
     /// Checks a write's answer and, for one that is not durable yet, records the node that
-    /// acknowledged it, in its incarnation, for the next flush.
+    /// acknowledged it, in its incarnation, for the next flush. (Incarnation 0: the node made
+    /// it durable anyway, as a replicated PG does every write.)
     fn written(&self, (node, resp): (NodeId, Response), durable: bool) -> Result<(), ClientError> {
         let Response::Written { incarnation, .. } = resp else {
             return Err(ClientError::Protocol(format!(
                 "unexpected answer to a write: {resp:?}"
             )));
         };
-        if !durable {
+        if !durable && incarnation != 0 {
             self.cluster
                 .inner
                 .unflushed
@@ -210,11 +211,24 @@ mod tests {
         std::sync::Arc<FakeNode>,
         crate::Volume,
     ) {
+        written_then_moved_in(1).await
+    }
+
+    /// [`written_then_moved`], node 1 answering the write in `incarnation` (0: durable).
+    async fn written_then_moved_in(
+        incarnation: u64,
+    ) -> (
+        crate::testing::Fixture,
+        std::sync::Arc<FakeNode>,
+        std::sync::Arc<FakeNode>,
+        crate::Volume,
+    ) {
         let fx = fixture(1, ClusterConfig::default()).await;
         let (n1, n2) = (
             FakeNode::install(&fx.cluster, 1),
             FakeNode::install(&fx.cluster, 2),
         );
+        *n1.incarnation.lock() = incarnation;
         fx.cluster.inner.maps.offer(map(1, &[1]));
         let vol = open_flushed(&fx).await;
         vol.write(0, Bytes::from(vec![1u8; 4096]), false)
@@ -326,6 +340,17 @@ mod tests {
         vol.flush().await.unwrap();
         // Node 1 was owed nothing between its first flush and the write.
         assert_eq!(n1.flushes(), 2);
+    }
+
+    /// A write the node made durable anyway (answered with incarnation 0: a replicated PG)
+    /// owes no flush: the node is not flushed for it once the map moved its PG, and no restart
+    /// of it fails a flush.
+    #[tokio::test]
+    async fn a_write_the_node_made_durable_owes_no_flush() {
+        let (_fx, n1, n2, vol) = written_then_moved_in(0).await;
+        *n1.incarnation.lock() = 5;
+        vol.flush().await.unwrap();
+        assert_eq!((n1.flushes(), n2.flushes()), (0, 1));
     }
 
     #[tokio::test]

@@ -58,6 +58,8 @@ struct Inner {
     detached: AtomicBool,
     /// Set by [`Store::close`].
     closing: AtomicBool,
+    /// Set once a [`Store::close`] finished the loop's work.
+    closed: AtomicBool,
 }
 
 impl Drop for Inner {
@@ -218,6 +220,7 @@ impl Store {
             runner: Runner::Task(task.abort_handle(), Some(done_rx.clone())),
             detached: AtomicBool::new(false),
             closing: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
         });
         let running = Running {
             store: Arc::downgrade(&inner),
@@ -254,6 +257,7 @@ impl Store {
                 runner: Runner::Task(task.abort_handle(), None),
                 detached: AtomicBool::new(false),
                 closing: AtomicBool::new(false),
+                closed: AtomicBool::new(false),
             }),
         })
     }
@@ -276,6 +280,7 @@ impl Store {
                 runner: Runner::Thread(Mutex::new(Some(thread))),
                 detached: AtomicBool::new(false),
                 closing: AtomicBool::new(false),
+                closed: AtomicBool::new(false),
             }),
         })
     }
@@ -748,17 +753,17 @@ impl Store {
     }
 
     /// Finishes queued work, writes the journal back, flushes and stops the I/O loop.
-    /// Idempotent (a later call returns `Ok`); afterwards every other call returns
-    /// [`EngineError::Closed`]. When it returns, the device is closed (and its lock released):
-    /// it can be opened again at once. `Ok` only when this close, or an earlier one, finished
-    /// the loop's work: a loop that had ended otherwise (its thread panicked, its task was
-    /// aborted) gives [`EngineError::Closed`], since what it had acknowledged may not be
-    /// durable.
+    /// Idempotent (a call after one that succeeded returns `Ok`); afterwards every other call
+    /// returns [`EngineError::Closed`]. When it returns, the device is closed (and its lock
+    /// released): it can be opened again at once. `Ok` only when this close, or an earlier
+    /// one, finished the loop's work: a loop that had ended otherwise (its thread panicked,
+    /// its task was aborted) gives [`EngineError::Closed`], since what it had acknowledged may
+    /// not be durable.
     pub async fn close(&self) -> Result<(), EngineError> {
-        let earlier = self.inner.closing.swap(true, Ordering::AcqRel);
+        self.inner.closing.store(true, Ordering::Release);
         let mut result = match self.call(|tx| Msg::Close { reply: Some(tx) }).await {
             Ok(r) => r,
-            Err(EngineError::Closed) if earlier => Ok(()),
+            Err(EngineError::Closed) if self.inner.closed.load(Ordering::Acquire) => Ok(()),
             Err(e) => Err(e),
         };
         // The loop answers, then drops the device: wait for that (it is about to happen).
@@ -778,6 +783,9 @@ impl Store {
                 }
             }
             Runner::Task(_, None) => {}
+        }
+        if result.is_ok() {
+            self.inner.closed.store(true, Ordering::Release);
         }
         result
     }

@@ -730,6 +730,10 @@ async fn only_a_close_that_finished_the_loop_is_clean() {
         .unwrap();
     store.crash();
     assert!(matches!(store.close().await, Err(EngineError::Closed)));
+    assert!(
+        matches!(store.close().await, Err(EngineError::Closed)),
+        "a second close hides the first one's failure"
+    );
     drop(store);
     let store = dev.open().await;
     store.close().await.unwrap();

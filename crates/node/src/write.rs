@@ -29,10 +29,10 @@ pub(crate) async fn write(
         .admit_write(&oid, offset, data.len(), object_size)
         .await?;
     let kind = WriteKind::Data { offset, data };
-    let version = pg
+    let (version, durable) = pg
         .write(&node.pgs.ctx, epoch, session, oid, kind, fua)
         .await?;
-    Ok(node.written(version))
+    Ok(node.written(version, durable))
 }
 
 pub(crate) async fn write_zeroes(
@@ -73,18 +73,19 @@ async fn zero(
     node.pgs.ctx.sessions.arrived(session);
     let pg = node.primary_pg(epoch, &oid).await?;
     node.volumes.admit_discard(&oid).await?;
-    let version = pg
+    let (version, durable) = pg
         .write(&node.pgs.ctx, epoch, session, oid, kind, fua)
         .await?;
-    Ok(node.written(version))
+    Ok(node.written(version, durable))
 }
 
 impl NodeShared {
-    /// A write's answer: its version, and the node's incarnation it was acknowledged in.
-    fn written(&self, version: Version) -> Response {
+    /// A write's answer: its version, and the node's incarnation it was acknowledged in, or 0
+    /// when it is durable already (no flush owes it anything).
+    fn written(&self, version: Version, durable: bool) -> Response {
         Response::Written {
             version,
-            incarnation: self.incarnation,
+            incarnation: if durable { 0 } else { self.incarnation },
         }
     }
 }

@@ -15,6 +15,10 @@ mod common;
 use common::{Cluster, OBJECT, PGS, pattern, until};
 
 async fn start(c: &Cluster, disk: &SimDisk) -> Node {
+    start_named(c, "n0", disk).await
+}
+
+async fn start_named(c: &Cluster, name: &str, disk: &SimDisk) -> Node {
     // No write-back while the test looks at the disk's writes (the engine's would start 2 ms
     // after a write, and flush).
     let device = |data: &std::path::Path| DeviceConfig {
@@ -23,7 +27,7 @@ async fn start(c: &Cluster, disk: &SimDisk) -> Node {
         ..DeviceConfig::new(data.join("dev.img"))
     };
     let tune = |config: &mut NodeConfig| config.scrub_bytes_per_sec = 0;
-    c.start_node("n0", device, tune).await
+    c.start_node(name, device, tune).await
 }
 
 async fn serving(node: &Node) {
@@ -32,6 +36,27 @@ async fn serving(node: &Node) {
         pgs.iter().filter(|p| p.status.state == "active").count() == PGS as usize
     })
     .await;
+}
+
+async fn serving_all(nodes: &[Node]) {
+    until("every PG active", || {
+        let pgs = nodes.iter().flat_map(|n| n.status().pgs);
+        pgs.filter(|p| p.status.state == "active").count() == PGS as usize
+    })
+    .await;
+}
+
+/// Volume "v" of 4 objects, its writes durable once flushed.
+async fn flushed_volume(c: &Cluster) -> Volume {
+    let client = c.client(Duration::from_secs(30)).await;
+    client
+        .create_volume("v", 4 * OBJECT, "default")
+        .await
+        .unwrap();
+    let options = VolumeOptions {
+        durability: Durability::Flush,
+    };
+    client.open_volume("v", options).await.unwrap()
 }
 
 async fn read_object(vol: &Volume, i: u64) -> bytes::Bytes {
@@ -45,15 +70,7 @@ async fn a_flush_after_a_crash_fails_and_one_after_a_clean_restart_succeeds() {
     let node = start(&c, &disk).await;
     c.pool(1, 1).await;
     serving(&node).await;
-    let client = c.client(Duration::from_secs(30)).await;
-    client
-        .create_volume("v", 4 * OBJECT, "default")
-        .await
-        .unwrap();
-    let options = VolumeOptions {
-        durability: Durability::Flush,
-    };
-    let vol = client.open_volume("v", options).await.unwrap();
+    let vol = flushed_volume(&c).await;
     vol.write(0, pattern(0, 1), false).await.unwrap();
     vol.flush().await.unwrap();
 
@@ -86,4 +103,33 @@ async fn a_flush_after_a_crash_fails_and_one_after_a_clean_restart_succeeds() {
     vol.flush().await.unwrap();
     assert!(read_object(&vol, 1).await == pattern(1, 3));
     node.shutdown().await;
+}
+
+/// Writes to a PG with other members are durable before they are acknowledged (whatever the
+/// durability mode) and answered so: a crash of their primary fails no flush, and every one
+/// reads back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replicated_write_owes_no_flush_across_its_primarys_crash() {
+    let c = Cluster::new().await;
+    let disks: Vec<SimDisk> = (0..2).map(|_| SimDisk::new(64 << 20)).collect();
+    let mut nodes = vec![
+        start_named(&c, "n0", &disks[0]).await,
+        start_named(&c, "n1", &disks[1]).await,
+    ];
+    c.pool(2, 1).await;
+    serving_all(&nodes).await;
+    let vol = flushed_volume(&c).await;
+    for i in 0..4 {
+        vol.write(i * OBJECT, pattern(i, 1), false).await.unwrap();
+    }
+    let image = disks[0].crash(3);
+    nodes.remove(0).kill();
+    nodes.insert(0, start_named(&c, "n0", &image).await);
+    vol.flush().await.unwrap();
+    for i in 0..4 {
+        assert!(read_object(&vol, i).await == pattern(i, 1), "object {i}");
+    }
+    for n in nodes {
+        n.shutdown().await;
+    }
 }

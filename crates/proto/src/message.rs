@@ -160,7 +160,8 @@ pub enum Response {
         data: Bytes,
     },
     /// Answer to Write, WriteZeroes and Trim: the object's new version, and the
-    /// [durability incarnation](Response::Flushed) of the node that acknowledged it.
+    /// [durability incarnation](Response::Flushed) of the node that acknowledged it, or 0 when
+    /// the write is durable already (FUA, or a replicated PG: no flush owes it anything).
     Written {
         version: Version,
         incarnation: u64,

@@ -101,7 +101,7 @@ impl Pg {
                 .await;
             self.settle_lost(generation, oid, r.is_ok().then_some(()).ok_or(why));
             match r {
-                Ok(version) => {
+                Ok((version, _)) => {
                     tracing::warn!(pg = %self.id, %oid, %version, "unfound object declared lost by the operator: deleted on every member");
                     report.declared.push((oid, version));
                 }

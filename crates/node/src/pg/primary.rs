@@ -310,9 +310,10 @@ impl Pg {
         Ok(())
     }
 
-    /// Applies one write on every member; returns its version once it is durable everywhere.
-    /// `epoch` and `session`: the request's (a client's write; `Session::NONE` for the
-    /// node's own).
+    /// Applies one write on every member; returns its version once it is durable everywhere,
+    /// and whether it is durable here too (asked for, or the PG replicated: every replicated
+    /// write is). `epoch` and `session`: the request's (a client's write; `Session::NONE` for
+    /// the node's own).
     pub async fn write(
         self: &Arc<Self>,
         ctx: &Arc<Ctx>,
@@ -321,7 +322,7 @@ impl Pg {
         oid: ObjectId,
         kind: WriteKind,
         durable: bool,
-    ) -> Result<Version, WireError> {
+    ) -> Result<(Version, bool), WireError> {
         let from = (epoch, session);
         self.write_as(ctx, from, oid, kind, durable, Pass::Normal)
             .await
@@ -336,7 +337,7 @@ impl Pg {
         kind: WriteKind,
         durable: bool,
         pass: Pass,
-    ) -> Result<Version, WireError> {
+    ) -> Result<(Version, bool), WireError> {
         self.check_partial_blocks(ctx, oid, &kind).await?;
         let (version, local, reps, term, to_members) = loop {
             let submitted = self.gate(&oid, pass, |p, _| {
@@ -552,7 +553,7 @@ impl Pg {
             // was never held: no extra message to the device thread.)
             self.store.commit(oid, version).map_err(engine_to_wire)?;
         }
-        Ok(version)
+        Ok((version, durable || replicated))
     }
 
     /// A write of part of a 4 KiB block merges with the block's data here: reads (and so

@@ -356,7 +356,8 @@ async fn a_write_of_a_session_its_client_left_is_not_versioned() {
         generation: 1,
     };
     for (s, byte) in [(session(2), 2), (other, 3), (Session::NONE, 4)] {
-        assert!(write(s, byte).await.is_ok(), "{s:?}");
+        let (_, durable) = write(s, byte).await.unwrap();
+        assert!(durable, "a replicated write is durable when acknowledged");
     }
 }
 
@@ -408,7 +409,8 @@ impl Test {
     fn submit(&self, kind: WriteKind) -> JoinHandle<Result<Version, WireError>> {
         let (pg, ctx, oid) = (self.pg.clone(), self.primary.pgs.ctx.clone(), self.oid);
         let none = Session::NONE;
-        tokio::spawn(async move { pg.write(&ctx, Epoch(9), none, oid, kind, false).await })
+        let write = async move { pg.write(&ctx, Epoch(9), none, oid, kind, false).await };
+        tokio::spawn(async move { write.await.map(|(version, _)| version) })
     }
 
     fn write(&self, offset: u32, data: Bytes) -> JoinHandle<Result<Version, WireError>> {
