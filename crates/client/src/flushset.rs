@@ -113,6 +113,29 @@ impl Unflushed {
         Err(why)
     }
 
+    /// `node` was removed from the cluster before a flush reached it: it cannot be asked any
+    /// more, and what it owed may be lost (it may have crashed and lost the writes before it
+    /// was drained): forgotten, and counted as a loss of the volume, once.
+    pub(crate) fn removed(&self, volume: VolumeId, node: NodeId) {
+        let mut st = self.0.lock();
+        let Some(nodes) = st.owed.get_mut(&volume) else {
+            return;
+        };
+        if nodes.remove(&node).is_none() {
+            return;
+        }
+        if nodes.is_empty() {
+            st.owed.remove(&volume);
+        }
+        let why = format!(
+            "{node} was removed from the cluster before a flush reached it; writes of this \
+             volume it acknowledged before they were durable may be lost"
+        );
+        let loss = st.losses.entry(volume).or_insert((0, String::new()));
+        loss.0 += 1;
+        loss.1 = why;
+    }
+
     /// How many times writes of `volume` were found lost so far (a new handle starts there).
     pub(crate) fn losses(&self, volume: VolumeId) -> u64 {
         self.0.lock().losses.get(&volume).map_or(0, |l| l.0)

@@ -2,6 +2,7 @@
 //! [`Volume::flush`].
 
 use crate::error::ClientError;
+use crate::flushset::Owed;
 use crate::retry::{call_node_with_retry, call_primary_at};
 use crate::split::split;
 use crate::volume::{Durability, Volume};
@@ -95,7 +96,8 @@ impl Volume {
     /// handle of the volume that was open then (`flushset.rs`).
     pub async fn flush(&self) -> Result<(), ClientError> {
         let unflushed = &self.cluster.inner.unflushed;
-        let owed = unflushed.owed(self.id);
+        let mut owed = unflushed.owed(self.id);
+        self.forget_removed(&mut owed).await;
         let mut nodes = primary_nodes(&self.cluster.map(), self.pool);
         nodes.extend(owed.keys().copied());
         let flushes = nodes.into_iter().map(|node| async move {
@@ -131,6 +133,30 @@ impl Volume {
             });
         }
         first_error.map_or(Ok(()), Err)
+    }
+
+    /// Takes out of `owed`, and out of the volume's flush set, the nodes removed from the
+    /// cluster (`basalt node remove`): they cannot be asked any more. What such a node held
+    /// was moved off it durably or given up by the operator before it could be removed, but
+    /// the writes it owed may have been lost before that (a crash, then the drain): the flush
+    /// fails once (`WritesLost`), as for a node that started again, and the next ones do not
+    /// wait for it. (Before, every later flush of the volume waited for it until the operation
+    /// timeout and failed.) A node merely absent from the map (down, or restarting) is still
+    /// waited for.
+    async fn forget_removed(&self, owed: &mut std::collections::BTreeMap<NodeId, Owed>) {
+        let map = self.cluster.map();
+        let absent: Vec<NodeId> = owed
+            .keys()
+            .filter(|n| !map.nodes.contains_key(n))
+            .copied()
+            .collect();
+        for node in absent {
+            if let Ok(Some(_)) = self.cluster.catalog().removed_node(node).await {
+                tracing::warn!(volume = %self.name, %node, "removed from the cluster before a flush reached it");
+                self.cluster.inner.unflushed.removed(self.id, node);
+                owed.remove(&node);
+            }
+        }
     }
 
     /// Checks a write's answer and, for one that is not durable yet, records the node that
@@ -351,6 +377,28 @@ mod tests {
         *n1.incarnation.lock() = 5;
         vol.flush().await.unwrap();
         assert_eq!((n1.flushes(), n2.flushes()), (0, 1));
+    }
+
+    /// A node removed from the cluster before a flush reached it is not asked any more: the
+    /// next flush fails once (what it owed may be lost), the later ones succeed (before, every
+    /// flush of the volume failed for good). One merely absent from the map is still asked.
+    #[tokio::test]
+    async fn a_node_removed_from_the_cluster_fails_one_flush_only() {
+        let (fx, n1, n2, vol) = written_then_moved().await;
+        *n1.fail_flushes.lock() = Some(ErrorCode::DeviceFailed);
+        assert!(vol.flush().await.is_err(), "not removed: still owed");
+        let node = basalt_types::NodeId(1);
+        let devices = fx.catalog.node_devices(node).await.unwrap();
+        assert!(fx.catalog.remove_node(&devices).await.unwrap());
+        match vol.flush().await {
+            Err(crate::ClientError::WritesLost { why, .. }) => {
+                assert!(why.contains("removed"), "{why}");
+            }
+            other => panic!("the flush answered {other:?}"),
+        }
+        vol.flush().await.unwrap();
+        assert_eq!(n1.flushes(), 1, "the removed node was asked again");
+        assert_eq!(n2.flushes(), 3);
     }
 
     #[tokio::test]
