@@ -327,7 +327,7 @@ fn classify(cluster: &Cluster, node: NodeId, sent: Epoch, e: WireError) -> Failu
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{FakeNode, Fixture, fixture, map};
+    use crate::testing::{FakeNode, Fixture, fixture, map, two_nodes};
     use crate::{ClusterConfig, VolumeOptions};
     use basalt_types::{PoolId, VolumeId};
     use bytes::Bytes;
@@ -541,12 +541,7 @@ mod tests {
     /// them). Answered attempts, and other nodes, keep theirs.
     #[tokio::test(start_paused = true)]
     async fn an_attempt_left_without_an_answer_raises_the_session_generation_of_its_node() {
-        let fx = fixture(1, ClusterConfig::default()).await;
-        let (n1, n2) = (
-            FakeNode::install(&fx.cluster, 1),
-            FakeNode::install(&fx.cluster, 2),
-        );
-        fx.cluster.inner.maps.offer(map(1, &[1]));
+        let (fx, n1, n2) = two_nodes(ClusterConfig::default()).await;
         call_primary(&fx.cluster, OID, write).await.unwrap();
         *n1.before_answer.lock() = Some(Box::pin(std::future::pending()));
         let call = tokio::spawn({
@@ -626,12 +621,7 @@ mod tests {
 
     #[tokio::test]
     async fn not_primary_follows_the_map_to_the_new_primary() {
-        let fx = fixture(1, ClusterConfig::default()).await;
-        let (n1, n2) = (
-            FakeNode::install(&fx.cluster, 1),
-            FakeNode::install(&fx.cluster, 2),
-        );
-        fx.cluster.inner.maps.offer(map(1, &[1]));
+        let (fx, n1, n2) = two_nodes(ClusterConfig::default()).await;
         publish_on_next_request(&fx, &n1, map(2, &[2]));
         n1.script
             .lock()

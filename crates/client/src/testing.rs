@@ -86,6 +86,15 @@ pub(crate) fn map(epoch: u64, primaries: &[u32]) -> ClusterMap {
     m
 }
 
+/// A fixture with in-process nodes 1 and 2, and a map (epoch 1) that makes node 1 the primary.
+pub(crate) async fn two_nodes(config: ClusterConfig) -> (Fixture, Arc<FakeNode>, Arc<FakeNode>) {
+    let fx = fixture(1, config).await;
+    let n1 = FakeNode::install(&fx.cluster, 1);
+    let n2 = FakeNode::install(&fx.cluster, 2);
+    fx.cluster.inner.maps.offer(map(1, &[1]));
+    (fx, n1, n2)
+}
+
 /// An in-process node: records every request and answers it as the test scripted (by default,
 /// success).
 #[derive(Default)]

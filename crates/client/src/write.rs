@@ -212,7 +212,7 @@ where
 
 #[cfg(test)]
 mod tests {
-    use crate::testing::{FakeNode, fixture, map};
+    use crate::testing::{FakeNode, map, two_nodes};
     use crate::{ClusterConfig, Durability, VolumeOptions};
     use basalt_proto::ErrorCode;
     use bytes::Bytes;
@@ -249,13 +249,8 @@ mod tests {
         std::sync::Arc<FakeNode>,
         crate::Volume,
     ) {
-        let fx = fixture(1, ClusterConfig::default()).await;
-        let (n1, n2) = (
-            FakeNode::install(&fx.cluster, 1),
-            FakeNode::install(&fx.cluster, 2),
-        );
+        let (fx, n1, n2) = two_nodes(ClusterConfig::default()).await;
         *n1.incarnation.lock() = incarnation;
-        fx.cluster.inner.maps.offer(map(1, &[1]));
         let vol = open_flushed(&fx).await;
         vol.write(0, Bytes::from(vec![1u8; 4096]), false)
             .await
@@ -403,12 +398,7 @@ mod tests {
 
     #[tokio::test]
     async fn durable_writes_owe_no_flush() {
-        let fx = fixture(1, ClusterConfig::default()).await;
-        let (n1, n2) = (
-            FakeNode::install(&fx.cluster, 1),
-            FakeNode::install(&fx.cluster, 2),
-        );
-        fx.cluster.inner.maps.offer(map(1, &[1]));
+        let (fx, n1, n2) = two_nodes(ClusterConfig::default()).await;
         let vol = fx
             .cluster
             .open_volume("v", options(Durability::Sync))

@@ -116,6 +116,7 @@ impl Service for Detached {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testing::Finish;
     use basalt_proto::{Response, WireError};
     use bytes::Bytes;
 
@@ -163,23 +164,6 @@ mod tests {
         assert!(in_flight.wait_idle(Duration::from_secs(1)).await);
         assert!(task.await.unwrap().is_ok());
         assert_eq!(in_flight.count(), 0);
-    }
-
-    /// Answers Ping once `release` is notified, counting the calls that got that far.
-    struct Finish {
-        release: Arc<Notify>,
-        finished: Arc<AtomicU64>,
-    }
-
-    impl Service for Finish {
-        fn call(&self, _req: Request) -> ResponseFuture {
-            let (release, finished) = (self.release.clone(), self.finished.clone());
-            Box::pin(async move {
-                release.notified().await;
-                finished.fetch_add(1, Ordering::Relaxed);
-                Ok::<_, WireError>(Response::Pong { data: Bytes::new() })
-            })
-        }
     }
 
     /// A caller that drops its future does not cancel a detached request: it runs to its end,

@@ -183,36 +183,17 @@ impl Peers {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use basalt_proto::Response;
-    use std::sync::atomic::{AtomicBool, Ordering};
-
-    /// Answers once the test lets it go, and says whether it got there.
-    struct Slow {
-        go: Arc<tokio::sync::Notify>,
-        done: Arc<AtomicBool>,
-    }
-
-    impl Service for Slow {
-        fn call(&self, _req: Request) -> ResponseFuture {
-            let (go, done) = (self.go.clone(), self.done.clone());
-            Box::pin(async move {
-                go.notified().await;
-                done.store(true, Ordering::SeqCst);
-                Ok(Response::RepDone)
-            })
-        }
-    }
+    use crate::testing::Finish;
+    use std::sync::atomic::{AtomicU64, Ordering};
 
     /// A peering message to the node's own device whose caller gives up still runs to its end.
     #[tokio::test]
     async fn a_local_message_whose_caller_gives_up_still_completes() {
-        let (go, done) = (
-            Arc::new(tokio::sync::Notify::new()),
-            Arc::new(AtomicBool::new(false)),
-        );
-        let svc: Arc<dyn Service> = Arc::new(Slow {
-            go: go.clone(),
-            done: done.clone(),
+        let release = Arc::new(tokio::sync::Notify::new());
+        let finished = Arc::new(AtomicU64::new(0));
+        let svc: Arc<dyn Service> = Arc::new(Finish {
+            release: release.clone(),
+            finished: finished.clone(),
         });
         let link = LocalLink(Arc::downgrade(&svc));
         let msg = Request::Peer {
@@ -220,17 +201,16 @@ mod tests {
             json: bytes::Bytes::from_static(b"{}"),
             payload: bytes::Bytes::new(),
         };
-        let call = link.call(msg);
-        let gave_up = tokio::time::timeout(Duration::from_millis(10), call).await;
+        let gave_up = tokio::time::timeout(Duration::from_millis(10), link.call(msg)).await;
         assert!(gave_up.is_err(), "it waits for the test");
-        go.notify_one();
-        let finished = tokio::time::timeout(Duration::from_secs(10), async {
-            while !done.load(Ordering::SeqCst) {
+        release.notify_one();
+        let ran = tokio::time::timeout(Duration::from_secs(10), async {
+            while finished.load(Ordering::Relaxed) == 0 {
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
         });
         assert!(
-            finished.await.is_ok(),
+            ran.await.is_ok(),
             "the message was cancelled with its caller"
         );
     }

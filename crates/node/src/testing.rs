@@ -268,3 +268,23 @@ pub(crate) async fn activate_member(
         node.pgs.peer(msg, bytes::Bytes::new()).await.unwrap();
     }
 }
+
+/// Answers every request (with a Pong) once `release` is notified, counting the calls that got
+/// that far: a request that outlives its caller, or not.
+pub(crate) struct Finish {
+    pub(crate) release: Arc<tokio::sync::Notify>,
+    pub(crate) finished: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl basalt_proto::Service for Finish {
+    fn call(&self, _req: basalt_proto::Request) -> basalt_proto::ResponseFuture {
+        let (release, finished) = (self.release.clone(), self.finished.clone());
+        Box::pin(async move {
+            release.notified().await;
+            finished.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            Ok(basalt_proto::Response::Pong {
+                data: bytes::Bytes::new(),
+            })
+        })
+    }
+}
