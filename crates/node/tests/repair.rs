@@ -1233,15 +1233,20 @@ async fn a_device_recovered_in_a_later_interval_serves_when_the_earlier_members_
     let both = [b, third];
     // Rows of an interval from before c came up (b alone, not yet peered again) would say
     // nothing is missing before c was recovered (a flaky race before). One snapshot for both
-    // conditions: a PG peering again between two reads shows nothing missing yet.
+    // conditions: a PG peering again between two reads shows nothing missing yet. Nothing
+    // missing is not enough: until the primary told c so, c does not know it is complete,
+    // and the PG waits for b once b is down (a flaky race in CI).
     until(
-        "every PG active on b and c since c came up, nothing missing",
+        "every PG active on b and c since c came up, its members told they are complete",
         || {
             let pgs: Vec<_> = both.iter().flat_map(|n| n.status().pgs).collect();
             pgs.iter().filter(|p| p.status.state == "active").count() == PGS as usize
-                && pgs
-                    .iter()
-                    .all(|p| p.interval >= up && p.missing_objects == 0 && p.degraded_objects == 0)
+                && pgs.iter().all(|p| {
+                    p.interval >= up
+                        && p.missing_objects == 0
+                        && p.degraded_objects == 0
+                        && p.members_complete
+                })
         },
     )
     .await;

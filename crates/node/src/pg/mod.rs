@@ -306,6 +306,10 @@ pub(crate) struct Primary {
     pub live_up: Vec<DeviceId>,
     pub acting: Vec<DeviceId>,
     pub clean: bool,
+    /// Every member serving this term was told it holds every write acknowledged before the
+    /// term (`recovery.rs::publish_complete` succeeded): each alone can serve the PG in a
+    /// later interval (`peering.rs::complete_after`).
+    pub members_complete: bool,
     /// Recovery counters (objects and bytes moved since activation).
     pub recovered_objects: u64,
     pub recovered_bytes: u64,
@@ -657,6 +661,7 @@ impl Pg {
                 clean: false,
                 recovered_objects: 0,
                 recovered_bytes: 0,
+                members_complete: false,
             });
             st.generation
         };
@@ -825,6 +830,10 @@ pub struct PgSummary {
     #[serde(default)]
     pub backfill_toofull: bool,
     pub clean: bool,
+    /// Every serving member knows it holds every write acknowledged before this interval:
+    /// any one of them can serve the PG alone later, without the members of older intervals.
+    #[serde(default)]
+    pub members_complete: bool,
     pub recovered_objects: u64,
     pub recovered_bytes: u64,
     /// Copies this node replaced with a good one as the PG's primary (read repair and scrub:
@@ -905,6 +914,7 @@ impl Pgs {
                 backfilling: p.targets.iter().filter(|t| !t.done).count(),
                 backfill_toofull: toofull.is_some(),
                 clean: p.clean,
+                members_complete: p.members_complete,
                 recovered_objects: p.recovered_objects,
                 recovered_bytes: p.recovered_bytes,
                 repaired_objects: pg.repairs.repaired.load(Ordering::Relaxed),
@@ -948,6 +958,7 @@ impl Pg {
             clean: true,
             recovered_objects: 0,
             recovered_bytes: 0,
+            members_complete: true,
         });
     }
 }

@@ -311,6 +311,12 @@ impl Pg {
                 other => return Err(format!("{dev} answered {other:?}")),
             }
         }
+        let mut st = self.st.lock();
+        if st.generation == generation
+            && let Some(p) = st.primary.as_mut().filter(|p| p.term == term)
+        {
+            p.members_complete = true;
+        }
         Ok(())
     }
 
