@@ -92,6 +92,16 @@ impl Cluster {
                             && !m.pools.is_empty()
                     })
         });
+        // Placed is not yet peered: a PG still peering answers a raw write `Busy`.
+        wait_until(
+            "every PG active on the node",
+            Duration::from_secs(60),
+            || {
+                let pgs = &c.status()["nodes"][0]["status"]["pgs"];
+                pgs.as_array()
+                    .is_some_and(|p| p.len() == 8 && p.iter().all(|p| p["state"] == "active"))
+            },
+        );
         c.node = c.status()["nodes"][0]["addr"].as_str().unwrap().to_string();
         c
     }

@@ -139,6 +139,16 @@ fn a_node_fences_itself_while_cut_off_and_rejoins_after_its_lease_expired() {
         Duration::from_secs(60),
         || fx.fully_placed(),
     );
+    // Placed is not yet peered: a PG still peering answers a write `Busy`.
+    wait_until(
+        "every PG active on the node",
+        Duration::from_secs(60),
+        || {
+            let pgs = &fx.cli(&["status"])["nodes"][0]["status"]["pgs"];
+            pgs.as_array()
+                .is_some_and(|p| p.len() == 8 && p.iter().all(|p| p["state"] == "active"))
+        },
+    );
     let status = fx.cli(&["status"]);
     let addr = status["nodes"][0]["addr"].as_str().unwrap().to_string();
     let node_id = NodeId(status["nodes"][0]["id"].as_u64().unwrap() as u32);

@@ -63,7 +63,9 @@ async fn a_write_its_client_gave_up_on_does_not_land_after_a_later_write() {
             == PGS as usize
     })
     .await;
-    let client = c.client(Duration::from_secs(2)).await;
+    // Long enough for the later write to be acknowledged on a loaded machine; the given-up
+    // write waits it out.
+    let client = c.client(Duration::from_secs(5)).await;
     let vol = c.volume(&client, "v", 8 * OBJECT).await;
     let dev = device_of(&nodes[0]);
     let map = client.map();

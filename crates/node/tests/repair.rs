@@ -10,7 +10,7 @@ use basalt_engine::{ObjectContent, ObjectImage, WriteOptions};
 use basalt_meta::{DeviceState, OutReason};
 use basalt_node::{AdminRequest, DeviceConfig, LostReport, Node, NodeConfig, ScrubReport};
 use basalt_placement::ClusterMap;
-use basalt_proto::{Request, Response};
+use basalt_proto::{ErrorCode, Request, Response};
 use basalt_types::{DeviceId, ObjectId, PgId, Version};
 use bytes::Bytes;
 use std::time::Duration;
@@ -754,10 +754,22 @@ async fn a_peered_pg_stopped_at_an_object_with_no_good_copy_is_freed_by_lowering
     })
     .await;
     let stuck = stuck.unwrap();
-    let refused = mark_unfound_lost(&c, &client, stuck.pg, stuck.device).await;
-    match &refused {
-        Err(ClientError::InvalidArgument(why)) if why.contains("--min-size 1") => {}
-        other => panic!("giving up on a peered PG: {other:?}"),
+    // Asked while the PG peers again (its backfill failed: `failed_round` retries after a
+    // second), the node has no peered primary to refuse with: it answers that it is not the
+    // primary, or gives up nothing. Asked again until the PG is peered again and lists it.
+    let deadline = tokio::time::Instant::now() + common::WAIT;
+    loop {
+        match mark_unfound_lost(&c, &client, stuck.pg, stuck.device).await {
+            Err(ClientError::InvalidArgument(why)) if why.contains("--min-size 1") => break,
+            Err(ClientError::Node(e)) if e.code == ErrorCode::NotFound => {}
+            Ok(r) if r.declared.is_empty() && r.failed.is_empty() => {}
+            other => panic!("giving up on a peered PG: {other:?}"),
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the peered PG was never refused"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     c.catalog.set_pool_min_size("default", 1).await.unwrap();
     let declared = give_up_until_clean(&c, &client, &nodes).await;
@@ -1117,14 +1129,19 @@ async fn a_divergent_object_with_no_good_copy_leaves_its_pg_serving() {
         let got = vol.read(i * OBJECT, OBJECT as u32).await.unwrap();
         assert!(got == pattern(i, 1), "object {i} read back wrong");
     }
-    let unfound: u64 = t
-        .nodes
-        .iter()
-        .flat_map(|n| n.status().pgs)
-        .filter(|s| s.pg == pg)
-        .map(|s| s.unfound_objects)
-        .sum();
-    assert_eq!(unfound, 1, "{pg} lists the object unfound");
+    // Polled: the PG peers again a second after its recovery failed, and lists the object
+    // again only once that recovery fails too.
+    until(&format!("{pg} lists the object unfound"), || {
+        let unfound: u64 = t
+            .nodes
+            .iter()
+            .flat_map(|n| n.status().pgs)
+            .filter(|s| s.pg == pg)
+            .map(|s| s.unfound_objects)
+            .sum();
+        unfound == 1
+    })
+    .await;
     // The divergent copy went; its member lacks the object, and is suspect for the PG (what
     // it lacks proves nothing) until the object is recovered or given up.
     let r = t.nodes.iter().position(|n| device_of(n) == dev_r).unwrap();
@@ -1162,8 +1179,21 @@ async fn a_pg_waiting_for_a_device_lost_for_good_serves_once_the_operator_declar
     write_all(&vol, objects, 1).await;
     let (dev_a, dev_b) = (device_of(&a), device_of(&b));
     a.shutdown().await;
-    c.map_where("a's device down", |m| !m.is_up(dev_a)).await;
+    let down = c
+        .map_where("a's device down", |m| !m.is_up(dev_a))
+        .await
+        .epoch;
     write_all(&vol, objects, 2).await;
+    // Every PG peered on b alone (its history records that interval), the ones no write
+    // touched too: else a, back, would serve those as if b's interval never was.
+    until("every PG active on b since a went down", || {
+        let pgs = b.status().pgs;
+        pgs.len() == PGS as usize
+            && pgs
+                .iter()
+                .all(|p| p.status.state == "active" && p.interval >= down)
+    })
+    .await;
     b.shutdown().await;
     // With no node left nobody leads: a, back, marks b's device down.
     let a = c.node("a", &disks[0], |_| {}).await;
