@@ -205,7 +205,9 @@ impl NetCluster {
             .arg("--data")
             .arg(self.net.dir().join(format!("node-{host}")))
             .env("RUST_LOG", "info");
-        let proc = self.net.spawn(host, &format!("node-{host}"), cmd);
+        let proc = self
+            .net
+            .spawn(host, &self.fresh_label(&format!("node-{host}")), cmd);
         // "node node.3 serving on 10.192.4.3:41234"
         let line = self.net.wait_for_line(&proc, "serving on", START);
         let words: Vec<&str> = line.split_whitespace().collect();
@@ -222,15 +224,35 @@ impl NetCluster {
         }
     }
 
+    /// `label`, or `label.2`, `label.3`, ... : the first with no log yet, so that a process
+    /// started again on a host reads only its own output.
+    fn fresh_label(&self, label: &str) -> String {
+        (1..)
+            .map(|i| match i {
+                1 => label.to_string(),
+                i => format!("{label}.{i}"),
+            })
+            .find(|l| !self.net.dir().join(format!("{l}.log")).exists())
+            .expect("a free label")
+    }
+
     /// Starts `basalt nbd` on `host` (listening on the host's address, port 0).
     pub fn start_gateway(&self, host: &str, io_timeout: Duration) -> Gateway {
+        self.start_gateway_with(host, io_timeout, &[])
+    }
+
+    /// [`NetCluster::start_gateway`] with more `basalt nbd` arguments.
+    pub fn start_gateway_with(&self, host: &str, io_timeout: Duration, extra: &[&str]) -> Gateway {
         let listen = format!("{}:0", self.net.addr(host));
         let timeout = format!("{}ms", io_timeout.as_millis());
         let mut cmd = self.net.command(host, BASALT);
         cmd.args(["nbd", "--etcd", &self.etcd_url, "--listen", &listen])
             .args(["--io-timeout", &timeout])
+            .args(extra)
             .env("RUST_LOG", "info");
-        let proc = self.net.spawn(host, &format!("gateway-{host}"), cmd);
+        let proc = self
+            .net
+            .spawn(host, &self.fresh_label(&format!("gateway-{host}")), cmd);
         // "serving volumes over NBD on 10.192.4.2:40000 (nbd://...)"
         let line = self.net.wait_for_line(&proc, "over NBD on", START);
         let addr = line
