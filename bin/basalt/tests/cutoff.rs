@@ -124,16 +124,7 @@ fn setup() -> Setup {
         let devs = c.devices();
         devs.len() == 3 && devs.iter().all(|d| d.up)
     });
-    let pgs = PGS.to_string();
-    let pool = c.cli(&[
-        "pool",
-        "create",
-        "default",
-        "--replicas",
-        "3",
-        "--pgs",
-        &pgs,
-    ]);
+    let pool = c.create_pool("default", 3, PGS);
     assert_eq!(pool["min_size"], 2, "{pool}");
     c.cli(&["volume", "create", "v", "--size", "32MiB"]);
     wait_until("every PG clean", WAIT, || clean(&c));
@@ -352,16 +343,7 @@ fn a_gateway_in_a_node_cut_off_from_the_others_never_reads_older_data() {
         let devs = c.devices();
         devs.len() == 3 && devs.iter().all(|d| d.up)
     });
-    let pgs = PGS.to_string();
-    c.cli(&[
-        "pool",
-        "create",
-        "default",
-        "--replicas",
-        "3",
-        "--pgs",
-        &pgs,
-    ]);
+    c.create_pool("default", 3, PGS);
     let volume = c.cli(&["volume", "create", "v", "--size", "32MiB"]);
     wait_until("every PG clean", WAIT, || clean(&c));
     let pool =

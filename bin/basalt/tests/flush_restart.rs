@@ -55,16 +55,7 @@ fn a_flush_fails_once_after_a_node_crash_and_succeeds_after_a_clean_restart() {
     let c = NetCluster::start(&["etcd", "gw", "n1"], TTL);
     let node = c.start_node("n1");
     wait_until("the device up", WAIT, || c.devices().iter().any(|d| d.up));
-    let pgs = PGS.to_string();
-    c.cli(&[
-        "pool",
-        "create",
-        "default",
-        "--replicas",
-        "1",
-        "--pgs",
-        &pgs,
-    ]);
+    c.create_pool("default", 1, PGS);
     c.cli(&["volume", "create", "v", "--size", "16MiB"]);
     wait_until("every PG clean", WAIT, || clean(&c));
     let gw = c.start_gateway_with("gw", IO_TIMEOUT, &["--durability", "flush"]);

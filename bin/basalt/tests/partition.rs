@@ -132,15 +132,7 @@ impl Setup {
             let devs = c.devices();
             devs.len() == 2 && devs.iter().all(|d| d.up)
         });
-        c.cli(&[
-            "pool",
-            "create",
-            "default",
-            "--replicas",
-            "1",
-            "--pgs",
-            &PGS.to_string(),
-        ]);
+        c.create_pool("default", 1, PGS);
         let devs: Vec<u64> = nodes.iter().map(|n| c.device_of(n).id).collect();
         wait_until("every PG placed", Duration::from_secs(30), || {
             let p = c.pg_primaries("default");

@@ -25,7 +25,7 @@ fn a_node_removed_while_cut_off_from_etcd_exits_saying_so() {
         let devs = c.devices();
         devs.len() == 2 && devs.iter().all(|d| d.up)
     });
-    c.cli(&["pool", "create", "default", "--replicas", "1", "--pgs", "8"]);
+    c.create_pool("default", 1, 8);
     let node = b.id.to_string();
     let drained = c.cli_output(&["node", "drain", &node, "--timeout", "60s"]);
     assert!(

@@ -400,16 +400,7 @@ mod net {
             let devs = c.devices();
             devs.len() == 3 && devs.iter().all(|d| d.up)
         });
-        let pgs = PGS.to_string();
-        let pool = c.cli(&[
-            "pool",
-            "create",
-            "default",
-            "--replicas",
-            "3",
-            "--pgs",
-            &pgs,
-        ]);
+        let pool = c.create_pool("default", 3, PGS);
         assert_eq!(pool["min_size"], 2, "{pool}");
         c.cli(&["volume", "create", "v", "--size", "32MiB"]);
         wait_until("every PG clean", WAIT, || clean(&c));

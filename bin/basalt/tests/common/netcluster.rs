@@ -187,6 +187,20 @@ impl NetCluster {
         serde_json::from_slice(&out.stdout).expect("JSON output")
     }
 
+    /// `basalt pool create NAME --replicas R --pgs P`; returns the pool as the CLI shows it.
+    pub fn create_pool(&self, name: &str, replicas: u8, pgs: u32) -> Value {
+        let (replicas, pgs) = (replicas.to_string(), pgs.to_string());
+        self.cli(&[
+            "pool",
+            "create",
+            name,
+            "--replicas",
+            &replicas,
+            "--pgs",
+            &pgs,
+        ])
+    }
+
     /// Starts `basalt node` on `host` with a 256 MiB device file; returns once it registered.
     pub fn start_node(&self, host: &str) -> NodeProc {
         self.start_node_with(host, &[])
