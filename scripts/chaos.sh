@@ -20,7 +20,7 @@
 set -euo pipefail
 BASALT=$(realpath "${1:-target/release/basalt}")
 MINUTES=${2:-10}
-RANDOM=${3:-1}
+SEED=${3:-1}
 WORK=$(mktemp -d -p "${TMPDIR:-/var/tmp}")
 KEEP=0
 cleanup() {
@@ -31,6 +31,8 @@ cleanup() {
   if [ "$KEEP" = 1 ]; then echo "logs kept in $WORK" >&2; else rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
+# A command that fails outside `fail` (set -e) keeps the logs too, and says where.
+trap 'KEEP=1; echo "FAILED at line $LINENO" >&2' ERR
 fail() {
   KEEP=1
   echo "FAILED: $*" >&2
@@ -42,7 +44,8 @@ fail() {
   --lease-ttl 3s --nbd 127.0.0.1:0 >"$WORK/up.log" 2>&1 &
 for _ in $(seq 1 900); do [ -f "$WORK/d/cluster.json" ] && break; sleep 0.1; done
 [ -f "$WORK/d/cluster.json" ] || fail "basalt up did not start"
-NBD=$(python3 -c "import json; print(json.load(open('$WORK/d/cluster.json'))['nbd_addr'])")
+NBD=$(python3 -c "import json; print(json.load(open('$WORK/d/cluster.json'))['nbd_addr'])") ||
+  fail "no NBD address in cluster.json"
 URI="nbd://$NBD/vol0"
 
 status() { "$BASALT" status --json --data "$WORK/d" 2>/dev/null; }
@@ -56,14 +59,15 @@ p = s['pgs']
 sys.exit(0 if p['total'] > 0 and p['active_clean'] == p['total'] else 1)" 2>/dev/null
 }
 
-# fio over round R's region (R mod 4 of the volume's four 256 MiB regions); extra args follow.
-fio_round() {
-  local r=$1
-  shift
+# fio over round R's region (R mod 4 of the volume's four 256 MiB regions), its JSON output
+# in OUT; extra args follow.
+fio_round() { # R OUT [ARGS]
+  local r=$1 out=$2
+  shift 2
   fio --name="r$r" --ioengine=nbd --uri="$URI" --rw=randwrite \
     --bssplit=4k/50:64k/30:128k/20 --iodepth=16 --offset=$(((r % 4) * 256))m --size=256m \
     --io_size=128m --verify=crc32c --verify_fatal=1 --randseed="$r" \
-    --output-format=json --output="$WORK/fio.$r.json" "$@" >>"$WORK/fio.log" 2>&1
+    --output-format=json --output="$out" "$@" >>"$WORK/fio.log" 2>&1
 }
 fio_errors() {
   python3 -c "
@@ -86,16 +90,25 @@ stop() { # NAME SIG FILE
 start() { # NAME FILE
   local cmdline=()
   mapfile -d '' cmdline <"$2"
-  # Detached from this shell's jobs: a later SIGKILL is not reported here.
-  ("${cmdline[@]}" >>"$WORK/d/$1/restarted.log" 2>&1 &)
+  # Detached from this shell's jobs (a later SIGKILL is not reported here), with the
+  # environment `basalt up` gives its nodes.
+  (env -u BASALT_ETCD_PREFIX "${cmdline[@]}" >>"$WORK/d/$1/restarted.log" 2>&1 &)
 }
 log() { echo "$(date +%T) $*" >>"$WORK/chaos.log"; }
+# A node that should run and does not (it did not come back, or exited by itself): the
+# chaos loop stops, and the round loop fails with WHY.
+lost() { # WHY
+  log "$1"
+  echo "$1" >"$WORK/failed"
+}
 
 # One fault at a time, until the file `stop` exists (the fault under way is finished): a
 # SIGKILL (2 in 5), a SIGTERM (1 in 5), a SIGSTOP for 1 to 6 s (1 in 5: a frozen process that
 # loses its lease while it holds requests, then runs on), or a SIGKILL of two nodes at once (1
 # in 5: below min_size, I/O waits until one returns).
 chaos() {
+  # Seeded here: a background subshell draws its own RANDOM sequence.
+  RANDOM=$SEED
   local n=0
   while [ ! -e "$WORK/stop" ]; do
     sleep $((2 + RANDOM % 7))
@@ -108,23 +121,23 @@ chaos() {
       local sig=KILL
       [ "$kind" = 2 ] && sig=TERM
       log "#$n $sig $a, down ${down}s"
-      stop "$a" "$sig" "$WORK/cmd.$a" || { log "$a is not running"; continue; }
+      stop "$a" "$sig" "$WORK/cmd.$a" || { lost "$a is not running"; return; }
       sleep "$down"
       start "$a" "$WORK/cmd.$a"
       ;;
     3)
       local pid
       pid=$(node_pid "$a") || true
-      [ -n "$pid" ] || { log "$a is not running"; continue; }
+      [ -n "$pid" ] || { lost "$a is not running"; return; }
       log "#$n STOP $a for ${down}s"
-      kill -STOP "$pid"
+      kill -STOP "$pid" || { lost "$a exited before its SIGSTOP"; return; }
       sleep "$down"
-      kill -CONT "$pid"
+      kill -CONT "$pid" || { lost "$a exited while stopped"; return; }
       ;;
     4)
       log "#$n KILL $a and $b, down ${down}s"
-      stop "$a" KILL "$WORK/cmd.$a" || { log "$a is not running"; continue; }
-      stop "$b" KILL "$WORK/cmd.$b" || { start "$a" "$WORK/cmd.$a"; log "$b is not running"; continue; }
+      stop "$a" KILL "$WORK/cmd.$a" || { lost "$a is not running"; return; }
+      stop "$b" KILL "$WORK/cmd.$b" || { lost "$b is not running"; return; }
       sleep "$down"
       start "$a" "$WORK/cmd.$a"
       start "$b" "$WORK/cmd.$b"
@@ -142,13 +155,17 @@ END=$(($(date +%s) + MINUTES * 60))
 ROUNDS=0
 while [ "$(date +%s)" -lt "$END" ]; do
   ROUNDS=$((ROUNDS + 1))
-  fio_round "$ROUNDS" || fail "round $ROUNDS: fio failed ($(tail -n 3 "$WORK/fio.log" | tr '\n' ' '))"
-  read -r err writes reads < <(fio_errors "$WORK/fio.$ROUNDS.json")
-  [ "$err" = 0 ] || fail "round $ROUNDS: fio error $err"
+  fio_round "$ROUNDS" "$WORK/fio.$ROUNDS.json" ||
+    fail "round $ROUNDS: fio failed ($(tail -n 3 "$WORK/fio.log" | tr '\n' ' '))"
+  read -r err writes reads < <(fio_errors "$WORK/fio.$ROUNDS.json") || true
+  [ "$err" = 0 ] || fail "round $ROUNDS: fio error ${err:-unreadable}"
+  [ ! -e "$WORK/failed" ] || fail "$(cat "$WORK/failed")"
+  kill -0 "$CHAOS" 2>/dev/null || fail "the chaos loop ended (see chaos.log)"
   echo "round $ROUNDS: $writes writes, $reads verified reads; $(grep -c ' over$' "$WORK/chaos.log" || true) faults so far"
 done
 touch "$WORK/stop"
 wait "$CHAOS" || fail "the chaos loop failed"
+[ ! -e "$WORK/failed" ] || fail "$(cat "$WORK/failed")"
 for name in node1 node2 node3; do
   [ -n "$(node_pid "$name")" ] || fail "$name is not running at the end (see chaos.log)"
 done
@@ -156,10 +173,10 @@ for _ in $(seq 1 1200); do clean && break; sleep 0.5; done
 clean || fail "the PGs are not clean 10 minutes after the chaos ended: $(status | head -c 2000)"
 # The last four rounds' regions are whole as their round left them.
 for r in $(seq $((ROUNDS > 3 ? ROUNDS - 3 : 1)) "$ROUNDS"); do
-  fio_round "$r" --verify_only --output="$WORK/verify.$r.json" ||
+  fio_round "$r" "$WORK/verify.$r.json" --verify_only ||
     fail "round $r's data does not verify after the chaos"
-  read -r err _ reads < <(fio_errors "$WORK/verify.$r.json")
-  [ "$err" = 0 ] || fail "round $r: verify error $err"
+  read -r err _ reads < <(fio_errors "$WORK/verify.$r.json") || true
+  [ "$err" = 0 ] || fail "round $r: verify error ${err:-unreadable}"
   echo "round $r verified again after the chaos: $reads reads"
 done
 echo "chaos: $ROUNDS rounds, $(grep -c ' over$' "$WORK/chaos.log" || true) faults ($(grep -c ' KILL ' "$WORK/chaos.log" || true) SIGKILL, $(grep -c ' TERM ' "$WORK/chaos.log" || true) SIGTERM, $(grep -c ' STOP ' "$WORK/chaos.log" || true) SIGSTOP), no acknowledged write lost"

@@ -713,7 +713,7 @@ async fn mark_unfound_lost(
 /// The way out of the worst case of a PG below `min_size`: two copies (`min_size` 2), one
 /// device gone for good (stopped, marked out), every copy on the other bad. The PG is peered on
 /// the one device left, its backfill to a new node stops at the first object with no good copy
-/// and lists it; giving it up is refused at once (a peered PG writes nothing, tombstones
+/// and lists it; giving it up is refused (a peered PG writes nothing, tombstones
 /// included), saying how: the operator lowers `min_size` to the copies left, the PG serves,
 /// gives up what it lists, its backfill completes, and with `min_size` back at 2 every PG is
 /// clean on the two devices; what was given up reads as zeros.

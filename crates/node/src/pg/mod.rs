@@ -307,8 +307,9 @@ pub(crate) struct Primary {
     pub acting: Vec<DeviceId>,
     pub clean: bool,
     /// Every member serving this term was told it holds every write acknowledged before the
-    /// term (`recovery.rs::publish_complete` succeeded): each alone can serve the PG in a
-    /// later interval (`peering.rs::complete_after`).
+    /// term (`recovery.rs::publish_complete` succeeded once in it): in a later interval each
+    /// counts as complete without the members of older ones (`peering.rs::complete_after`),
+    /// so it can serve the PG as far as `min_size` allows. Not cleared within the term.
     pub members_complete: bool,
     /// Recovery counters (objects and bytes moved since activation).
     pub recovered_objects: u64,
@@ -830,8 +831,8 @@ pub struct PgSummary {
     #[serde(default)]
     pub backfill_toofull: bool,
     pub clean: bool,
-    /// Every serving member knows it holds every write acknowledged before this interval:
-    /// any one of them can serve the PG alone later, without the members of older intervals.
+    /// Every serving member was told it holds every write acknowledged before this interval:
+    /// later, any one of them counts as complete without the members of older intervals.
     #[serde(default)]
     pub members_complete: bool,
     pub recovered_objects: u64,
