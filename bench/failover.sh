@@ -3,14 +3,17 @@
 # the primary of some placement groups, so I/O to those waits until the failure is detected
 # (lease expiry or peer reports) and the new map makes the next copy primary (peering).
 #
-#   bench/failover.sh [BASALT_BINARY] [LEASE_TTL]     (default: target/release/basalt, 4s)
+#   bench/failover.sh [BASALT_BINARY] [LEASE_TTL] [FREEZE]   (default: target/release/basalt, 4s, 8)
 #
 # Four runs, each on a fresh `basalt up --nodes 3` (3 copies, min_size 2, the node lease
 # LEASE_TTL): fio 4K random reads and writes (50/50) QD16 through NBD; 5 s in, one node is
 # killed with SIGKILL: first a node that is not the leader, then the leader (whose successor
 # must win the election first). Then twice a node that is not the leader is stopped and, 7 s
 # in, started again with its own command line (what a rolling upgrade does): once stopped
-# cleanly (SIGTERM), once killed (SIGKILL). Prints, for reads and for writes, the longest
+# cleanly (SIGTERM), once killed (SIGKILL). Last, a node that is not the leader is frozen
+# (SIGSTOP: a hung process, a paused VM) for FREEZE seconds and then continued (SIGCONT): its
+# lease and its peers' heartbeats run out while it holds requests, it is marked down, and it
+# must acknowledge nothing when it runs again. Prints, for reads and for writes, the longest
 # stretch of 100 ms intervals without one completed I/O and fio's slowest I/O (the stall;
 # reads also wait for the read leases of failure-model.md rule 9), separately after the stop
 # and after the return, fio's errors (must be 0: I/O waits and is retried, never fails) and
@@ -20,11 +23,12 @@
 set -euo pipefail
 BASALT=$(realpath "${1:-target/release/basalt}")
 TTL=${2:-4s}
+FREEZE=${3:-8}
 WORK=$(mktemp -d -p "${TMPDIR:-/var/tmp}")
 # errexit applies inside the trap too: a `kill` with no job left must not skip the removal.
 trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$WORK"' EXIT
 
-run() { # label victim(leader|other) [restart signal (TERM|KILL)]
+run() { # label victim(leader|other) [restart signal (TERM|KILL), or STOP: frozen, then SIGCONT]
   local dir="$WORK/$1"
   mkdir -p "$dir"
   "$BASALT" up --nodes 3 --data "$dir/d" --device-size 2GiB --volume-size 1GiB \
@@ -52,6 +56,11 @@ print(pick[0]['pid'])")
   sleep 5
   if [ -z "${3:-}" ]; then
     kill -9 "$victim"
+  elif [ "$3" = STOP ]; then
+    kill -STOP "$victim"
+    sleep "$FREEZE"
+    back_at=$((($(date +%s%N) - fio_at) / 1000000))
+    kill -CONT "$victim"
   else
     kill -"$3" "$victim"
     while kill -0 "$victim" 2>/dev/null; do sleep 0.05; done
@@ -101,3 +110,4 @@ run kill-other other
 run kill-leader leader
 run stop-and-return other TERM
 run kill-and-return other KILL
+run freeze-and-continue other STOP

@@ -8,7 +8,7 @@ use crate::health::{Facts, Health, NodeState, PgCounts};
 use crate::output;
 use basalt_client::Cluster;
 use basalt_meta::{FailureDomain, NodeRecord};
-use basalt_node::{AdminRequest, DeviceStatus, NodeStatus};
+use basalt_node::{AdminRequest, DeviceStatus, NodeStatus, PgSummary};
 use basalt_placement::ClusterMap;
 use basalt_proto::{Request, Response};
 use basalt_types::NodeId;
@@ -50,6 +50,11 @@ struct RecoveryView {
     misplaced_objects: u64,
     /// Objects no good copy of was found (every copy fails its checksum): their I/O fails.
     unfound_objects: u64,
+    /// Active PGs with nothing missing whose primary has not yet told every serving member
+    /// that it holds every acknowledged write (`members_complete`): until it has, a later
+    /// peering still needs a member of the older intervals, so stopping another node now may
+    /// leave such a PG waiting for it. Normally zero within moments of recovery ending.
+    completing_pgs: u64,
     /// Objects and bytes recovery and backfill moved per second, over the last seconds.
     objects_per_sec: f64,
     bytes_per_sec: f64,
@@ -77,6 +82,7 @@ impl RecoveryView {
                 r.degraded_objects += p.degraded_objects;
                 r.misplaced_objects += p.misplaced_objects;
                 r.unfound_objects += p.unfound_objects;
+                r.completing_pgs += u64::from(completing(p));
             }
             r.objects_per_sec += s.recovery.rate.objects_per_sec;
             r.bytes_per_sec += s.recovery.rate.bytes_per_sec;
@@ -91,7 +97,10 @@ impl RecoveryView {
     }
 
     fn print(&self) {
-        if self.degraded_objects == 0 && self.misplaced_objects == 0 && self.objects_per_sec == 0.0
+        if self.degraded_objects == 0
+            && self.misplaced_objects == 0
+            && self.objects_per_sec == 0.0
+            && self.completing_pgs == 0
         {
             println!("recovery: nothing degraded or misplaced");
             return;
@@ -105,15 +114,25 @@ impl RecoveryView {
             0 => String::new(),
             n => format!(" ({n} unfound: no good copy)"),
         };
+        let completing = match self.completing_pgs {
+            0 => String::new(),
+            n => format!("; {n} recovered PG(s) still telling their members they are complete"),
+        };
         println!(
             "recovery: {} degraded{unfound}, {} misplaced object(s); {:.1} objects/s, {}/s; \
-             time left {eta}",
+             time left {eta}{completing}",
             self.degraded_objects,
             self.misplaced_objects,
             self.objects_per_sec,
             format_size_approx(self.bytes_per_sec as u64),
         );
     }
+}
+
+/// Whether a primary's PG is recovered (active, nothing missing) but its members were not yet
+/// all told they are complete (`recovery.rs::publish_complete`).
+fn completing(p: &PgSummary) -> bool {
+    p.status.state == "active" && p.missing_objects == 0 && !p.members_complete
 }
 
 #[derive(Serialize)]
@@ -628,6 +647,29 @@ mod tests {
             flush_latency_ms: None,
             suspect_pgs: 0,
         }
+    }
+
+    fn summary(state: &str, missing: u64, members_complete: bool) -> PgSummary {
+        serde_json::from_value(serde_json::json!({
+            "pg": {"pool": 1, "pg": 0}, "device": 1, "interval": 3, "round": 0, "state": state,
+            "missing_objects": missing, "backfilling": 0, "clean": missing == 0,
+            "members_complete": members_complete, "recovered_objects": 0, "recovered_bytes": 0,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_recovered_pg_whose_members_were_not_yet_told_is_completing() {
+        assert!(completing(&summary("active", 0, false)));
+        assert!(!completing(&summary("active", 0, true)), "told: done");
+        assert!(
+            !completing(&summary("active", 2, false)),
+            "still recovering"
+        );
+        assert!(
+            !completing(&summary("peering", 0, false)),
+            "not serving yet"
+        );
     }
 
     #[test]

@@ -16,6 +16,7 @@
 mod common;
 
 use common::fio::{io_bytes, max_write_latency};
+use common::nbd::NbdClient;
 use common::upcluster::UpCluster;
 use common::upio::{
     IO_TIMEOUT, Run, WAIT, WRITER_OBJECTS, fio_args, io_across, kill_and_wait_down, nbd, since,
@@ -94,22 +95,7 @@ fn a_replica_killed_during_fio_loses_nothing_and_is_caught_up_when_it_returns() 
     c.restart(victim);
     c.wait_clean(WAIT);
     // It alone has everything: with min_size 1, the two others killed, it serves every byte.
-    let epoch = c.up.cli_json(&["status"])["epoch"].as_u64().unwrap();
-    c.up.cli_json(&["pool", "set", "default", "--min-size", "1"]);
-    wait_until("a map with min_size 1", WAIT, || {
-        c.up.cli_json(&["status"])["epoch"].as_u64().unwrap() > epoch
-    });
-    for other in c.nodes.iter().map(|n| n.id).collect::<Vec<_>>() {
-        if other != victim {
-            c.kill(other);
-        }
-    }
-    let others: Vec<u64> = c.nodes.iter().map(|n| n.device).collect();
-    wait_until("only the returned node's device up", WAIT, || {
-        others.iter().all(|d| (*d == device) == c.device_up(*d))
-    });
-    common::tool_ok("fio", &to_str(&fio_args(&c, true)), WAIT * 3);
-    log.verify(&mut nbd, c.object_size);
+    only_node_serves_all(&mut c, victim, &log, &mut nbd);
     nbd.disconnect();
     c.stop();
 }
@@ -144,6 +130,72 @@ fn the_primary_of_most_pgs_killed_during_fio_io_stalls_then_resumes_and_loses_no
     log.verify(&mut nbd, c.object_size);
     nbd.disconnect();
     c.stop();
+}
+
+/// A primary frozen with SIGSTOP while it holds requests (a hung process, a paused VM): its
+/// peers and its lease give it up, the next copies serve, and when it runs again (SIGCONT, the
+/// same process: its timers late, its sockets full of what arrived meanwhile) it acknowledges
+/// nothing of the old term, rolls back what it applied alone, and is caught up. Then it alone
+/// serves every byte.
+#[test]
+fn a_frozen_primary_loses_no_acknowledged_write_and_is_caught_up_when_it_runs_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = start(dir.path());
+    // The node (not the leader) that is primary of the most PGs.
+    let mut by_primaries = c.primaries();
+    by_primaries.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
+    let ids: Vec<u64> = by_primaries.iter().map(|(id, _)| *id).collect();
+    let victim = not_leader(&c, &ids);
+    let device = c.node(victim).device;
+    let acting = c.acting();
+    let objects = writer_objects(&c, |pg| acting[pg][0] == device);
+    let (mut frozen, mut struck) = (None, None);
+    let run = io_across(&mut c, objects, |c| {
+        let at = Instant::now();
+        frozen = Some(c.freeze(victim));
+        struck = Some(at);
+        wait_until("the frozen node's device down", WAIT, || {
+            !c.device_up(device)
+        });
+        at
+    });
+    report_stall("primary frozen", &run, struck.unwrap());
+    let Run { log, mut nbd, .. } = run;
+    log.verify(&mut nbd, c.object_size);
+
+    // It runs again and is caught up, without a restart.
+    drop(frozen.take());
+    wait_until("the continued node's device up", WAIT, || {
+        c.device_up(device)
+    });
+    c.wait_clean(WAIT);
+    common::tool_ok("fio", &to_str(&fio_args(&c, true)), WAIT * 3);
+    log.verify(&mut nbd, c.object_size);
+    only_node_serves_all(&mut c, victim, &log, &mut nbd);
+    nbd.disconnect();
+    c.stop();
+}
+
+/// With `min_size` 1 and the other nodes killed, `node` alone holds and serves every byte fio
+/// and the writer's log wrote.
+fn only_node_serves_all(c: &mut UpCluster, node: u64, log: &Log, nbd: &mut NbdClient) {
+    let device = c.node(node).device;
+    let epoch = c.up.cli_json(&["status"])["epoch"].as_u64().unwrap();
+    c.up.cli_json(&["pool", "set", "default", "--min-size", "1"]);
+    wait_until("a map with min_size 1", WAIT, || {
+        c.up.cli_json(&["status"])["epoch"].as_u64().unwrap() > epoch
+    });
+    for other in c.nodes.iter().map(|n| n.id).collect::<Vec<_>>() {
+        if other != node {
+            c.kill(other);
+        }
+    }
+    let devices: Vec<u64> = c.nodes.iter().map(|n| n.device).collect();
+    wait_until("only the one node's device up", WAIT, || {
+        devices.iter().all(|d| (*d == device) == c.device_up(*d))
+    });
+    common::tool_ok("fio", &to_str(&fio_args(c, true)), WAIT * 3);
+    log.verify(nbd, c.object_size);
 }
 
 #[test]

@@ -61,6 +61,15 @@ fn signal(pid: u32, sig: i32) {
     assert_eq!(unsafe { libc::kill(pid as i32, sig) }, 0, "kill {pid}");
 }
 
+/// A node stopped by [`UpCluster::freeze`]; continued when dropped.
+pub struct Frozen(u32);
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        signal(self.0, libc::SIGCONT);
+    }
+}
+
 /// Prints the end of some log files when the test fails.
 struct DumpOnPanic(Vec<PathBuf>);
 
@@ -212,6 +221,15 @@ impl UpCluster {
         wait_until("the killed node to exit", Duration::from_secs(30), || {
             !alive(pid)
         });
+    }
+
+    /// SIGSTOP to node `id` (a hung process, a paused VM): it holds its connections and
+    /// requests and runs nothing until the returned guard is dropped, which sends SIGCONT (so
+    /// a failing test never leaves it stopped, deaf to the SIGTERM of the cleanup).
+    pub fn freeze(&self, id: u64) -> Frozen {
+        let pid = self.node(id).pid.expect("the node runs");
+        signal(pid, libc::SIGSTOP);
+        Frozen(pid)
     }
 
     /// Starts node `id` again with the command line `up` gave it (output appended to its
