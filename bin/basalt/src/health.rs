@@ -103,6 +103,9 @@ pub struct Facts {
     /// `(device, milliseconds)` for devices whose oldest I/O in flight has waited at least
     /// [`SLOW_IO_MS`].
     pub stalled_io: Vec<(u32, u64)>,
+    /// `(node, requests, oldest ms)` for nodes with client I/O or replication sub-operations
+    /// in flight for [`basalt_node::SLOW_REQUEST`] or longer.
+    pub slow_requests: Vec<(u32, u64, u64)>,
     /// `(device, why)` for devices their node found faulty (down until an operator clears it).
     pub faulty: Vec<(u32, String)>,
     /// Devices an operator declared lost (`basalt device lost`).
@@ -354,6 +357,17 @@ impl Health {
                 format!(
                     "dev.{d}: an I/O has waited {:.1} s (the device may hang; its node reports \
                      it down past its --device-stall-timeout)",
+                    *ms as f64 / 1000.0
+                ),
+            );
+        }
+        for (n, count, ms) in &f.slow_requests {
+            add(
+                Severity::Warn,
+                "slow_requests",
+                format!(
+                    "node.{n}: {count} request(s) in flight for {} s or more, the oldest for                      {:.1} s (a PG below min_size, a member or device that does not answer:                      see the PGs and devices above)",
+                    basalt_node::SLOW_REQUEST.as_secs(),
                     *ms as f64 / 1000.0
                 ),
             );
@@ -617,6 +631,7 @@ mod tests {
         f.checksum_errors = vec![(2, 3)];
         f.read_errors = vec![(2, 1)];
         f.stalled_io = vec![(3, 12_345)];
+        f.slow_requests = vec![(2, 7, 6_500)];
         f.faulty = vec![(4, "its store is poisoned".into())];
         f.lost = vec![6];
         f.suspect = vec![(5, 2)];
@@ -635,7 +650,8 @@ mod tests {
                 "device_faulty",
                 "device_lost",
                 "device_suspect",
-                "device_stalled"
+                "device_stalled",
+                "slow_requests"
             ]
         );
         assert!(

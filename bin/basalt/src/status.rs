@@ -414,6 +414,12 @@ fn facts(
         checksum_errors: nonzero(nodes, |d| d.checksum_errors),
         read_errors: nonzero(nodes, |d| d.read_errors),
         stalled_io: stalled_io(reported_devices(nodes)),
+        slow_requests: nodes
+            .iter()
+            .filter_map(|n| Some((n.id, n.status.as_ref()?)))
+            .filter(|(_, s)| s.slow_requests > 0)
+            .map(|(id, s)| (id, s.slow_requests, s.oldest_request_ms.unwrap_or(0)))
+            .collect(),
         suspect: nonzero(nodes, |d| d.suspect_pgs),
         slow_devices: devices.slow.clone(),
         used: reported_devices(nodes)

@@ -39,6 +39,9 @@ pub enum AdminRequest {
     MarkUnfoundLost { pg: PgId },
 }
 
+/// A request in flight this long counts as slow in [`NodeStatus::slow_requests`].
+pub const SLOW_REQUEST: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// What `Status` returns.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct NodeStatus {
@@ -87,6 +90,13 @@ pub struct NodeStatus {
     pub replica_reads: u64,
     #[serde(default)]
     pub replica_reads_refused: u64,
+    /// Client I/O and replication sub-operations in flight here for [`SLOW_REQUEST`] or
+    /// longer (`drain.rs::InFlight::waiting`: a PG below `min_size`, a member that does not
+    /// answer, a device that crawls), and how long the oldest in flight has waited, ms.
+    #[serde(default)]
+    pub slow_requests: u64,
+    #[serde(default)]
+    pub oldest_request_ms: Option<u64>,
     pub devices: Vec<DeviceStatus>,
     /// The PGs whose primary is a device of this node: state, missing objects, recovery.
     #[serde(default)]
@@ -264,6 +274,7 @@ impl AdminHandler {
             })
             .collect();
         devices.sort_by_key(|d| d.id);
+        let waiting = node.in_flight.waiting(SLOW_REQUEST);
         NodeStatus {
             node: node.id,
             name: self.name.clone(),
@@ -287,6 +298,10 @@ impl AdminHandler {
             scrubbed_objects: node.pgs.scrub.objects.load(Relaxed),
             replica_reads: node.replica_reads.served.load(Relaxed),
             replica_reads_refused: node.replica_reads.refused.load(Relaxed),
+            slow_requests: waiting.count,
+            oldest_request_ms: waiting
+                .oldest
+                .map(|a| u64::try_from(a.as_millis()).unwrap_or(u64::MAX)),
             devices,
             pgs: node.pgs.summaries(),
             recovery: node.pgs.recovery(),

@@ -7,12 +7,19 @@
 //! each request as a task of its own, and so does [`Detached`] for clients in the same process
 //! (reads excepted: they hold nothing when dropped): a request's future is dropped only once it
 //! completed.
+//!
+//! Client I/O and replication sub-operations also note when they arrived, so that `basalt
+//! status` can name a node whose requests wait long ([`InFlight::waiting`]: a PG below
+//! `min_size`, a member that does not answer, a device that crawls).
 
 use basalt_proto::{ErrorCode, Request, ResponseFuture, Service, WireError};
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 /// How many requests are being answered. Counted with an atomic on every request; waiters are
 /// woken only when the count reaches zero (a `watch` channel woke its notifier on every change:
@@ -21,14 +28,56 @@ use tokio::sync::Notify;
 pub(crate) struct InFlight {
     count: AtomicU64,
     idle: Notify,
+    /// When each timed request in flight arrived, by arrival number (so the first entry is
+    /// the oldest).
+    timed: Mutex<Timed>,
+}
+
+#[derive(Debug, Default)]
+struct Timed {
+    next: u64,
+    arrived: BTreeMap<u64, Instant>,
+}
+
+/// Requests that have waited long, as [`InFlight::waiting`] finds them.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Waiting {
+    /// Timed requests in flight for at least the asked time.
+    pub(crate) count: u64,
+    /// How long the oldest timed request in flight has waited.
+    pub(crate) oldest: Option<Duration>,
 }
 
 impl InFlight {
-    /// Counts one request until the guard is dropped.
-    pub(crate) fn enter(self: &Arc<Self>) -> Guard {
+    /// Counts one request until the guard is dropped; a `timed` one also notes when it arrived.
+    pub(crate) fn enter(self: &Arc<Self>, timed: bool) -> Guard {
         let before = self.count.fetch_add(1, Ordering::AcqRel);
         assert!(before < u64::MAX, "in-flight request count overflows");
-        Guard(self.clone())
+        let key = timed.then(|| {
+            let mut t = self.timed.lock();
+            let key = t.next;
+            t.next = key.checked_add(1).expect("request arrival numbers run out");
+            t.arrived.insert(key, Instant::now());
+            key
+        });
+        Guard(self.clone(), key)
+    }
+
+    /// The timed requests in flight for at least `at_least`, and the age of the oldest.
+    pub(crate) fn waiting(&self, at_least: Duration) -> Waiting {
+        let now = Instant::now();
+        let t = self.timed.lock();
+        let oldest = t.arrived.values().next().map(|a| now.duration_since(*a));
+        // Arrival numbers follow arrival instants: the long waiters are the first entries.
+        let count = t
+            .arrived
+            .values()
+            .take_while(|a| now.duration_since(**a) >= at_least)
+            .count();
+        Waiting {
+            count: count as u64,
+            oldest,
+        }
     }
 
     pub(crate) fn count(&self) -> u64 {
@@ -53,11 +102,15 @@ impl InFlight {
     }
 }
 
-/// One request in flight.
-pub(crate) struct Guard(Arc<InFlight>);
+/// One request in flight (and its arrival number, when timed).
+pub(crate) struct Guard(Arc<InFlight>, Option<u64>);
 
 impl Drop for Guard {
     fn drop(&mut self) {
+        if let Some(key) = self.1 {
+            let removed = self.0.timed.lock().arrived.remove(&key);
+            assert!(removed.is_some(), "a timed request left no arrival behind");
+        }
         // A guard is only made by `enter`, which counted it.
         let before = self.0.count.fetch_sub(1, Ordering::AcqRel);
         assert!(before > 0, "in-flight request count underflows");
@@ -73,9 +126,25 @@ pub(crate) struct Tracked {
     pub(crate) in_flight: Arc<InFlight>,
 }
 
+/// Whether `req` is timed in [`InFlight`]: client I/O and replication sub-operations, which
+/// should take milliseconds (not peering and recovery messages, volume deletions or admin
+/// requests, which may take long by nature).
+fn timed(req: &Request) -> bool {
+    matches!(
+        req,
+        Request::Read { .. }
+            | Request::ReadReplica { .. }
+            | Request::Write { .. }
+            | Request::WriteZeroes { .. }
+            | Request::Trim { .. }
+            | Request::Flush { .. }
+            | Request::Rep(_)
+    )
+}
+
 impl Service for Tracked {
     fn call(&self, req: Request) -> ResponseFuture {
-        let guard = self.in_flight.enter();
+        let guard = self.in_flight.enter(timed(&req));
         let call = self.inner.call(req);
         Box::pin(async move {
             let answer = call.await;
@@ -163,6 +232,45 @@ mod tests {
         release.notify_one();
         assert!(in_flight.wait_idle(Duration::from_secs(1)).await);
         assert!(task.await.unwrap().is_ok());
+        assert_eq!(in_flight.count(), 0);
+    }
+
+    fn flush() -> Request {
+        Request::Flush {
+            epoch: basalt_types::Epoch(1),
+        }
+    }
+
+    /// Client I/O is timed from its arrival until it is answered or dropped; other requests
+    /// (here a ping) only count.
+    #[tokio::test(start_paused = true)]
+    async fn timed_requests_say_how_long_they_have_waited() {
+        let release = Arc::new(Notify::new());
+        let in_flight = Arc::new(InFlight::default());
+        let svc = Tracked {
+            inner: Arc::new(Gate {
+                release: release.clone(),
+            }),
+            in_flight: in_flight.clone(),
+        };
+        let second = Duration::from_secs(1);
+        assert_eq!(in_flight.waiting(second), Waiting::default());
+        let ping = svc.call(ping());
+        let first = svc.call(flush());
+        tokio::time::advance(Duration::from_secs(3)).await;
+        let later = svc.call(flush());
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(in_flight.count(), 3);
+        let w = in_flight.waiting(Duration::from_secs(4));
+        assert_eq!((w.count, w.oldest), (1, Some(Duration::from_secs(5))));
+        assert_eq!(in_flight.waiting(second).count, 2);
+        drop(first);
+        let w = in_flight.waiting(second);
+        assert_eq!((w.count, w.oldest), (1, Some(Duration::from_secs(2))));
+        drop(later);
+        assert_eq!(in_flight.waiting(second), Waiting::default(), "{w:?}");
+        assert_eq!(in_flight.count(), 1, "the ping still counts");
+        drop(ping);
         assert_eq!(in_flight.count(), 0);
     }
 

@@ -63,7 +63,7 @@ mod testing;
 mod volumes;
 mod write;
 
-pub use admin::{AdminRequest, DeviceStatus, NodeStatus};
+pub use admin::{AdminRequest, DeviceStatus, NodeStatus, SLOW_REQUEST};
 pub use basalt_engine::{DirLock, lock_dir};
 pub use config::{
     DEFAULT_CHECKSUM_ERROR_LIMIT, DEFAULT_CHECKSUM_ERROR_WINDOW, DEFAULT_COLLECT_INTERVAL,

@@ -198,8 +198,10 @@ impl Node {
             path: "(loading PG records)".into(),
             source,
         })?;
+        let in_flight = Arc::new(InFlight::default());
         let shared = Arc::new(NodeShared {
             id,
+            in_flight: in_flight.clone(),
             maps,
             pgs: pgs.clone(),
             admin: AdminHandler {
@@ -226,7 +228,6 @@ impl Node {
         // serves (the fence opens only after registration, below).
         shared.volumes.list_now().await?;
         let (stop_tx, stop_rx) = watch::channel(false);
-        let in_flight = Arc::new(InFlight::default());
         let service = Arc::new(Tracked {
             inner: Arc::new(NodeService {
                 shared: shared.clone(),

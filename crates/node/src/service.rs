@@ -22,6 +22,8 @@ use tokio::sync::watch;
 /// State shared by every request handler of one node.
 pub(crate) struct NodeShared {
     pub(crate) id: NodeId,
+    /// The requests being answered (`drain.rs`): counted for a clean stop, timed for status.
+    pub(crate) in_flight: Arc<crate::drain::InFlight>,
     pub(crate) maps: Arc<MapState>,
     pub(crate) pgs: Arc<Pgs>,
     pub(crate) admin: AdminHandler,

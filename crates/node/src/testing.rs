@@ -76,6 +76,7 @@ pub(crate) fn shared_with_leases(
     });
     Arc::new(NodeShared {
         id,
+        in_flight: Default::default(),
         maps,
         pgs: Pgs::new(ctx, stores),
         admin: AdminHandler {

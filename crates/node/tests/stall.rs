@@ -62,13 +62,18 @@ async fn three() -> Three {
 
 /// Node `i` of [`Three`] on `disk`.
 async fn start(c: &Cluster, i: usize, disk: &SimDisk) -> Node {
+    start_with(c, i, disk, LIMIT).await
+}
+
+/// Node `i` on `disk` with the stall limit `limit` (zero: stalls are never reported).
+async fn start_with(c: &Cluster, i: usize, disk: &SimDisk, limit: Duration) -> Node {
     let device = |data: &std::path::Path| DeviceConfig {
         sim: Some(disk.clone()),
         ..DeviceConfig::new(data.join("dev.img"))
     };
     let tune = |config: &mut NodeConfig| {
         config.scrub_bytes_per_sec = 0;
-        config.device_stall_timeout = LIMIT;
+        config.device_stall_timeout = limit;
     };
     c.start_node(&format!("n{i}"), device, tune).await
 }
@@ -234,6 +239,72 @@ async fn a_replica_whose_disk_hangs_is_reported_down_and_its_pgs_fail_over() {
     }
     check_all(&vol, &gens).await;
     release_and_stop(t, dev).await;
+}
+
+/// With the stall limit off, writes wait on a replica's hung disk for as long as it hangs: the
+/// node of the hung disk (the sub-operations) and a primary (the client's writes) report them
+/// as slow requests once they have waited [`basalt_node::SLOW_REQUEST`], with the age of the
+/// oldest; once the disk answers, the writes complete and no request is slow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_waiting_on_a_hung_disk_are_reported_slow() {
+    let c = Cluster::new().await;
+    let disks: Vec<SimDisk> = (0..3).map(|_| SimDisk::new(DISK)).collect();
+    let mut nodes = Vec::new();
+    for (i, disk) in disks.iter().enumerate() {
+        nodes.push(start_with(&c, i, disk, Duration::ZERO).await);
+    }
+    let t = Three { c, disks, nodes };
+    t.c.pool(3, 2).await;
+    until("every PG clean", || active(&t.nodes, true) == PGS as usize).await;
+    let client = t.c.client(Duration::from_secs(120)).await;
+    let objects = 16;
+    let vol = t.c.volume(&client, "v", objects * OBJECT).await;
+    for i in 0..objects {
+        vol.write(i * OBJECT, pattern(i, 1), false).await.unwrap();
+    }
+    let dev = device_of(&t.nodes[0]);
+    let replicated = objects_where(&client, &vol, objects, dev, false);
+    assert!(!replicated.is_empty());
+    let slow = |n: &Node| n.status().slow_requests;
+    assert!(t.nodes.iter().all(|n| slow(n) == 0));
+
+    t.disks[0].stall(true);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let writes = async {
+        for &i in &replicated {
+            vol.write(i * OBJECT, pattern(i, 2), false).await.unwrap();
+        }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+    };
+    let watch = async {
+        until("slow requests on the hung node and on a primary", || {
+            slow(&t.nodes[0]) > 0 && t.nodes[1..].iter().any(|n| slow(n) > 0)
+        })
+        .await;
+        let oldest = t.nodes[0].status().oldest_request_ms.unwrap();
+        assert!(oldest >= 5000, "the oldest has waited {oldest} ms");
+        assert!(
+            !done.load(std::sync::atomic::Ordering::Relaxed),
+            "the writes completed on a hung copy"
+        );
+        t.disks[0].stall(false);
+    };
+    tokio::join!(writes, watch);
+    until("no slow request once the disk answers", || {
+        t.nodes
+            .iter()
+            .all(|n| slow(n) == 0 && n.status().oldest_request_ms.is_none())
+    })
+    .await;
+    let mut gens = vec![1; objects as usize];
+    for &i in &replicated {
+        gens[i as usize] = 2;
+    }
+    check_all(&vol, &gens).await;
+    let mut t = t;
+    for n in std::mem::take(&mut t.nodes) {
+        n.shutdown().await;
+    }
 }
 
 /// The primary's own disk hangs: a write and a read it took wait on its store, and end
