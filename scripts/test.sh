@@ -6,7 +6,8 @@
 #      metadata backends against a real etcd), crash (simulated power loss, kill -9 of a real
 #      process), fuzz smoke runs, and end-to-end tests with fio, qemu-img, nbdinfo and nbdsh
 #      against real `basalt up` processes, multi-host clusters in network namespaces with
-#      partitions (needs root), plus a short `basalt bench` run producing its report.
+#      partitions and a minute of random network and process faults (needs root), plus a short
+#      `basalt bench` run producing its report.
 # Set CARGO_TARGET_DIR to reuse a build between runs (default: ~/.cache/basalt/target).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -366,7 +366,10 @@ impl Health {
                 Severity::Warn,
                 "slow_requests",
                 format!(
-                    "node.{n}: {count} request(s) in flight for {} s or more, the oldest for                      {:.1} s (a PG below min_size, a member or device that does not answer:                      see the PGs and devices above)",
+                    "node.{n}: {count} client request(s) or replication sub-operation(s) in \
+                     flight for {} s or more, the oldest for {:.1} s (waiting on a member or \
+                     device that does not answer, or on an object's recovery; see the other \
+                     reasons)",
                     basalt_node::SLOW_REQUEST.as_secs(),
                     *ms as f64 / 1000.0
                 ),
@@ -653,6 +656,12 @@ mod tests {
                 "device_stalled",
                 "slow_requests"
             ]
+        );
+        assert_eq!(
+            h.reasons[11].message,
+            "node.2: 7 client request(s) or replication sub-operation(s) in flight for 5 s or \
+             more, the oldest for 6.5 s (waiting on a member or device that does not answer, \
+             or on an object's recovery; see the other reasons)"
         );
         assert!(
             h.reasons[6]

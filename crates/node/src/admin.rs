@@ -91,8 +91,8 @@ pub struct NodeStatus {
     #[serde(default)]
     pub replica_reads_refused: u64,
     /// Client I/O and replication sub-operations in flight here for [`SLOW_REQUEST`] or
-    /// longer (`drain.rs::InFlight::waiting`: a PG below `min_size`, a member that does not
-    /// answer, a device that crawls), and how long the oldest in flight has waited, ms.
+    /// longer (`drain.rs::InFlight::waiting`: a member or device that does not answer, an
+    /// object waiting for its recovery), and how long the oldest in flight has waited, ms.
     #[serde(default)]
     pub slow_requests: u64,
     #[serde(default)]

@@ -8,9 +8,11 @@
 //! (reads excepted: they hold nothing when dropped): a request's future is dropped only once it
 //! completed.
 //!
-//! Client I/O and replication sub-operations also note when they arrived, so that `basalt
-//! status` can name a node whose requests wait long ([`InFlight::waiting`]: a PG below
-//! `min_size`, a member that does not answer, a device that crawls).
+//! Client I/O and replication sub-operations also note when the node began answering them
+//! (after their connection's budget admitted them: `server.rs`), so that `basalt status` can
+//! name a node whose requests wait long ([`InFlight::waiting`]: a member or device that does
+//! not answer, an object waiting for its recovery, a node too loaded to keep up). A PG that
+//! cannot serve answers `Busy` at once: its clients wait and retry, the node holds nothing.
 
 use basalt_proto::{ErrorCode, Request, ResponseFuture, Service, WireError};
 use parking_lot::Mutex;

@@ -289,6 +289,9 @@ impl NetCluster {
             .net
             .connect(host, gw.addr)
             .expect("connect to the gateway");
+        // A gateway that never answers fails the test instead of hanging it (its own I/O
+        // timeout is far shorter in every test).
+        s.set_read_timeout(Some(Duration::from_secs(600))).unwrap();
         NbdClient::over(s, export).expect("NBD handshake")
     }
 
