@@ -17,7 +17,6 @@
 mod common;
 
 use common::netcluster::{NetCluster, NodeProc};
-use common::upcluster::pgs_clean;
 use common::wait_until;
 use common::writer::{Log, Writer};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -82,29 +81,9 @@ fn signal(pid: u32, sig: i32) {
     assert_eq!(unsafe { libc::kill(pid as i32, sig) }, 0, "kill {pid}");
 }
 
+/// fio round `round`'s writes (and checks) through the gateway at `addr`.
 fn fio_args(addr: std::net::SocketAddr, round: u64, verify_only: bool) -> Vec<String> {
-    let mut args: Vec<String> = [
-        "--name=chaos",
-        "--ioengine=nbd",
-        "--rw=randwrite",
-        "--bssplit=4k/50:64k/30:128k/20",
-        "--iodepth=8",
-        "--size=16m",
-        "--verify=crc32c",
-    ]
-    .map(String::from)
-    .to_vec();
-    args.push(format!("--randseed={}", round + 1));
-    args.push(format!("--uri=nbd://{addr}/v"));
-    if verify_only {
-        args.push("--verify_only".into());
-    }
-    args
-}
-
-fn clean(c: &NetCluster) -> bool {
-    let out = c.cli_output(&["status", "--json"]);
-    out.status.success() && pgs_clean(&serde_json::from_slice(&out.stdout).unwrap(), PGS)
+    common::netcluster::fio_args(addr, "4k/50:64k/30:128k/20", round + 1, verify_only)
 }
 
 /// Strikes node `i` with `fault` for `hold`, then undoes it (a stopped node is started again
@@ -171,16 +150,7 @@ fn random_faults_under_io_lose_no_acknowledged_write() {
     eprintln!("CHAOS_SEED={seed} CHAOS_SECONDS={seconds}");
     let mut rng = Rng(seed.max(1));
 
-    let c = NetCluster::start(&["etcd", "gw", "n1", "n2", "n3"], Duration::from_secs(3));
-    let mut nodes: Vec<NodeProc> = NODES.iter().map(|h| c.start_node(h)).collect();
-    wait_until("three devices up", WAIT, || {
-        let devs = c.devices();
-        devs.len() == 3 && devs.iter().all(|d| d.up)
-    });
-    let pool = c.create_pool("default", 3, PGS);
-    assert_eq!(pool["min_size"], 2, "{pool}");
-    c.cli(&["volume", "create", "v", "--size", "64MiB"]);
-    wait_until("every PG clean", WAIT, || clean(&c));
+    let (c, mut nodes) = NetCluster::start_three(Duration::from_secs(3), PGS, "64MiB");
     let gw = c.start_gateway("gw", IO_TIMEOUT);
     // The writer's objects: past the 16 MiB fio writes.
     let objects: Vec<u64> = (256..272).collect();
@@ -231,7 +201,7 @@ fn random_faults_under_io_lose_no_acknowledged_write() {
     wait_until("every node's device up", WAIT, || {
         c.devices().iter().all(|d| d.up)
     });
-    wait_until("every PG clean after the faults", WAIT, || clean(&c));
+    wait_until("every PG clean after the faults", WAIT, || c.all_clean(PGS));
     // The last round again, checking only (the data it wrote is the newest in its blocks).
     c.fio("gw", &fio_args(gw.addr, rounds - 1, true));
     let (mut nbd, log) = writer.finish();

@@ -14,7 +14,6 @@ mod common;
 
 use common::fio::max_write_latency;
 use common::netcluster::{Gateway, NetCluster, NodeProc};
-use common::upcluster::pgs_clean;
 use common::wait_until;
 use common::writer::Log;
 use common::writer::Writer;
@@ -38,25 +37,10 @@ const STALL_LIMIT: Duration = Duration::from_secs(8);
 /// crc32c checksum fio checks after writing (or only checks, `verify_only`); `rate` limits the
 /// writes (so that they go on across the cut).
 fn fio_args(addr: std::net::SocketAddr, verify_only: bool, rate: Option<&str>) -> Vec<String> {
-    let mut args: Vec<String> = [
-        "--name=fill",
-        "--ioengine=nbd",
-        "--rw=randwrite",
-        "--bssplit=4k/40:64k/30:128k/30",
-        "--iodepth=8",
-        "--size=16m",
-        "--verify=crc32c",
-        "--randseed=23",
-        "--output-format=json",
-    ]
-    .map(String::from)
-    .to_vec();
-    args.push(format!("--uri=nbd://{addr}/v"));
+    let mut args = common::netcluster::fio_args(addr, "4k/40:64k/30:128k/30", 23, verify_only);
+    args.push("--output-format=json".into());
     if let Some(rate) = rate {
         args.push(format!("--rate=,{rate}"));
-    }
-    if verify_only {
-        args.push("--verify_only".into());
     }
     args
 }
@@ -69,7 +53,7 @@ fn status(c: &NetCluster) -> Option<Value> {
 }
 
 fn clean(c: &NetCluster) -> bool {
-    status(c).is_some_and(|s| pgs_clean(&s, PGS))
+    c.all_clean(PGS)
 }
 
 /// The nodes that report `node` in `basalt status --json`.
@@ -118,16 +102,7 @@ struct Setup {
 }
 
 fn setup() -> Setup {
-    let c = NetCluster::start(&["etcd", "gw", "n1", "n2", "n3"], TTL);
-    let nodes = [c.start_node("n1"), c.start_node("n2"), c.start_node("n3")];
-    wait_until("three devices up", WAIT, || {
-        let devs = c.devices();
-        devs.len() == 3 && devs.iter().all(|d| d.up)
-    });
-    let pool = c.create_pool("default", 3, PGS);
-    assert_eq!(pool["min_size"], 2, "{pool}");
-    c.cli(&["volume", "create", "v", "--size", "32MiB"]);
-    wait_until("every PG clean", WAIT, || clean(&c));
+    let (c, nodes) = NetCluster::start_three(TTL, PGS, "32MiB");
     let pool = c.cli(&["pool", "info", "default"]);
     let volume = c.cli(&["volume", "info", "v"]);
     let (pool_id, volume_id) = (

@@ -393,34 +393,13 @@ fn a_gateway_in_a_node_process_loses_nothing_when_another_node_dies() {
 mod net {
     use super::*;
     use common::netcluster::NetCluster;
-    use common::upcluster::pgs_clean;
 
     const PGS: u32 = 32;
     const OBJECT: u64 = 128 << 10;
 
+    /// fio's writes (and checks) through the gateway at `addr`.
     fn fio_args(addr: std::net::SocketAddr, verify_only: bool) -> Vec<String> {
-        let mut args: Vec<String> = [
-            "--name=fill",
-            "--ioengine=nbd",
-            "--rw=randwrite",
-            "--bssplit=4k/40:64k/30:128k/30",
-            "--iodepth=8",
-            "--size=16m",
-            "--verify=crc32c",
-            "--randseed=23",
-        ]
-        .map(String::from)
-        .to_vec();
-        args.push(format!("--uri=nbd://{addr}/v"));
-        if verify_only {
-            args.push("--verify_only".into());
-        }
-        args
-    }
-
-    fn clean(c: &NetCluster) -> bool {
-        let out = c.cli_output(&["status", "--json"]);
-        out.status.success() && pgs_clean(&serde_json::from_slice(&out.stdout).unwrap(), PGS)
+        common::netcluster::fio_args(addr, "4k/40:64k/30:128k/30", 23, verify_only)
     }
 
     /// The survivors' primaries all report their PGs active (as `status` shows them).
@@ -446,16 +425,7 @@ mod net {
     /// `strict`: no write may fail; else a write may fail (EIO) after waiting `io_timeout`
     /// for the partitioned node, if it was sent before the node's device went down.
     fn partition_primary(io_timeout: Duration, strict: bool) {
-        let c = NetCluster::start(&["etcd", "gw", "n1", "n2", "n3"], Duration::from_secs(3));
-        let nodes = [c.start_node("n1"), c.start_node("n2"), c.start_node("n3")];
-        wait_until("three devices up", WAIT, || {
-            let devs = c.devices();
-            devs.len() == 3 && devs.iter().all(|d| d.up)
-        });
-        let pool = c.create_pool("default", 3, PGS);
-        assert_eq!(pool["min_size"], 2, "{pool}");
-        c.cli(&["volume", "create", "v", "--size", "32MiB"]);
-        wait_until("every PG clean", WAIT, || clean(&c));
+        let (c, nodes) = NetCluster::start_three(Duration::from_secs(3), PGS, "32MiB");
         let pool = c.cli(&["pool", "info", "default"]);
         let volume = c.cli(&["volume", "info", "v"]);
         let (pool_id, volume_id) = (
@@ -503,7 +473,7 @@ mod net {
         let healed = Instant::now();
         c.net.heal(&victim.host);
         c.wait_device(victim, "the victim's device up", true, WAIT);
-        wait_until("every PG clean after the heal", WAIT, || clean(&c));
+        wait_until("every PG clean after the heal", WAIT, || c.all_clean(PGS));
         wait_until("the writer acknowledged after the heal", WAIT, || {
             writer.peek(|l| l.acks_sent_after(healed)) > 0
         });

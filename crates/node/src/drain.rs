@@ -210,8 +210,8 @@ mod tests {
         Request::Ping { data: Bytes::new() }
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn idle_only_once_every_call_finished_or_was_dropped() {
+    /// A tracked [`Gate`]: its release, its in-flight table and the service.
+    fn gated() -> (Arc<Notify>, Arc<InFlight>, Tracked) {
         let release = Arc::new(Notify::new());
         let in_flight = Arc::new(InFlight::default());
         let svc = Tracked {
@@ -220,6 +220,12 @@ mod tests {
             }),
             in_flight: in_flight.clone(),
         };
+        (release, in_flight, svc)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_only_once_every_call_finished_or_was_dropped() {
+        let (release, in_flight, svc) = gated();
         assert!(in_flight.wait_idle(Duration::from_secs(1)).await);
         // Counted from the call, before the future is first polled.
         let first = svc.call(ping());
@@ -247,14 +253,7 @@ mod tests {
     /// (here a ping) only count.
     #[tokio::test(start_paused = true)]
     async fn timed_requests_say_how_long_they_have_waited() {
-        let release = Arc::new(Notify::new());
-        let in_flight = Arc::new(InFlight::default());
-        let svc = Tracked {
-            inner: Arc::new(Gate {
-                release: release.clone(),
-            }),
-            in_flight: in_flight.clone(),
-        };
+        let (release, in_flight, svc) = gated();
         let second = Duration::from_secs(1);
         assert_eq!(in_flight.waiting(second), Waiting::default());
         let ping = svc.call(ping());

@@ -201,6 +201,23 @@ impl NetCluster {
         ])
     }
 
+    /// Hosts `etcd`, `gw` and `n1`..`n3`, a node on each `n` host (lease `ttl`), pool `default`
+    /// with 3 copies (`min_size` 2) and `pgs` PGs, volume `v` of `size`; returns once every PG
+    /// is clean.
+    pub fn start_three(ttl: Duration, pgs: u32, size: &str) -> (NetCluster, [NodeProc; 3]) {
+        let c = NetCluster::start(&["etcd", "gw", "n1", "n2", "n3"], ttl);
+        let nodes = ["n1", "n2", "n3"].map(|h| c.start_node(h));
+        super::wait_until("three devices up", START, || {
+            let devs = c.devices();
+            devs.len() == 3 && devs.iter().all(|d| d.up)
+        });
+        let pool = c.create_pool("default", 3, pgs);
+        assert_eq!(pool["min_size"], 2, "{pool}");
+        c.cli(&["volume", "create", "v", "--size", size]);
+        super::wait_until("every PG clean", START, || c.all_clean(pgs));
+        (c, nodes)
+    }
+
     /// Starts `basalt node` on `host` with a 256 MiB device file; returns once it registered.
     pub fn start_node(&self, host: &str) -> NodeProc {
         self.start_node_with(host, &[])
@@ -319,6 +336,13 @@ impl NetCluster {
                 up: d["up"].as_bool().unwrap(),
             })
             .collect()
+    }
+
+    /// Whether `basalt status` says every PG (`pg_count` in all) is active and clean.
+    pub fn all_clean(&self, pg_count: u32) -> bool {
+        let out = self.cli_output(&["status", "--json"]);
+        out.status.success()
+            && super::upcluster::pgs_clean(&serde_json::from_slice(&out.stdout).unwrap(), pg_count)
     }
 
     /// The device of node `node` (each test node has one).
@@ -441,4 +465,27 @@ async fn sample_lease(url: String, lease: i64, stop: Arc<AtomicBool>) -> Vec<Sam
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     samples
+}
+
+/// fio through the gateway at `addr` (volume `v`): 16 MiB of random writes of the sizes
+/// `bssplit`, QD8, from `seed`, each block checked with crc32c once written (or only checked,
+/// `verify_only`).
+pub fn fio_args(addr: SocketAddr, bssplit: &str, seed: u64, verify_only: bool) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "--name=net",
+        "--ioengine=nbd",
+        "--rw=randwrite",
+        "--iodepth=8",
+        "--size=16m",
+        "--verify=crc32c",
+    ]
+    .map(String::from)
+    .to_vec();
+    args.push(format!("--bssplit={bssplit}"));
+    args.push(format!("--randseed={seed}"));
+    args.push(format!("--uri=nbd://{addr}/v"));
+    if verify_only {
+        args.push("--verify_only".into());
+    }
+    args
 }
