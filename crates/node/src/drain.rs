@@ -253,7 +253,7 @@ mod tests {
     /// (here a ping) only count.
     #[tokio::test(start_paused = true)]
     async fn timed_requests_say_how_long_they_have_waited() {
-        let (release, in_flight, svc) = gated();
+        let (_release, in_flight, svc) = gated();
         let second = Duration::from_secs(1);
         assert_eq!(in_flight.waiting(second), Waiting::default());
         let ping = svc.call(ping());
