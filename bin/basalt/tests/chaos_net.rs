@@ -1,14 +1,18 @@
 //! Chaos with real processes on hosts in network namespaces (`common/netns.rs`; needs root,
 //! iproute2, nftables): etcd, a gateway and three storage nodes, each on a host of its own,
-//! pool `default` with 3 copies and `min_size` 2. fio (`verify=crc32c`, rounds that write and
-//! then check) and the checking writer (`common/writer.rs`) run through the gateway while one
-//! fault after another strikes a random node for 1-5 s: its link down (partition), its traffic
+//! pool `default` with 3 copies and `min_size` 2. fio (`verify=crc32c`, rounds that each
+//! write a random quarter of 16 MiB and then check it) and the checking writer
+//! (`common/writer.rs`) run through the gateway while one fault after another strikes a
+//! random node for 1-5 s: its link down (partition), its traffic
 //! to one other node dropped, its traffic to etcd dropped, SIGSTOP, or SIGKILL / SIGTERM and a
 //! start again. Faults follow each other without waiting for recovery, so a second one may
 //! strike while the first node's PGs still recover (I/O then waits; it must not fail).
 //!
-//! At the end, with every fault healed: every PG clean, every fio round verified, every
-//! acknowledged write of the writer reads back, and no write failed.
+//! At the end, with every fault healed: every PG clean, `basalt scrub` finds every copy the
+//! same as its primary's, every fio round verified, every acknowledged write of the writer
+//! reads back, and no write failed. With recovery's copies to members skipped (a planted
+//! bug), the test fails: a stale member served as primary after a later fault, and fio's
+//! check failed.
 //!
 //! `CHAOS_SECONDS` (default 60) sets how long faults strike, `CHAOS_SEED` the schedule (printed
 //! at the start; the same seed gives the same faults in the same order, the timing around them
@@ -82,8 +86,15 @@ fn signal(pid: u32, sig: i32) {
 }
 
 /// fio round `round`'s writes (and checks) through the gateway at `addr`.
+/// Each round writes a quarter of the 16 MiB at random: blocks no later round rewrites keep
+/// what an earlier round wrote on every copy, so a copy that recovery left stale stays stale
+/// for the final scrub to find (rounds that rewrote everything hid it: tried by skipping
+/// recovery's copies, which then passed).
 fn fio_args(addr: std::net::SocketAddr, round: u64, verify_only: bool) -> Vec<String> {
-    common::netcluster::fio_args(addr, "4k/50:64k/30:128k/20", round + 1, verify_only)
+    let mut args =
+        common::netcluster::fio_args(addr, "4k/50:64k/30:128k/20", round + 1, verify_only);
+    args.push("--io_size=4m".into());
+    args
 }
 
 /// Strikes node `i` with `fault` for `hold`, then undoes it (a stopped node is started again
@@ -202,6 +213,28 @@ fn random_faults_under_io_lose_no_acknowledged_write() {
         c.devices().iter().all(|d| d.up)
     });
     wait_until("every PG clean after the faults", WAIT, || c.all_clean(PGS));
+    let status = c.cli(&["status"]);
+    eprintln!(
+        "chaos: recovery moved {} objects",
+        status["recovery"]["recovered_objects"]
+    );
+    // Every copy, not only what the primaries serve: the members hold what their primary does
+    // (a member recovery left stale would serve once the others fail).
+    let scrub = c.cli(&["scrub"]);
+    let count = |field: &str| -> u64 {
+        scrub
+            .as_array()
+            .expect("scrub results")
+            .iter()
+            .map(|p| p[field].as_u64().unwrap())
+            .sum()
+    };
+    assert_eq!(
+        count("inconsistent"),
+        0,
+        "copies differ after the faults: {scrub}"
+    );
+    assert!(count("objects") > 0, "{scrub}");
     // The last round again, checking only (the data it wrote is the newest in its blocks).
     c.fio("gw", &fio_args(gw.addr, rounds - 1, true));
     let (mut nbd, log) = writer.finish();
