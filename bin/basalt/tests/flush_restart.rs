@@ -6,7 +6,8 @@
 //! FLUSH answered.
 //!
 //! A FLUSH covers the writes acknowledged before it: it succeeds after the node stopped
-//! cleanly and started again (its stores closed, nothing lost: the same incarnation), fails
+//! cleanly and started again (its stores closed, nothing lost: the same incarnation), also
+//! when a start failed in between, fails
 //! with `EIO` once after the node was killed (SIGKILL) and started again (a new incarnation:
 //! what it held unflushed may be gone; `node/src/incarnation.rs`, `client/src/flushset.rs`),
 //! and owes nothing for FUA writes.
@@ -71,6 +72,22 @@ fn a_flush_fails_once_after_a_node_crash_and_succeeds_after_a_clean_restart() {
         nbd.flush().unwrap(),
         0,
         "a FLUSH after a clean restart failed:\n{}",
+        c.net.log(&gw.proc)
+    );
+
+    // A start that fails once it took the mark (its listen address is not on its host)
+    // acknowledged nothing: it puts the mark back, and the FLUSH after the next start, which
+    // keeps the incarnation, succeeds.
+    assert_eq!(nbd.write(3 * BLOCK as u64, &block(4), 0).unwrap(), 0);
+    stop_cleanly(&c, &node);
+    let elsewhere = format!("{}:0", c.net.addr("gw"));
+    let log = c.node_start_fails("n1", &elsewhere);
+    assert!(log.contains("listen"), "{log}");
+    let node = restart(&c);
+    assert_eq!(
+        nbd.flush().unwrap(),
+        0,
+        "a FLUSH after a failed start and a clean restart failed:\n{}",
         c.net.log(&gw.proc)
     );
 

@@ -10,7 +10,8 @@
 //!
 //! A clean stop closes every store (written back and flushed: nothing acknowledged is lost),
 //! then leaves the incarnation in the data directory; the next start takes it (removes the
-//! file, durably, before the node serves) and keeps it, so a restart loses no flush. Any other
+//! file, durably, before the node serves) and keeps it, so a restart loses no flush; a start
+//! that fails after taking it acknowledged nothing and puts it back (`Node::start`). Any other
 //! start, after a crash, a kill, a store that did not close, or a mark that does not read
 //! back, draws a new one. (A process killed with `kill -9` on a machine that keeps running
 //! loses nothing the kernel took; counting it as a crash makes such a flush fail where it

@@ -69,7 +69,6 @@ pub(crate) struct Parts {
     pub local_addr: SocketAddr,
     /// The data-path listener (`None`: reached only in process or through a simulated network).
     pub listener: Option<tokio::net::TcpListener>,
-    pub dir_lock: Option<DirLock>,
     /// How long read leases earlier processes of the node granted may still run: none when its
     /// id was allocated now, what a clean stop's mark says (`stopmark.rs`), else a lease length.
     pub earlier_grants: Duration,
@@ -114,6 +113,50 @@ impl Node {
             path: config.data_dir.join("stores-closed").display().to_string(),
             source,
         })?;
+        let data_dir = config.data_dir.clone();
+        let started = Node::open(
+            config,
+            meta,
+            serve_meta,
+            catalog,
+            id,
+            earlier_grants,
+            incarnation,
+        )
+        .await;
+        match started {
+            Ok(mut node) => {
+                node.stop_mark = Some(data_dir);
+                node._dir_lock = Some(dir_lock);
+                Ok(node)
+            }
+            Err(e) => {
+                // Nothing was acknowledged in this incarnation (the fence opens only once the
+                // node registered, the last step that can fail), and the stores lost nothing
+                // by opening: the next start may keep it, as after the clean stop that left
+                // it. Written back under the directory lock, before another process may take
+                // it. (The clean-stop mark of the read leases stays taken: heartbeats may have
+                // granted some; the next start waits a grace.)
+                if let Err(w) = incarnation::write(&data_dir, incarnation) {
+                    tracing::warn!("putting back the stores-closed mark after a failed start: {w}");
+                }
+                drop(dir_lock);
+                Err(e)
+            }
+        }
+    }
+
+    /// The part of [`Node::start`] after the marks are taken: opens the devices, listens, and
+    /// [`Node::run`]s the node (without its directory lock and stop mark, which `start` adds).
+    async fn open(
+        config: NodeConfig,
+        meta: Arc<dyn MetaStore>,
+        serve_meta: bool,
+        catalog: Catalog,
+        id: NodeId,
+        earlier_grants: Duration,
+        incarnation: u64,
+    ) -> Result<Node, NodeError> {
         let devices::Opened { stores, unopened } = devices::open_all(
             &catalog,
             id,
@@ -145,7 +188,6 @@ impl Node {
             addr,
             local_addr,
             listener: Some(listener),
-            dir_lock: Some(dir_lock),
             earlier_grants,
             incarnation,
         })
@@ -166,7 +208,6 @@ impl Node {
             addr,
             local_addr,
             listener,
-            dir_lock,
             earlier_grants,
             incarnation,
         } = parts;
@@ -303,7 +344,18 @@ impl Node {
             )));
         }
         let record = NodeRecord::new(id, config.name.clone(), addr.clone());
-        let registration = catalog.register_node(&record, config.lease_ttl).await?;
+        let registration = match catalog.register_node(&record, config.lease_ttl).await {
+            Ok(registration) => registration,
+            Err(e) => {
+                // Not started: what was spawned must not go on serving (fence closed) or
+                // holding the stores.
+                let _ = stop_tx.send(true);
+                for task in &tasks {
+                    task.abort();
+                }
+                return Err(e.into());
+            }
+        };
         let computations = Arc::new(AtomicU64::new(0));
         shared.fence.confirmed(*registration.confirmed().borrow());
         tasks.push(tokio::spawn(lease::maintain(
@@ -334,8 +386,8 @@ impl Node {
             computations,
             in_flight,
             stall_limit: config.device_stall_timeout,
-            stop_mark: dir_lock.as_ref().map(|_| config.data_dir.clone()),
-            _dir_lock: dir_lock,
+            stop_mark: None,
+            _dir_lock: None,
             _local: local,
         })
     }
@@ -375,7 +427,6 @@ impl Node {
             addr,
             local_addr: SocketAddr::from(([0, 0, 0, 0], 0)),
             listener: None,
-            dir_lock: None,
             earlier_grants,
             incarnation: incarnation::fresh(),
         })

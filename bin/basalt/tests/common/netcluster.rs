@@ -14,7 +14,7 @@ use serde_json::Value;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::Output;
+use std::process::{Command, Output};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -225,17 +225,8 @@ impl NetCluster {
 
     /// [`NetCluster::start_node`] with more `basalt node` arguments.
     pub fn start_node_with(&self, host: &str, extra: &[&str]) -> NodeProc {
-        let device = self.net.dir().join(format!("dev-{host}.img"));
-        let spec = format!("{}:256MiB", device.display());
         let listen = format!("{}:0", self.net.addr(host));
-        let ttl = format!("{}ms", self.ttl.as_millis());
-        let mut cmd = self.net.command(host, BASALT);
-        cmd.args(["node", "--etcd", &self.etcd_url, "--listen", &listen])
-            .args(["--device", &spec, "--lease-ttl", &ttl])
-            .args(extra)
-            .arg("--data")
-            .arg(self.net.dir().join(format!("node-{host}")))
-            .env("RUST_LOG", "info");
+        let (cmd, device) = self.node_command(host, &listen, extra);
         let proc = self
             .net
             .spawn(host, &self.fresh_label(&format!("node-{host}")), cmd);
@@ -253,6 +244,39 @@ impl NetCluster {
             addr,
             device,
         }
+    }
+
+    /// The `basalt node` command of `host` (its device file and data directory), listening on
+    /// `listen`; and the device file.
+    fn node_command(&self, host: &str, listen: &str, extra: &[&str]) -> (Command, PathBuf) {
+        let device = self.net.dir().join(format!("dev-{host}.img"));
+        let spec = format!("{}:256MiB", device.display());
+        let ttl = format!("{}ms", self.ttl.as_millis());
+        let mut cmd = self.net.command(host, BASALT);
+        cmd.args(["node", "--etcd", &self.etcd_url, "--listen", listen])
+            .args(["--device", &spec, "--lease-ttl", &ttl])
+            .args(extra)
+            .arg("--data")
+            .arg(self.net.dir().join(format!("node-{host}")))
+            .env("RUST_LOG", "info");
+        (cmd, device)
+    }
+
+    /// Runs the node of `host` listening on `listen`, an address it cannot bind (one of
+    /// another host): it opens its devices, then fails to start. Returns its log once it
+    /// exited with an error.
+    pub fn node_start_fails(&self, host: &str, listen: &str) -> String {
+        let (cmd, _) = self.node_command(host, listen, &[]);
+        let proc = self
+            .net
+            .spawn(host, &self.fresh_label(&format!("node-{host}")), cmd);
+        super::wait_until("the failing node to exit", START, || {
+            !self.net.running(&proc)
+        });
+        let log = self.net.log(&proc);
+        let status = self.net.exit_status(&proc).expect("exited");
+        assert!(!status.success(), "the node started:\n{log}");
+        log
     }
 
     /// `label`, or `label.2`, `label.3`, ... : the first with no log yet, so that a process
