@@ -7,10 +7,9 @@
 //!
 //! A FLUSH covers the writes acknowledged before it: it succeeds after the node stopped
 //! cleanly and started again (its stores closed, nothing lost: the same incarnation), also
-//! when a start failed in between, fails
-//! with `EIO` once after the node was killed (SIGKILL) and started again (a new incarnation:
-//! what it held unflushed may be gone; `node/src/incarnation.rs`, `client/src/flushset.rs`),
-//! and owes nothing for FUA writes.
+//! when a start failed in between; it fails with `EIO` once after the node was killed
+//! (SIGKILL) and started again (a new incarnation: what it held unflushed may be gone;
+//! `node/src/incarnation.rs`, `client/src/flushset.rs`); FUA writes owe it nothing.
 
 mod common;
 
