@@ -81,7 +81,11 @@ fn a_flush_fails_once_after_a_node_crash_and_succeeds_after_a_clean_restart() {
     stop_cleanly(&c, &node);
     let elsewhere = format!("{}:0", c.net.addr("gw"));
     let log = c.node_start_fails("n1", &elsewhere);
-    assert!(log.contains("listen"), "{log}");
+    assert!(log.contains("cannot listen on"), "{log}");
+    assert!(
+        c.net.dir().join("node-n1/stores-closed").exists(),
+        "the failed start did not put the stores-closed mark back"
+    );
     let node = restart(&c);
     assert_eq!(
         nbd.flush().unwrap(),

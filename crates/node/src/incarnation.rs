@@ -33,11 +33,10 @@ const FILE: &str = "stores-closed";
 const TEMP: &str = "stores-closed.tmp";
 const PREFIX: &str = "basalt-stores-closed v1 incarnation=";
 
-/// The incarnation of a node starting on data directory `dir`: the one a clean stop left
-/// there (taken: removed, durably), else a new one.
-pub(crate) fn take(dir: &Path) -> io::Result<u64> {
-    let kept = take_file(dir, FILE)?.and_then(|bytes| parse(&String::from_utf8_lossy(&bytes)));
-    Ok(kept.unwrap_or_else(fresh))
+/// The incarnation a clean stop left in data directory `dir` (taken: removed, durably), if
+/// any that reads back; a node starting without one draws a [`fresh`] one.
+pub(crate) fn take(dir: &Path) -> io::Result<Option<u64>> {
+    Ok(take_file(dir, FILE)?.and_then(|bytes| parse(&String::from_utf8_lossy(&bytes))))
 }
 
 /// Leaves `incarnation` for the next start: call only once every store closed cleanly.
@@ -68,18 +67,18 @@ mod tests {
     #[test]
     fn a_clean_stop_keeps_the_incarnation_for_the_next_start_only() {
         let dir = tempfile::tempdir().unwrap();
-        let first = take(dir.path()).unwrap();
-        let second = take(dir.path()).unwrap();
-        assert_ne!(first, second, "no mark: a new one each start");
+        assert_eq!(take(dir.path()).unwrap(), None, "no mark");
+        let (first, second) = (fresh(), fresh());
+        assert_ne!(first, second, "a new one each time");
         write(dir.path(), second).unwrap();
         assert_eq!(
             take(dir.path()).unwrap(),
-            second,
+            Some(second),
             "kept across a clean stop"
         );
-        assert_ne!(take(dir.path()).unwrap(), second, "taken once");
+        assert_eq!(take(dir.path()).unwrap(), None, "taken once");
         std::fs::write(dir.path().join(FILE), b"garbage\n").unwrap();
-        assert_ne!(take(dir.path()).unwrap(), second);
+        assert_eq!(take(dir.path()).unwrap(), None);
         assert!(
             !dir.path().join(FILE).exists(),
             "an unreadable mark is taken too"

@@ -109,10 +109,11 @@ impl Node {
             source,
         })?;
         let earlier_grants = earlier_grants(fresh, mark, &config);
-        let incarnation = incarnation::take(&config.data_dir).map_err(|source| NodeError::Io {
+        let kept = incarnation::take(&config.data_dir).map_err(|source| NodeError::Io {
             path: config.data_dir.join("stores-closed").display().to_string(),
             source,
         })?;
+        let incarnation = kept.unwrap_or_else(incarnation::fresh);
         let data_dir = config.data_dir.clone();
         let started = Node::open(
             config,
@@ -133,11 +134,15 @@ impl Node {
             Err(e) => {
                 // Nothing was acknowledged in this incarnation (the fence opens only once the
                 // node registered, the last step that can fail), and the stores lost nothing
-                // by opening: the next start may keep it, as after the clean stop that left
-                // it. Written back under the directory lock, before another process may take
-                // it. (The clean-stop mark of the read leases stays taken: heartbeats may have
-                // granted some; the next start waits a grace.)
-                if let Err(w) = incarnation::write(&data_dir, incarnation) {
+                // by opening: the next start may keep the one a clean stop left, as this one
+                // would have. Written back under the directory lock, before another process
+                // may take it; if that fails, the next start draws a new one (a flush fails
+                // that need not, none succeeds that must not). (The clean-stop mark of the
+                // read leases stays taken: heartbeats may have granted some; the next start
+                // waits a grace.)
+                if let Some(kept) = kept
+                    && let Err(w) = incarnation::write(&data_dir, kept)
+                {
                     tracing::warn!("putting back the stores-closed mark after a failed start: {w}");
                 }
                 drop(dir_lock);
@@ -347,12 +352,16 @@ impl Node {
         let registration = match catalog.register_node(&record, config.lease_ttl).await {
             Ok(registration) => registration,
             Err(e) => {
-                // Not started: what was spawned must not go on serving (fence closed) or
-                // holding the stores.
+                // Not started: what was spawned (the server, with its fence closed; the PGs'
+                // drivers and primaries) must not go on in the background, holding the stores.
                 let _ = stop_tx.send(true);
                 for task in &tasks {
                     task.abort();
                 }
+                for task in tasks {
+                    let _ = task.await;
+                }
+                stop_primaries(&shared);
                 return Err(e.into());
             }
         };
@@ -463,13 +472,7 @@ impl Node {
     /// Ends every PG this node leads: their drivers return (else, in a process that goes on,
     /// such as a test's, they would keep peering on behalf of a stopped node).
     fn stop_primaries(&self) {
-        // First, so that a primary restarting meanwhile sees it (under the PG's lock).
-        self.shared.pgs.ctx.stopped.store(true, Ordering::Release);
-        for pg in self.shared.pgs.all() {
-            if pg.st.lock().primary.is_some() {
-                pg.stop_primary();
-            }
-        }
+        stop_primaries(&self.shared);
     }
 
     /// Tests: the store of one of this node's devices, to change a copy behind the PG's back
@@ -623,6 +626,18 @@ impl Node {
             }
         }
         tracing::info!(node = %self.shared.id, "node stopped");
+    }
+}
+
+/// Ends the primaries of the node's PGs (their drivers return), for good: `Ctx::stopped` keeps
+/// a late failed write from starting one again.
+fn stop_primaries(shared: &NodeShared) {
+    // First, so that a primary restarting meanwhile sees it (under the PG's lock).
+    shared.pgs.ctx.stopped.store(true, Ordering::Release);
+    for pg in shared.pgs.all() {
+        if pg.st.lock().primary.is_some() {
+            pg.stop_primary();
+        }
     }
 }
 
