@@ -20,23 +20,9 @@ BASALT=$(realpath "${1:-target/release/basalt}")
 RW=${2:-randwrite}
 QD=${3:-64}
 NODES=${4:-3}
-WORK=$(mktemp -d -p "${TMPDIR:-/var/tmp}")
-trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$WORK"' EXIT
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-
-shape=(--listen 127.0.0.1:0)
-[ "$NODES" -gt 0 ] && shape=(--nodes "$NODES")
-read -r -a extra <<<"${UP_ARGS:-}"
-"$BASALT" up --data "$WORK/d" "${shape[@]}" "${extra[@]}" --device-size 1536MiB --volume-size 1GiB \
-  --nbd "127.0.0.1:$PORT" >"$WORK/up.log" 2>&1 &
-UP=$!
-for _ in $(seq 1 600); do
-  grep -q "Stop with Ctrl-C" "$WORK/up.log" && break
-  kill -0 "$UP" 2>/dev/null || { cat "$WORK/up.log"; exit 1; }
-  sleep 0.1
-done
-URI="nbd://127.0.0.1:$PORT/vol0"
-fio --name=fill --ioengine=nbd --uri="$URI" --rw=write --bs=1M --iodepth=8 --size=1G >/dev/null
+# shellcheck source=bench/lib-up.sh
+source "$(dirname "$0")/lib-up.sh"
+start_filled_up "$BASALT" "$NODES"
 "$BASALT" status --data "$WORK/d" --json >"$WORK/status0.json"
 fio --name=j --ioengine=nbd --uri="$URI" --rw="$RW" --bs=4k --iodepth="$QD" --size=1G \
   --runtime=12 --time_based --ramp_time=2 --randseed=1 --output-format=json \
