@@ -150,6 +150,12 @@ pub struct WriteOptions {
     /// changed nothing: the object had no live data) counts as its current one for this
     /// check. Ignored by install.
     pub prior: Option<Version>,
+    /// Install and purge only: refuse ([`EngineError::StaleVersion`]) when the object's
+    /// current version is above this one and above the version the operation would leave (the
+    /// image's; none for a purge): it would roll back, or remove, a write made since. A
+    /// replica sets it to the start of the sender's term: an install of that term sent before
+    /// a write of the same term must not land after it (`node/src/pg/replica.rs`).
+    pub keep_since: Option<Version>,
 }
 
 impl Default for WriteOptions {
@@ -161,6 +167,7 @@ impl Default for WriteOptions {
             pg: 0,
             pending: false,
             prior: None,
+            keep_since: None,
         }
     }
 }
@@ -194,6 +201,14 @@ impl WriteOptions {
     pub fn after(self, prior: Version) -> Self {
         WriteOptions {
             prior: Some(prior),
+            ..self
+        }
+    }
+    /// An install or purge that leaves versions above `since` alone
+    /// ([`WriteOptions::keep_since`]).
+    pub fn keeping_since(self, since: Version) -> Self {
+        WriteOptions {
+            keep_since: Some(since),
             ..self
         }
     }

@@ -459,6 +459,56 @@ async fn a_write_follows_a_delete_whose_tombstone_was_evicted(b: Backend) {
     assert_eq!(store.read(o, 0, 1).await.unwrap(), &b"w"[..]);
 }
 
+/// An install or purge that keeps versions above a floor (`WriteOptions::keep_since`) never
+/// rolls back, or removes, a version above it: the late repair of a replica (node) must not
+/// undo a write made since. Over a version at or below the floor, or onto the same version, it
+/// applies.
+async fn installs_keep_versions_written_since(b: Backend) {
+    let dev = dev(b);
+    let store = dev.open().await;
+    let o = oid(7, 1);
+    let since = Version::new(5, 0);
+    let tomb = |v: Version| ObjectImage {
+        version: v,
+        content: ObjectContent::Tombstone,
+    };
+    let keep = || WriteOptions::durable().in_pg(2).keeping_since(since);
+    put(&store, o, b"a", at(5, 1, 2)).await;
+    put(&store, o, b"b", at(5, 2, 2)).await;
+    // Back to 5.1: refused, the data stays; a purge too.
+    let err = store
+        .install(o, tomb(Version::new(5, 1)), keep())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, EngineError::StaleVersion { .. }), "{err:?}");
+    let err = store.purge(o, keep()).await.unwrap_err();
+    assert!(matches!(err, EngineError::StaleVersion { .. }), "{err:?}");
+    assert_eq!(store.read(o, 0, 1).await.unwrap(), &b"b"[..]);
+    // Onto the version it holds, or past it: applies.
+    store
+        .install(o, tomb(Version::new(5, 2)), keep())
+        .await
+        .unwrap();
+    assert_eq!(
+        store.object_info(o).await.unwrap().unwrap().version,
+        Version::new(5, 2)
+    );
+    // A floor above what it holds (a later term's rollback): applies, down too.
+    let later = WriteOptions::durable()
+        .in_pg(2)
+        .keeping_since(Version::new(6, 0));
+    store
+        .install(o, tomb(Version::new(4, 9)), later)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.object_info(o).await.unwrap().unwrap().version,
+        Version::new(4, 9)
+    );
+    store.purge(o, later).await.unwrap();
+    assert!(store.object_info(o).await.unwrap().is_none());
+}
+
 macro_rules! suite {
     ($($name:ident),* $(,)?) => {
         mod sim { $( #[tokio::test(flavor = "multi_thread", worker_threads = 2)] async fn $name() { super::$name(super::Backend::Sim).await } )* }
@@ -475,4 +525,5 @@ suite!(
     pg_records_persist,
     writes_follow_the_version_they_were_sent_behind,
     a_write_follows_a_delete_whose_tombstone_was_evicted,
+    installs_keep_versions_written_since,
 );

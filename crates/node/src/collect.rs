@@ -7,7 +7,9 @@
 //! PG's index is ordered by (volume, index), so the walk asks for the first object after the
 //! current volume and lands on the next volume: one small listing per volume per PG, never a
 //! scan of the whole store in one request. A volume is removed only when the view says so
-//! (`View::collect`): its record was removed, or it has no record, its id is at most the
+//! (`View::collect`): its record was removed, or it has no record in a listing made after its
+//! object was seen (the walk lists again for such an id: the pass's own listing may predate a
+//! volume created as it began and written through another primary), its id is at most the
 //! counter, and every record could be read. Before removing one, the collector marks it gone
 //! in the view (writes to it are refused from then on) and waits for writes admitted earlier.
 //! Listings and removals are paced at `rate` per second.
@@ -104,7 +106,7 @@ async fn pass(
         .catch_up()
         .await
         .map_err(CollectError::Listing)?;
-    let last_id = catalog.last_id(IdKind::Volume).await?;
+    let mut last_id = catalog.last_id(IdKind::Volume).await?;
     let mut removed = 0;
     for (dev, store) in shared.maps.stores() {
         for pg in store.pgs().await? {
@@ -112,7 +114,7 @@ async fn pass(
                 continue;
             };
             if primary.is_active_primary() {
-                removed += walk(shared, &primary, last_id, pacer).await?;
+                removed += walk(catalog, shared, &primary, &mut last_id, pacer).await?;
             }
         }
     }
@@ -120,11 +122,13 @@ async fn pass(
     Ok(removed)
 }
 
-/// Visits each volume with objects in `pg` once, deleting the objects of dead ones.
+/// Visits each volume with objects in `pg` once, deleting the objects of dead ones. `last_id`
+/// is the volume id counter as read after the newest listing.
 async fn walk(
+    catalog: &Catalog,
     shared: &NodeShared,
     pg: &Arc<Pg>,
-    last_id: u64,
+    last_id: &mut u64,
     pacer: &mut Pacer,
 ) -> Result<u64, CollectError> {
     let mut after = None;
@@ -136,7 +140,19 @@ async fn walk(
             return Ok(removed);
         };
         let volume = first.oid.volume;
-        match shared.volumes.claim_for_collection(volume, last_id) {
+        let mut verdict = shared.volumes.claim_for_collection(volume, *last_id, false);
+        if verdict == Collect::Relist {
+            // The pass's listing may predate the volume (`View::collect`): one made now,
+            // after its object was seen, tells.
+            shared
+                .volumes
+                .catch_up()
+                .await
+                .map_err(CollectError::Listing)?;
+            *last_id = catalog.last_id(IdKind::Volume).await?;
+            verdict = shared.volumes.claim_for_collection(volume, *last_id, true);
+        }
+        match verdict {
             Collect::Purge => {
                 shared.volumes.drain().await;
                 pacer.tick().await;
@@ -153,7 +169,8 @@ async fn walk(
                  ({last_id}): was the metadata store restored from an older copy? Left in place",
                 pg.dev
             ),
-            Collect::Exists | Collect::Undecided => {}
+            // (`Relist` only without a listing made after the object was seen.)
+            Collect::Exists | Collect::Undecided | Collect::Relist => {}
         }
         // The next volume: past every index of this one.
         after = Some(ObjectId::new(pg.id.pool, volume, u64::MAX));

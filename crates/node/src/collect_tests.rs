@@ -260,3 +260,47 @@ async fn only_a_pgs_active_primary_collects_it() {
     assert_eq!(run_pass(&fx, &node).await, 2);
     assert!(fx.held(gone).await.is_empty());
 }
+
+/// A volume created after the pass listed the records, whose objects reached this node as a
+/// member's writes (through another primary, whose view had it) while this node's watch
+/// lagged: the pass's listing lacks it though it is alive. The walk lists again before it
+/// judges such an id dead (a review found it purged: acknowledged writes lost), and a volume
+/// that is really gone is still collected on the way.
+#[tokio::test]
+async fn a_volume_created_after_the_pass_listed_is_not_collected() {
+    let fx = Fixture::new().await;
+    let dead = fx.create("dead").await;
+    fx.put(dead, 2).await;
+    fx.delete("dead").await;
+    // The pass's listing (the node's view follows no watch here: it lags for good).
+    let node = fx.node().await;
+    let late = fx.create("late").await;
+    fx.put(late, 4).await;
+    let mut last_id = fx.catalog.last_id(IdKind::Volume).await.unwrap();
+    assert!(last_id >= late.0);
+    let mut pacer = Pacer::new(1_000_000);
+    let mut removed = 0;
+    for pg in 0..2 {
+        let id = PgId {
+            pool: PoolId(1),
+            pg,
+        };
+        let primary = node.pgs.existing(DeviceId(1), id).unwrap();
+        removed += walk(&fx.catalog, &node, &primary, &mut last_id, &mut pacer)
+            .await
+            .unwrap();
+    }
+    assert_eq!(removed, 2, "only the dead volume's objects");
+    assert!(fx.held(dead).await.is_empty());
+    let held = fx.held(late).await;
+    assert_eq!(held.len(), 4, "the live volume's objects: {held:?}");
+    for i in 0..4 {
+        let got = fx.store.read(oid(late, i), 0, 4096).await.unwrap();
+        assert_eq!(got, vec![i as u8 + 1; 4096], "object {i}");
+    }
+    // And it takes writes: not marked gone.
+    node.volumes
+        .admit_write(&oid(late, 0), 0, 4096, OS)
+        .await
+        .expect("the live volume takes writes");
+}

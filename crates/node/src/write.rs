@@ -72,7 +72,8 @@ async fn zero(
 ) -> Result<Response, WireError> {
     node.pgs.ctx.sessions.arrived(session);
     let pg = node.primary_pg(epoch, &oid).await?;
-    node.volumes.admit_discard(&oid).await?;
+    // Held until the write is done, as a data write's.
+    let _admitted = node.volumes.admit_discard(&oid).await?;
     let (version, durable) = pg
         .write(&node.pgs.ctx, epoch, session, oid, kind, fua)
         .await?;

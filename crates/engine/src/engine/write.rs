@@ -130,10 +130,22 @@ impl Engine {
                 op.oid, o.pg, op.opts.pg
             )));
         }
+        let current = obj.map_or(Version::NONE, |o| o.version);
+        if let Some(since) = op.opts.keep_since {
+            let left = match &op.kind {
+                WKind::Install(img) => img.version,
+                _ => Version::NONE,
+            };
+            if current > since && current > left {
+                return Err(EngineError::StaleVersion {
+                    current,
+                    requested: left,
+                });
+            }
+        }
         if let WKind::Install(img) = &op.kind {
             return Ok(img.version);
         }
-        let current = obj.map_or(Version::NONE, |o| o.version);
         if let Some(expected) = op.opts.prior
             && expected != current
             && !self.unrecorded.reached(&op.oid, expected, current)

@@ -385,6 +385,7 @@ impl Pg {
                     pg: self.id.pg,
                     pending: replicated,
                     prior,
+                    keep_since: None,
                 };
                 let rep = |dev| {
                     Request::Rep(RepOp {

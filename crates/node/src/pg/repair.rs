@@ -370,9 +370,34 @@ impl Pg {
 
     /// For recovery and backfill, which hold `oid` already: a good image of it at `version`
     /// from the first of `devs` whose copy verifies, so that one bad source does not fail the
-    /// copy. Copies found bad on the way are replaced by it when their device serves the PG
-    /// (this one included), as are those in `known_bad`; others (a former member) are left to
-    /// the PG's cleanup.
+    /// copy; when none does, from the PG's strays that are up (`strays.rs`: former holders
+    /// not yet told to forget it, never asked otherwise). A copy at exactly `version` that
+    /// verifies is that write's data whoever holds it (versions are unique), so a stray's
+    /// saves an object whose every serving copy is bad (found by the cluster simulation, seed
+    /// 966864: the one serving copy of an undersized PG bad, the other lost with its drive, a
+    /// good one on a device marked out). Copies found bad on the way are replaced by it when
+    /// their device serves the PG (this one included), as are those in `known_bad`; others (a
+    /// former member) are left to the PG's cleanup.
+    /// The history's strays that are up in `map`, but those in `devs` and this device.
+    async fn up_strays(
+        &self,
+        ctx: &Arc<Ctx>,
+        map: &ClusterMap,
+        devs: &[DeviceId],
+    ) -> Vec<DeviceId> {
+        match ctx.catalog.get_pg_history(self.id).await {
+            Ok((history, _)) => history
+                .strays
+                .into_iter()
+                .filter(|d| *d != self.dev && !devs.contains(d) && map.is_up(*d))
+                .collect(),
+            Err(e) => {
+                tracing::warn!(pg = %self.id, "reading the PG's history for its strays: {e}");
+                Vec::new()
+            }
+        }
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn good_image(
         &self,
@@ -387,6 +412,17 @@ impl Pg {
         let mut search = self.search(ctx, map, devs, known_bad, oid, version).await;
         let every_copy_bad = !devs.is_empty() && search.bad.len() == devs.len();
         let none_anywhere = !search.bad.is_empty() && search.unanswered == 0;
+        if search.found.is_none() {
+            let strays = self.up_strays(ctx, map, devs).await;
+            if !strays.is_empty() {
+                let more = self.search(ctx, map, &strays, &[], oid, version).await;
+                if let Some((stray, ..)) = &more.found {
+                    tracing::warn!(pg = %self.id, %oid, device = %stray, %version, "no serving copy verified: a good one found on a stray");
+                }
+                search.found = more.found;
+                search.why.extend(more.why);
+            }
+        }
         search.bad.extend_from_slice(known_bad);
         search.bad.sort_unstable();
         search.bad.dedup();

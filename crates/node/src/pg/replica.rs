@@ -77,6 +77,7 @@ impl Pgs {
             pending: false,
             // Not onto a copy where the write it follows failed (`Primary::tails`).
             prior: (op.prior != Version::NONE).then_some(op.prior),
+            keep_since: None,
         };
         if op.committed > st.committed {
             st.committed = op.committed;
@@ -483,11 +484,18 @@ impl Pgs {
 }
 
 impl super::Pg {
-    /// Installs `image` as `oid` for a primary of `term` (recovery, backfill, rolling back):
-    /// refused if this member promised a newer term. Submitted under the PG's lock, so a
-    /// peering query of a newer term cannot slip in between the check and the store seeing the
-    /// write (the query flushes the store after promising). The primary's own copy goes through
-    /// here too: a superseded peering of this very device must not write either.
+    /// Installs `image` as `oid` for a primary of `term` (recovery, backfill, rolling back,
+    /// repair): refused if this member promised a newer term. Submitted under the PG's lock, so
+    /// a peering query of a newer term cannot slip in between the check and the store seeing
+    /// the write (the query flushes the store after promising). The primary's own copy goes
+    /// through here too: a superseded peering of this very device must not write either.
+    ///
+    /// Never over a version `term` wrote (`WriteOptions::keep_since`): a put the primary gave
+    /// up on (it timed out, its connection broke) may reach the store late, after a write of
+    /// the same term the primary sent once it released the object, and must not roll that
+    /// write back (a review found a late repair put leaving a readable member with a copy
+    /// older than an acknowledged write). Every install a primary means is of a version at or
+    /// above what the member holds from its own term, or over a version of an earlier one.
     pub(crate) fn submit_install(
         &self,
         term: Term,
@@ -497,13 +505,14 @@ impl super::Pg {
     ) -> Result<Pending<Version>, WireError> {
         let st = self.st.lock();
         self.check_promise(st.promised, term)?;
+        let opts = opts.keeping_since(term.before());
         let pending = self.store.submit_install(oid, image, opts);
         drop(st);
         Ok(pending)
     }
 
     /// Forgets `oid` for a primary of `term` (backfill purging what its source lacks), as
-    /// [`Self::submit_install`].
+    /// [`Self::submit_install`] (never a version `term` wrote).
     pub(crate) fn submit_purge(
         &self,
         term: Term,
@@ -511,9 +520,10 @@ impl super::Pg {
     ) -> Result<Pending<Version>, WireError> {
         let st = self.st.lock();
         self.check_promise(st.promised, term)?;
-        let pending = self
-            .store
-            .submit_purge(oid, WriteOptions::durable().in_pg(self.id.pg));
+        let opts = WriteOptions::durable()
+            .in_pg(self.id.pg)
+            .keeping_since(term.before());
+        let pending = self.store.submit_purge(oid, opts);
         drop(st);
         Ok(pending)
     }

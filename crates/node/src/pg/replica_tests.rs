@@ -93,8 +93,87 @@ async fn changes_of_an_older_term_than_promised_are_refused_on_every_copy() {
     assert_eq!(err.code, ErrorCode::StaleEpoch, "{err:?}");
     let held = store.object_info(oid).await.unwrap().unwrap();
     assert_eq!(held.version, new.version(1).unwrap(), "nothing rolled back");
-    p.submit_purge(new, oid).unwrap().await.unwrap();
+    // Not what the same term wrote either (`a_late_put_of_a_term_never_rolls_back_its_writes`);
+    // a later term's purge of it applies.
+    let err = p.submit_purge(new, oid).unwrap().await.unwrap_err();
+    assert!(
+        matches!(err, basalt_engine::EngineError::StaleVersion { .. }),
+        "{err:?}"
+    );
+    p.submit_purge(Term::new(Epoch(9), 0), oid)
+        .unwrap()
+        .await
+        .unwrap();
     assert_eq!(store.object_info(oid).await.unwrap(), None);
+}
+
+/// A `Put` (or `Purge`) of a term that reaches a member after a write of the same term to its
+/// object is refused: the primary gave up on it (its answer timed out, a read repair or scrub
+/// that then released the object) and wrote the object, and the late put would roll the
+/// member's copy back below a write the primary acknowledged, which a read at the member
+/// (`replica_read.rs`) would then answer. Found by a review. A put at the version the member
+/// holds (a repair) applies, and so does a later term's over a version of an earlier one (a
+/// rollback by peering).
+#[tokio::test]
+async fn a_late_put_of_a_term_never_rolls_back_its_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (node, dev, pg) = one_device_node(dir.path()).await;
+    let store = node.pgs.store(dev).unwrap().clone();
+    let oid = ObjectId::new(PoolId(1), VolumeId(1), 0);
+    let (term, next) = (Term::new(Epoch(5), 0), Term::new(Epoch(5), 1));
+    crate::testing::activate_member(&node, dev, pg, term).await;
+    let held = || async { store.object_info(oid).await.unwrap().map(|o| o.version) };
+    let v = |t: Term, n| t.version(n).unwrap();
+    let put = |t: Term, version| PeerMsg::Put {
+        device: dev,
+        pg,
+        term: t,
+        oid,
+        image: ImageMeta {
+            version,
+            kind: ImageKind::Tombstone,
+            allocated: Vec::new(),
+        },
+    };
+    node.pgs
+        .rep(write_op(dev, pg, oid, term, 1, 0, Version::NONE))
+        .await
+        .unwrap();
+    // The repair's put, at the version the member holds: applies.
+    node.pgs
+        .peer(put(term, v(term, 1)), Bytes::new())
+        .await
+        .unwrap();
+    assert_eq!(held().await, Some(v(term, 1)));
+    // The object written again in the term, then the same put once more, late: refused, and
+    // the write stays, bytes included.
+    node.pgs
+        .rep(write_op(dev, pg, oid, term, 2, 0, v(term, 1)))
+        .await
+        .unwrap();
+    let err = node
+        .pgs
+        .peer(put(term, v(term, 1)), Bytes::new())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, ErrorCode::StaleVersion, "{err:?}");
+    let purge = PeerMsg::Purge {
+        device: dev,
+        pg,
+        term,
+        oid,
+    };
+    let err = node.pgs.peer(purge, Bytes::new()).await.unwrap_err();
+    assert_eq!(err.code, ErrorCode::StaleVersion, "{err:?}");
+    assert_eq!(held().await, Some(v(term, 2)));
+    assert_eq!(store.read(oid, 0, 4096).await.unwrap(), vec![2u8; 4096]);
+    // A later round's peering rolls write 2 back (never acknowledged, say): applies.
+    crate::testing::activate_member(&node, dev, pg, next).await;
+    node.pgs
+        .peer(put(next, v(term, 1)), Bytes::new())
+        .await
+        .unwrap();
+    assert_eq!(held().await, Some(v(term, 1)));
 }
 
 /// Two generations of one device's primary in the same interval never share a term, even

@@ -13,6 +13,8 @@
 //!   object's pool; the range may reach past the end: zeroing only removes data, and a resize's
 //!   discard zeroes the tail of the last object past the committed end.
 //!
+//! Both count the request in flight until the store has finished it ([`Admitted`]).
+//!
 //! **While the view lags, the rule is: a request is refused only by a view at least as new as
 //! the moment it arrived.** The check against the view in memory is the fast path (a read lock
 //! and a hash lookup). When it fails, the node lists the volume records again (one listing at
@@ -117,14 +119,19 @@ impl Volumes {
         verdict.map(|()| admitted).map_err(|r| self.refusal(oid, r))
     }
 
-    /// Admits a WriteZeroes or Trim of `oid`: the volume must be active (any range).
-    pub(crate) async fn admit_discard(&self, oid: &ObjectId) -> Result<(), WireError> {
+    /// Admits a WriteZeroes or Trim of `oid`: the volume must be active (any range). Counted
+    /// in flight like a write (hold the answer until the store has finished): zeros landing
+    /// after a `DeleteVolume` could erase what a grow's writes put there since.
+    pub(crate) async fn admit_discard(&self, oid: &ObjectId) -> Result<Admitted<'_>, WireError> {
+        let admitted = self.inflight.enter();
         if check(&self.view.read(), oid, Reach::Anywhere).is_ok() {
-            return Ok(());
+            return Ok(admitted);
         }
+        drop(admitted);
         self.catch_up().await?;
+        let admitted = self.inflight.enter();
         let verdict = check(&self.view.read(), oid, Reach::Anywhere);
-        verdict.map_err(|r| self.refusal(oid, r))
+        verdict.map(|()| admitted).map_err(|r| self.refusal(oid, r))
     }
 
     /// Brings the view up to date (a listing that started after this call) and waits for every
@@ -246,9 +253,14 @@ impl Volumes {
 
     /// Whether the collector may remove the objects of `id` (see [`View::collect`]); when it
     /// may, the id is marked gone first, so no write to it is admitted from now on.
-    pub(crate) fn claim_for_collection(&self, id: VolumeId, last_id: u64) -> Collect {
+    pub(crate) fn claim_for_collection(
+        &self,
+        id: VolumeId,
+        last_id: u64,
+        listed_after_seen: bool,
+    ) -> Collect {
         let mut view = self.view.write();
-        let verdict = view.collect(id, last_id);
+        let verdict = view.collect(id, last_id, listed_after_seen);
         if verdict == Collect::Purge {
             view.mark_gone(id);
         }

@@ -44,6 +44,12 @@ pub(crate) enum Collect {
     /// metadata store went back in time (restored from a backup); they are left for an
     /// operator rather than destroyed.
     NeverAllocated,
+    /// No record in the view, but the listing the view holds may predate the object: a volume
+    /// created as that listing was made, written through another primary whose view had it,
+    /// reaches this node as a member's writes (which no view checks) and looks so while this
+    /// node's watch lags. Only a listing made after the object was seen proves the record gone
+    /// (every writer read the record before writing): list again, then ask again.
+    Relist,
 }
 
 /// The node's view of the volume records.
@@ -134,19 +140,20 @@ impl View {
         }
     }
 
-    /// Whether the collector may remove the objects of volume `id` found in `pool`, given the
-    /// volume id counter `last_id` read after the newest listing. An unknown id that has
-    /// objects on this node is dead: every write this node admits needs the volume active in
-    /// its view, and the view never forgets an id, so those objects predate the node's first
-    /// listing, when the volume had a record (writers only write volumes whose record they
-    /// read) that is gone now. A volume whose record exists is never collected, whatever the
-    /// pool of its objects.
-    pub(crate) fn collect(&self, id: VolumeId, last_id: u64) -> Collect {
+    /// Whether the collector may remove the objects of volume `id`, given the volume id
+    /// counter `last_id` read after the newest listing, and whether that listing was made
+    /// after the objects were seen (`listed_after_seen`). An unknown id whose objects a listing
+    /// made after them lacks is dead: whoever wrote them (this node or a primary before it)
+    /// read the volume's record first, so the record existed before the objects did, and a
+    /// later listing lacks it only if it was removed since. A volume whose record exists is
+    /// never collected, whatever the pool of its objects.
+    pub(crate) fn collect(&self, id: VolumeId, last_id: u64, listed_after_seen: bool) -> Collect {
         match self.status(id) {
             Status::Active { .. } | Status::Deleting => Collect::Exists,
             Status::Gone => Collect::Purge,
             Status::Unknown if !self.complete || !self.unreadable.is_empty() => Collect::Undecided,
             Status::Unknown if id.0 > last_id => Collect::NeverAllocated,
+            Status::Unknown if !listed_after_seen => Collect::Relist,
             Status::Unknown => Collect::Purge,
         }
     }

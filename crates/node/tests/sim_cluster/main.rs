@@ -615,3 +615,16 @@ fn unreadable_sectors_are_drawn_and_survived() {
     let r = check_config(cfg, false);
     assert!(r.read_faults > 0 && r.acked > 0, "{r:?}");
 }
+
+/// Seed 966864 (soak of 2026-11-29; 3 nodes, 3 copies, `min_size` 2, a device marked out, a
+/// drive replaced, bit flips): an undersized PG's one serving copy of an object went bad
+/// after the other copy was lost with its drive, while a good copy stayed on the device
+/// marked out (a stray the PG had not yet told to forget it). The backfill listed the object
+/// unfound and the PG stayed peered for good; now a good copy is searched on the strays too
+/// (`repair.rs::Pg::good_image`) and the PG gets clean.
+#[test]
+fn an_object_whose_serving_copies_are_bad_is_copied_from_a_stray() {
+    init_log();
+    let r = check_seed(966864, true);
+    assert!(r.acked > 0 && r.flips > 0 && r.replacements > 0, "{r:?}");
+}
