@@ -158,7 +158,7 @@ async fn walk(
                 pacer.tick().await;
                 let epoch = shared.maps.map().epoch;
                 let n = pg
-                    .delete_volume(&shared.pgs.ctx, epoch, volume, 0)
+                    .delete_volume(&shared.pgs.ctx, epoch, volume, 0, &|| Ok(()))
                     .await
                     .map_err(CollectError::Delete)?;
                 shared.collector.objects.fetch_add(n, Relaxed);

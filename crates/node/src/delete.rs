@@ -8,7 +8,9 @@
 //! before sending this, so from here on a stale writer's writes to the range are refused, and
 //! none admitted before can land after the removal. A delete that would remove data inside an
 //! active volume's current size (a discard prepared for a size a concurrent resize has since
-//! changed) is refused.
+//! changed) is refused, checked again before each page of objects it removes (a discard whose
+//! client gave up goes on in its task while the volume may be grown again), and a delete
+//! counts in flight while it removes, so a later one (a grow's discard) waits for it.
 
 use crate::service::NodeShared;
 use basalt_proto::{Response, WireError};
@@ -26,6 +28,13 @@ pub(crate) async fn delete_volume(
     node.volumes
         .before_delete(pool, volume, from_index, object_size)
         .await?;
+    let _removing = node.volumes.removing();
+    let still = || match object_size {
+        Some(object_size) => node
+            .volumes
+            .admit_delete(pool, volume, from_index, object_size),
+        None => Ok(()),
+    };
     let mut objects = 0;
     let Some(p) = map.pools.get(&pool) else {
         return Ok(Response::Deleted { objects });
@@ -38,7 +47,7 @@ pub(crate) async fn delete_volume(
         if node.maps.stores().contains_key(&dev) {
             let pg = node.pgs.get(dev, id).expect("a local device");
             objects += pg
-                .delete_volume(&node.pgs.ctx, epoch, volume, from_index)
+                .delete_volume(&node.pgs.ctx, epoch, volume, from_index, &still)
                 .await?;
         }
     }

@@ -627,13 +627,16 @@ impl Pg {
 
 impl Pg {
     /// Deletes the objects of `volume` at or past `from_index` that this PG holds, each as a
-    /// replicated write (a tombstone on every member). Returns how many it deleted.
+    /// replicated write (a tombstone on every member), a page at a time, each only once
+    /// `still` allows it (the range is still past the volume's end). Returns how many it
+    /// deleted.
     pub async fn delete_volume(
         self: &Arc<Self>,
         ctx: &Arc<Ctx>,
         epoch: Epoch,
         volume: VolumeId,
         from_index: u64,
+        still: &(dyn Fn() -> Result<(), WireError> + Send + Sync),
     ) -> Result<u64, WireError> {
         let pool = self.id.pool;
         let mut after = match (from_index, volume.0) {
@@ -658,6 +661,9 @@ impl Pg {
                 .map(|o| o.oid)
                 .collect();
             let past_volume = last.oid.volume != volume;
+            if !mine.is_empty() {
+                still()?;
+            }
             let writes = mine
                 .iter()
                 .map(|oid| self.write(ctx, epoch, Session::NONE, *oid, WriteKind::Delete, false));

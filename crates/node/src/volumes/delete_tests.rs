@@ -14,11 +14,15 @@ use std::time::Duration;
 
 const OS: u32 = 128 << 10;
 
-/// A shrink the node has not seen, and a stale write it admitted under its old view whose
-/// data reaches the store only after the discard started: the discard waits for it and
-/// removes it, and every later write past the end is refused.
-#[tokio::test]
-async fn a_discard_sees_the_new_end_and_waits_for_writes_admitted_before() {
+/// A node serving pool `p`'s one PG alone on a simulated device, and volume "v" of four
+/// objects in it.
+async fn setup() -> (
+    tempfile::TempDir,
+    Catalog,
+    basalt_meta::VolumeRecord,
+    basalt_engine::Store,
+    std::sync::Arc<crate::service::NodeShared>,
+) {
     let dir = tempfile::tempdir().unwrap();
     let catalog = Catalog::new(Flaky::open(&dir.path().join("meta.redb")).await);
     catalog.create_pool(&PoolSpec::new("p")).await.unwrap();
@@ -68,6 +72,15 @@ async fn a_discard_sees_the_new_end_and_waits_for_writes_admitted_before() {
         .get(DeviceId(1), pg)
         .unwrap()
         .serve_alone_for_test(Epoch(1000));
+    (dir, catalog, v, store, node)
+}
+
+/// A shrink the node has not seen, and a stale write it admitted under its old view whose
+/// data reaches the store only after the discard started: the discard waits for it and
+/// removes it, and every later write past the end is refused.
+#[tokio::test]
+async fn a_discard_sees_the_new_end_and_waits_for_writes_admitted_before() {
+    let (_dir, catalog, v, store, node) = setup().await;
     let gone = |info: Option<basalt_engine::ObjectInfo>| info.is_none_or(|i| i.deleted);
     let oid = |i| ObjectId::new(v.pool, v.id, i);
     let stale = node
@@ -133,4 +146,81 @@ async fn a_discard_sees_the_new_end_and_waits_for_writes_admitted_before() {
         delete_volume(&node, Epoch(1000), v.pool, v.id, 0).await,
         Ok(Response::Deleted { objects: 1 })
     ));
+}
+
+/// A discard whose client gave up goes on in its task; the volume grown back meanwhile and
+/// written past the old end must not lose that write to it (found by a review): a later
+/// discard (the grow's) waits for one still removing, and a removal checks the size again
+/// before each page of objects.
+#[tokio::test]
+async fn a_removal_stops_once_the_volume_grew_and_a_later_one_waits_for_it() {
+    let (_dir, catalog, v, store, node) = setup().await;
+    let oid = |i| ObjectId::new(v.pool, v.id, i);
+    catalog.resize_volume("v", u64::from(OS)).await.unwrap();
+    // An earlier removal still running: the next one waits for it.
+    let running = node.volumes.removing();
+    let phase = node.volumes.drain_phase();
+    let next = {
+        let node = node.clone();
+        tokio::spawn(async move { delete_volume(&node, Epoch(1000), v.pool, v.id, 1).await })
+    };
+    while node.volumes.drain_phase() == phase {
+        tokio::task::yield_now().await;
+    }
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
+    assert!(
+        !next.is_finished(),
+        "a removal did not wait for the one before"
+    );
+    drop(running);
+    assert!(matches!(
+        next.await.unwrap(),
+        Ok(Response::Deleted { objects: 0 })
+    ));
+    // Two pages of objects past the end; the volume grows back after the first page.
+    for i in 1..=300 {
+        let data = Bytes::from(vec![9u8; 4096]);
+        store
+            .write(oid(i), 0, data, WriteOptions::default())
+            .await
+            .unwrap();
+    }
+    let pg = node
+        .pgs
+        .get(
+            DeviceId(1),
+            PgId {
+                pool: v.pool,
+                pg: 0,
+            },
+        )
+        .unwrap();
+    let checks = std::sync::atomic::AtomicU32::new(0);
+    let still = || match checks.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+        0 => Ok(()),
+        _ => Err(basalt_proto::WireError::new(
+            ErrorCode::InvalidArgument,
+            "grown since".to_string(),
+        )),
+    };
+    let e = pg
+        .delete_volume(&node.pgs.ctx, Epoch(1000), v.id, 1, &still)
+        .await
+        .unwrap_err();
+    assert!(e.message.contains("grown since"), "{e:?}");
+    let all = store.list_objects().await.unwrap();
+    let live = all
+        .iter()
+        .filter(|o| o.oid.volume == v.id && !o.deleted)
+        .count();
+    assert_eq!(live, 300 - 256, "only the first page removed");
+    // Through the node: the size check itself stops it once the volume grew.
+    catalog
+        .resize_volume("v", 400 * u64::from(OS))
+        .await
+        .unwrap();
+    node.volumes.sync().await.unwrap();
+    assert!(node.volumes.admit_delete(v.pool, v.id, 1, OS).is_err());
 }

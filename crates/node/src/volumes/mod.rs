@@ -166,7 +166,7 @@ impl Volumes {
     /// resize's discard starts at the smaller of the old and new size, so only a discard
     /// prepared for a size the volume no longer has (a concurrent resize grew it since) can
     /// reach inside; it is refused rather than removing data written since.
-    fn admit_delete(
+    pub(crate) fn admit_delete(
         &self,
         pool: PoolId,
         volume: VolumeId,
@@ -192,6 +192,13 @@ impl Volumes {
             }
             _ => Ok(()),
         }
+    }
+
+    /// Counts a `DeleteVolume` in flight while it removes objects, as a write: a later one (a
+    /// grow's discard after a shrink's whose client gave up) waits for it in its
+    /// [`Volumes::sync`], so the grow commits only once the older removal is over.
+    pub(crate) fn removing(&self) -> Admitted<'_> {
+        self.inflight.enter()
     }
 
     /// Waits for every write admitted before this call to finish.
