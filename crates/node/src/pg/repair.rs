@@ -368,16 +368,6 @@ impl Pg {
         out
     }
 
-    /// For recovery and backfill, which hold `oid` already: a good image of it at `version`
-    /// from the first of `devs` whose copy verifies, so that one bad source does not fail the
-    /// copy; when none does, from the PG's strays that are up (`strays.rs`: former holders
-    /// not yet told to forget it, never asked otherwise). A copy at exactly `version` that
-    /// verifies is that write's data whoever holds it (versions are unique), so a stray's
-    /// saves an object whose every serving copy is bad (found by the cluster simulation, seed
-    /// 966864: the one serving copy of an undersized PG bad, the other lost with its drive, a
-    /// good one on a device marked out). Copies found bad on the way are replaced by it when
-    /// their device serves the PG (this one included), as are those in `known_bad`; others (a
-    /// former member) are left to the PG's cleanup.
     /// The history's strays that are up in `map`, but those in `devs` and this device.
     async fn up_strays(
         &self,
@@ -398,6 +388,16 @@ impl Pg {
         }
     }
 
+    /// For recovery and backfill, which hold `oid` already: a good image of it at `version`
+    /// from the first of `devs` whose copy verifies, so that one bad source does not fail the
+    /// copy; when none does, from the PG's strays that are up (`strays.rs`: former holders
+    /// not yet told to forget it, never asked otherwise). A copy at exactly `version` that
+    /// verifies is that write's data whoever holds it (versions are unique), so a stray's
+    /// saves an object whose every serving copy is bad (found by the cluster simulation, seed
+    /// 966864: the one serving copy of an undersized PG bad, the other lost with its drive, a
+    /// good one on a device marked out). Copies found bad on the way are replaced by it when
+    /// their device serves the PG (this one included), as are those in `known_bad`; others (a
+    /// former member) are left to the PG's cleanup.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn good_image(
         &self,
