@@ -587,7 +587,8 @@ impl Store {
     }
 
     /// Replaces an object with `image` whatever its current version (recovery, and rolling
-    /// back a write that peering rejected). Held writes of the object are dropped.
+    /// back a write that peering rejected), unless `opts.keep_since` keeps a newer one
+    /// ([`WriteOptions::keep_since`]). Held writes of the object are dropped.
     pub async fn install(
         &self,
         oid: ObjectId,

@@ -295,7 +295,8 @@ impl Engine {
         self.release_held_reads(oid);
     }
 
-    /// Replaces the object with an image, whatever its current version.
+    /// Replaces the object with an image, whatever its current version (`new_version` has
+    /// checked `WriteOptions::keep_since`).
     fn op_install(&mut self, op: WriteOp) -> Step {
         let WKind::Install(ObjectImage { version, content }) = &op.kind else {
             unreachable!("op_install is only called for installs")
