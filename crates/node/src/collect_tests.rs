@@ -299,7 +299,8 @@ async fn a_volume_created_after_the_pass_listed_is_not_collected() {
         assert_eq!(got, vec![i as u8 + 1; 4096], "object {i}");
     }
     // And it takes writes: not marked gone.
-    node.volumes
+    let _admitted = node
+        .volumes
         .admit_write(&oid(late, 0), 0, 4096, OS)
         .await
         .expect("the live volume takes writes");

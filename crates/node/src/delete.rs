@@ -25,10 +25,10 @@ pub(crate) async fn delete_volume(
 ) -> Result<Response, WireError> {
     let map = node.maps.admit(epoch).await?;
     let object_size = map.pools.get(&pool).map(|p| p.object_size);
-    node.volumes
+    let _removing = node
+        .volumes
         .before_delete(pool, volume, from_index, object_size)
         .await?;
-    let _removing = node.volumes.removing();
     let still = || match object_size {
         Some(object_size) => node
             .volumes

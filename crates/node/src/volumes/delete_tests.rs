@@ -157,8 +157,14 @@ async fn a_removal_stops_once_the_volume_grew_and_a_later_one_waits_for_it() {
     let (_dir, catalog, v, store, node) = setup().await;
     let oid = |i| ObjectId::new(v.pool, v.id, i);
     catalog.resize_volume("v", u64::from(OS)).await.unwrap();
-    // An earlier removal still running: the next one waits for it.
-    let running = node.volumes.removing();
+    // An earlier removal still running (what `delete_volume` holds while it removes): the
+    // next one waits for it.
+    let running = node
+        .volumes
+        .before_delete(v.pool, v.id, 1, Some(OS))
+        .await
+        .unwrap();
+    assert_eq!(node.volumes.in_flight(), 1, "a removal counts in flight");
     let phase = node.volumes.drain_phase();
     let next = {
         let node = node.clone();
@@ -174,11 +180,21 @@ async fn a_removal_stops_once_the_volume_grew_and_a_later_one_waits_for_it() {
         !next.is_finished(),
         "a removal did not wait for the one before"
     );
+    assert_eq!(
+        node.volumes.in_flight(),
+        1,
+        "the next removal waits uncounted"
+    );
     drop(running);
     assert!(matches!(
         next.await.unwrap(),
         Ok(Response::Deleted { objects: 0 })
     ));
+    assert_eq!(
+        node.volumes.in_flight(),
+        0,
+        "a finished removal no longer counts"
+    );
     // Two pages of objects past the end; the volume grows back after the first page.
     for i in 1..=300 {
         let data = Bytes::from(vec![9u8; 4096]);

@@ -23,6 +23,7 @@ pub(crate) struct Inflight {
 
 /// A write in flight; finished when dropped.
 #[derive(Debug)]
+#[must_use = "the write counts in flight only while this lives"]
 pub(crate) struct Admitted<'a> {
     inflight: &'a Inflight,
     phase: usize,

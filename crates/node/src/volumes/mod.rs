@@ -145,19 +145,24 @@ impl Volumes {
 
     /// What `DeleteVolume` (of the objects of `volume` in `pool` from index `from_index` on,
     /// objects of `object_size` bytes if the map knows the pool) does before it removes
-    /// anything: [`Volumes::sync`], then [`Volumes::admit_delete`].
+    /// anything: [`Volumes::sync`], then counts itself in flight, as a write, and only then
+    /// checks [`Volumes::admit_delete`]. The removal stays counted while the returned guard
+    /// lives (the caller holds it until it removed its last object): a later one (a grow's
+    /// discard after a shrink's whose client gave up) waits for it in its [`Volumes::sync`],
+    /// so the grow commits only once the older removal is over.
     pub(crate) async fn before_delete(
         &self,
         pool: PoolId,
         volume: VolumeId,
         from_index: u64,
         object_size: Option<u32>,
-    ) -> Result<(), WireError> {
+    ) -> Result<Admitted<'_>, WireError> {
         self.sync().await?;
-        match object_size {
-            Some(object_size) => self.admit_delete(pool, volume, from_index, object_size),
-            None => Ok(()),
+        let removing = self.inflight.enter();
+        if let Some(object_size) = object_size {
+            self.admit_delete(pool, volume, from_index, object_size)?;
         }
+        Ok(removing)
     }
 
     /// Checks a `DeleteVolume` of the objects of `volume` in `pool` from index `from_index` on
@@ -194,13 +199,6 @@ impl Volumes {
         }
     }
 
-    /// Counts a `DeleteVolume` in flight while it removes objects, as a write: a later one (a
-    /// grow's discard after a shrink's whose client gave up) waits for it in its
-    /// [`Volumes::sync`], so the grow commits only once the older removal is over.
-    pub(crate) fn removing(&self) -> Admitted<'_> {
-        self.inflight.enter()
-    }
-
     /// Waits for every write admitted before this call to finish.
     pub(crate) async fn drain(&self) {
         self.inflight.drain().await;
@@ -210,6 +208,12 @@ impl Volumes {
     #[cfg(test)]
     pub(crate) fn drain_phase(&self) -> usize {
         self.inflight.phase()
+    }
+
+    /// Writes and removals counted in flight (tests).
+    #[cfg(test)]
+    pub(crate) fn in_flight(&self) -> u64 {
+        self.inflight.count()
     }
 
     /// Lists the volume records now (or joins a listing that started after this call) and
