@@ -45,6 +45,7 @@ mod incarnation;
 mod latency;
 mod leader;
 mod lease;
+mod leasebound;
 mod mapstate;
 mod node;
 mod peers;

@@ -16,7 +16,7 @@ use crate::volumes::Volumes;
 use crate::{
     advertise, collect, devices, faults, heartbeat, identity, leader, lease, server, volumes,
 };
-use crate::{incarnation, stopmark};
+use crate::{incarnation, leasebound, stopmark};
 use basalt_engine::{DirLock, Store};
 use basalt_meta::{Catalog, MetaStore, NodeRecord};
 use basalt_placement::ClusterMap;
@@ -69,9 +69,11 @@ pub(crate) struct Parts {
     pub local_addr: SocketAddr,
     /// The data-path listener (`None`: reached only in process or through a simulated network).
     pub listener: Option<tokio::net::TcpListener>,
-    /// How long read leases earlier processes of the node granted may still run: none when its
-    /// id was allocated now, what a clean stop's mark says (`stopmark.rs`), else a lease length.
-    pub earlier_grants: Duration,
+    /// The read leases this process grants, made by its start: they wait for those earlier
+    /// processes of the node granted, for none when its id was allocated now, what a clean
+    /// stop's mark says (`stopmark.rs`), else the longer of a lease length and the bound the
+    /// last start left (`leasebound.rs`). A failed start asks them when its grants end.
+    pub leases: Arc<ReadLeases>,
     /// The node's durability incarnation (`incarnation.rs`).
     pub incarnation: u64,
 }
@@ -108,20 +110,33 @@ impl Node {
             path: config.data_dir.join("leases-ended").display().to_string(),
             source,
         })?;
-        let earlier_grants = earlier_grants(fresh, mark, &config);
+        let bound = leasebound::read(&config.data_dir).map_err(|source| NodeError::Io {
+            path: config.data_dir.join("lease-bound").display().to_string(),
+            source,
+        })?;
+        let earlier_grants = earlier_grants(fresh, mark, bound, &config);
+        // Before this process can grant anything: a later start after a crash waits this long.
+        let lease_length = config.heartbeat.lease_length();
+        leasebound::write(&config.data_dir, earlier_grants.max(lease_length)).map_err(
+            |source| NodeError::Io {
+                path: config.data_dir.join("lease-bound").display().to_string(),
+                source,
+            },
+        )?;
         let kept = incarnation::take(&config.data_dir).map_err(|source| NodeError::Io {
             path: config.data_dir.join("stores-closed").display().to_string(),
             source,
         })?;
         let incarnation = kept.unwrap_or_else(incarnation::fresh);
         let data_dir = config.data_dir.clone();
+        let leases = Arc::new(ReadLeases::new(lease_length, earlier_grants));
         let started = Node::open(
             config,
             meta,
             serve_meta,
             catalog,
             id,
-            earlier_grants,
+            leases.clone(),
             incarnation,
         )
         .await;
@@ -137,13 +152,24 @@ impl Node {
                 // by opening: the next start may keep the one a clean stop left, as this one
                 // would have. Written back under the directory lock, before another process
                 // may take it; if that fails, the next start draws a new one (a flush fails
-                // that need not, none succeeds that must not). (The clean-stop mark of the
-                // read leases stays taken: heartbeats may have granted some; the next start
-                // waits a grace.)
+                // that need not, none succeeds that must not).
                 if let Some(kept) = kept
                     && let Err(w) = incarnation::write(&data_dir, kept)
                 {
                     tracing::warn!("putting back the stores-closed mark after a failed start: {w}");
+                }
+                // The read leases' clean-stop mark too, as a clean stop writes it: when every
+                // grant ends that an earlier process or this one (its heartbeats may have
+                // granted some before the registration failed) may have made, so that the next
+                // start does not wait a whole lease length again. If that fails, it waits the
+                // bound.
+                if leases.enabled() || mark.is_some() {
+                    let until = leases.close();
+                    if let Err(w) = stopmark::write(&data_dir, until) {
+                        tracing::warn!(
+                            "putting back the clean-stop mark after a failed start: {w}"
+                        );
+                    }
                 }
                 drop(dir_lock);
                 Err(e)
@@ -159,7 +185,7 @@ impl Node {
         serve_meta: bool,
         catalog: Catalog,
         id: NodeId,
-        earlier_grants: Duration,
+        leases: Arc<ReadLeases>,
         incarnation: u64,
     ) -> Result<Node, NodeError> {
         let devices::Opened { stores, unopened } = devices::open_all(
@@ -193,7 +219,7 @@ impl Node {
             addr,
             local_addr,
             listener: Some(listener),
-            earlier_grants,
+            leases,
             incarnation,
         })
         .await
@@ -213,7 +239,7 @@ impl Node {
             addr,
             local_addr,
             listener,
-            earlier_grants,
+            leases,
             incarnation,
         } = parts;
         let unopened = devices::report_missing(&catalog, id, &stores, unopened).await?;
@@ -229,10 +255,7 @@ impl Node {
             peers: peers.clone(),
             tuning: config.tuning.clone(),
             recovery: Recovery::new(&config.tuning),
-            leases: Arc::new(ReadLeases::new(
-                config.heartbeat.lease_length(),
-                earlier_grants,
-            )),
+            leases,
             stopped: Default::default(),
             sessions: Default::default(),
         });
@@ -414,7 +437,11 @@ impl Node {
         addr: String,
     ) -> Result<Node, NodeError> {
         let catalog = Catalog::new(meta.clone());
-        let earlier_grants = earlier_grants(id.is_none(), None, &config);
+        let earlier_grants = earlier_grants(id.is_none(), None, None, &config);
+        let leases = Arc::new(ReadLeases::new(
+            config.heartbeat.lease_length(),
+            earlier_grants,
+        ));
         let id = match id {
             Some(id) => id,
             None => NodeId(catalog.next_id(basalt_meta::IdKind::Node).await? as u32),
@@ -436,7 +463,7 @@ impl Node {
             addr,
             local_addr: SocketAddr::from(([0, 0, 0, 0], 0)),
             listener: None,
-            earlier_grants,
+            leases,
             incarnation: incarnation::fresh(),
         })
         .await
@@ -736,13 +763,22 @@ async fn follow_maps(catalog: Catalog, shared: Arc<NodeShared>, mut stop: watch:
     }
 }
 
-/// How long read leases earlier processes of a node may still run ([`Parts::earlier_grants`]):
+/// How long read leases earlier processes of a node may still run ([`Parts::leases`]):
 /// none when `fresh` (its id allocated now); else what the clean-stop mark said (whatever the
-/// grace was then), or a lease length now (a crash leaves no mark).
-fn earlier_grants(fresh: bool, mark: Option<Duration>, config: &NodeConfig) -> Duration {
+/// grace was then); else (a crash leaves no mark) the longer of a lease length now and the
+/// bound the last start left (`leasebound.rs`: a crashed process that ran with a longer grace).
+fn earlier_grants(
+    fresh: bool,
+    mark: Option<Duration>,
+    bound: Option<Duration>,
+    config: &NodeConfig,
+) -> Duration {
     match (fresh, mark) {
         (true, _) => Duration::ZERO,
         (false, Some(left)) => left,
-        (false, None) => config.heartbeat.lease_length(),
+        (false, None) => config
+            .heartbeat
+            .lease_length()
+            .max(bound.unwrap_or(Duration::ZERO)),
     }
 }

@@ -3,7 +3,11 @@
 //! starts: its PGs' I/O waits that long when it returns (`bench/failover.sh`). A node stopping
 //! cleanly, once it grants no more, writes in its data directory until when its last grant
 //! runs; the next start on the same boot of the machine takes the mark and waits only for what
-//! is left of that (mostly nothing: a restart takes longer than the heartbeat grace).
+//! is left of that (mostly nothing: a restart takes longer than the heartbeat grace). A start
+//! that fails after taking the mark writes it back (`node.rs::Node::start`), saying when the
+//! grants of the earlier processes and its own end. Without a mark (a crash) the next start
+//! waits the longer of its own lease length and the bound the last start left
+//! (`leasebound.rs`).
 //!
 //! One line of text:
 //!
