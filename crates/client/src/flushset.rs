@@ -26,8 +26,9 @@ pub(crate) struct Owed {
     pub last: u64,
     /// Its incarnation when it acknowledged the newest of them.
     pub incarnation: u64,
-    /// It acknowledged some of them in an earlier incarnation: those may be lost.
-    pub restarted: bool,
+    /// The number of the newest of them it acknowledged in another incarnation than
+    /// `incarnation` (it started again since): those may be lost.
+    pub older: Option<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -54,13 +55,13 @@ impl Unflushed {
         let entry = owed.entry(node).or_insert(Owed {
             last,
             incarnation,
-            restarted: false,
+            older: None,
         });
-        entry.last = last;
         if entry.incarnation != incarnation {
-            entry.restarted = true;
+            entry.older = Some(entry.last);
             entry.incarnation = incarnation;
         }
+        entry.last = last;
     }
 
     /// The nodes a flush of `volume` must reach (besides the current primaries), each with
@@ -88,15 +89,18 @@ impl Unflushed {
         let Some(now) = nodes.get_mut(&node) else {
             return Ok(());
         };
-        let lost = now.restarted || now.incarnation != incarnation;
+        let lost = now.older.is_some() || now.incarnation != incarnation;
         if now.last == owed.last {
             nodes.remove(&node);
-        } else if lost {
-            // Writes since: this finding covers those acknowledged before the answer's
-            // incarnation; the others are owed as of it.
-            now.incarnation = incarnation;
-            now.restarted = false;
+        } else if lost && now.incarnation == incarnation {
+            // Writes since, the newest in the answer's incarnation: this finding covers those
+            // acknowledged in another one before the flush began. One acknowledged in another
+            // after it began (its ack raced the crash) is not covered: the next flush must
+            // fail too, so the mark stays.
+            now.older = now.older.filter(|&older| older > owed.last);
         }
+        // (Writes since, the newest in another incarnation than the answer's: they may be lost
+        // too and stay owed as they are, so the next flush fails as well.)
         if nodes.is_empty() {
             st.owed.remove(&volume);
         }
@@ -179,7 +183,7 @@ mod tests {
         u.record(V, N, 7);
         u.record(V, N, 8);
         let owed = u.owed(V)[&N];
-        assert!(owed.restarted);
+        assert!(owed.older.is_some());
         assert!(u.flushed(V, N, owed, 8).is_err());
         // A write recorded after a flush began stays owed, and is not reported twice.
         u.record(V, N, 9);
@@ -188,7 +192,7 @@ mod tests {
         u.record(V, N, 10);
         assert!(u.flushed(V, N, owed, 10).is_err());
         let left = u.owed(V)[&N];
-        assert!(!left.restarted && left.incarnation == 10 && left.last > owed.last);
+        assert!(left.older.is_none() && left.incarnation == 10 && left.last > owed.last);
         assert!(u.flushed(V, N, left, 10).is_ok());
         assert_eq!(u.losses(V), 2);
         // One acknowledged in an incarnation older than a flush's answer is lost again.
@@ -198,9 +202,47 @@ mod tests {
         assert!(u.flushed(V, N, owed, 11).is_err());
         u.record(V, N, 10);
         assert!(
-            u.owed(V)[&N].restarted,
+            u.owed(V)[&N].older.is_some(),
             "acknowledged before the restart it saw"
         );
+    }
+
+    /// A write acknowledged in the old incarnation after a flush began (its ack raced the
+    /// node's crash), the flush answered in the new one: the flush fails, and so must the next,
+    /// which the write completed before (found by a review: it was owed as of the new
+    /// incarnation, and the next flush succeeded).
+    #[test]
+    fn a_write_acknowledged_in_the_old_incarnation_after_a_flush_began_stays_lost() {
+        let u = Unflushed::default();
+        u.record(V, N, 7);
+        let owed = u.owed(V)[&N];
+        u.record(V, N, 7);
+        assert!(u.flushed(V, N, owed, 8).is_err());
+        let left = u.owed(V)[&N];
+        assert!(
+            u.flushed(V, N, left, 8).is_err(),
+            "the later write is lost too"
+        );
+        assert!(u.owed(V).is_empty());
+        // The same with a write in the new incarnation after it: the old one is still lost.
+        u.record(V, N, 8);
+        let owed = u.owed(V)[&N];
+        u.record(V, N, 8);
+        u.record(V, N, 9);
+        assert!(u.flushed(V, N, owed, 9).is_err());
+        let left = u.owed(V)[&N];
+        assert!(
+            u.flushed(V, N, left, 9).is_err(),
+            "acknowledged in 8 after the flush began"
+        );
+        // Only writes of the new incarnation since: the next flush succeeds.
+        u.record(V, N, 9);
+        let owed = u.owed(V)[&N];
+        u.record(V, N, 10);
+        assert!(u.flushed(V, N, owed, 10).is_err());
+        let left = u.owed(V)[&N];
+        assert!(u.flushed(V, N, left, 10).is_ok(), "acknowledged in 10 only");
+        assert_eq!(u.losses(V), 5);
     }
 
     /// Two flushes that began together: the first settles the node; what the second finds

@@ -363,6 +363,41 @@ mod tests {
         assert_eq!(n1.flushes(), 2);
     }
 
+    /// A write node 1 acknowledged in its old incarnation while a flush was at it, the flush
+    /// answered in the new one (the node crashed in between): that flush fails, and so must
+    /// the next, which the write completed before (found by a review: the next one succeeded).
+    #[tokio::test]
+    async fn a_write_acknowledged_while_a_flush_was_at_a_node_that_restarted_fails_the_next_flush()
+    {
+        let (fx, n1, _n2) = two_nodes(ClusterConfig::default()).await;
+        let vol = std::sync::Arc::new(open_flushed(&fx).await);
+        vol.write(0, Bytes::from(vec![1u8; 4096]), false)
+            .await
+            .unwrap();
+        let (go, wait) = tokio::sync::oneshot::channel::<()>();
+        *n1.before_answer.lock() = Some(Box::pin(async move {
+            let _ = wait.await;
+        }));
+        let flush = tokio::spawn({
+            let vol = vol.clone();
+            async move { vol.flush().await }
+        });
+        while n1.flushes() == 0 {
+            tokio::task::yield_now().await;
+        }
+        vol.write(4096, Bytes::from(vec![2u8; 4096]), false)
+            .await
+            .unwrap();
+        *n1.incarnation.lock() = 2;
+        let _ = go.send(());
+        assert!(flush.await.unwrap().is_err(), "the first write is lost");
+        assert!(
+            vol.flush().await.is_err(),
+            "the second write, acknowledged in the old incarnation, is lost too"
+        );
+        vol.flush().await.unwrap();
+    }
+
     /// A write the node made durable anyway (answered with incarnation 0: a replicated PG)
     /// owes no flush: the node is not flushed for it once the map moved its PG, and no restart
     /// of it fails a flush.
