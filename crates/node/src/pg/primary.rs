@@ -415,15 +415,16 @@ impl Pg {
                 for t in p.targets.iter_mut().filter(|t| !t.covers(&oid)) {
                     t.dirty.insert(oid);
                 }
-                let members = p.members.iter().cloned();
+                // Each with whether it serves the PG (else a backfill target).
+                let members = p.members.iter().map(|m| (m.clone(), true));
                 let targets = p
                     .targets
                     .iter()
                     .filter(|t| t.covers(&oid))
-                    .map(|t| t.member.clone());
+                    .map(|t| (t.member.clone(), false));
                 let reps: Vec<_> = members
                     .chain(targets)
-                    .map(|m| (m.dev, m.link.call(rep(m.dev))))
+                    .map(|(m, serving)| (m.dev, serving, m.link.call(rep(m.dev))))
                     .collect();
                 // The copies go out before the local write is handed to the store: on a node
                 // whose stores run on its network thread, the store's submission (the kernel's
@@ -477,13 +478,21 @@ impl Pg {
         };
         let mut failed: Option<(String, ErrorCode)> = None;
         let mut term_over = false;
-        for (dev, fut) in reps {
+        for (dev, serving, fut) in reps {
             tokio::select! {
                 biased;
                 answer = fut => match answer {
                     Ok(Response::RepDone) => {}
                     Ok(other) => {
                         failed = Some((format!("{dev} answered {other:?}"), ErrorCode::Busy))
+                    }
+                    // A backfill target out of space is no reason to refuse the client a
+                    // write its serving copies have room for: retried, the next term's
+                    // backfill starts over, stops at the target's backfill-full limit before
+                    // it covers the object (`Pgs::room_for_backfill`), and the write goes to
+                    // the serving copies only.
+                    Err(e) if !serving => {
+                        failed = Some((format!("backfill target {dev}: {e}"), ErrorCode::Busy))
                     }
                     Err(e) => failed = Some((format!("{dev}: {e}"), e.code)),
                 },

@@ -221,6 +221,48 @@ async fn a_backfill_target_gets_no_write_of_an_object_it_must_copy_again() {
     assert!(second.await.unwrap().is_ok());
 }
 
+/// A link to a device whose store is out of space: every sub-operation fails with `NoSpace`.
+struct Full;
+
+impl Service for Full {
+    fn call(&self, _req: Request) -> ResponseFuture {
+        Box::pin(async { Err(WireError::new(ErrorCode::NoSpace, "device full (test)")) })
+    }
+}
+
+impl basalt_link::Link for Full {
+    fn is_open(&self) -> bool {
+        true
+    }
+}
+
+/// A backfill target out of space fails the write with `Busy` (the client retries; the next
+/// term's backfill stops at the target's limit before covering the object), not `NoSpace`:
+/// the serving copies had room, and a client told `ENOSPC` would give up a write that fits
+/// (found by a review). (A serving member out of space still refuses it with `NoSpace`:
+/// `tests/full.rs`.)
+#[tokio::test]
+async fn a_backfill_target_out_of_space_does_not_refuse_the_client_for_lack_of_space() {
+    let t = Test::new(false).await;
+    t.with_primary(|p| {
+        p.members.clear();
+        p.targets = vec![crate::pg::Target {
+            member: Member {
+                dev: MEMBER,
+                link: Arc::new(Full),
+            },
+            cursor: Some(ObjectId::new(PG.pool, VolumeId(1), 9)),
+            done: false,
+            objects: 0,
+            walked: 0,
+            dirty: Default::default(),
+        }];
+    });
+    let err = t.write(0, data(1)).await.unwrap().unwrap_err();
+    assert_eq!(err.code, ErrorCode::Busy, "{err:?}");
+    assert!(err.message.contains("backfill target"), "{err:?}");
+}
+
 /// A backfill copy of an object waits for the writes of it already in flight: the local store
 /// may answer for the object as it was before one of them (not applied yet: a partial block's
 /// read, a full journal), a write the target did not get. Without the wait the copy found the
