@@ -61,6 +61,53 @@ async fn damaged_durable_record_in_the_middle_of_the_journal_is_refused() {
     }
 }
 
+/// The first record after the journal's start damaged (no record of its run found before the
+/// break): the later ones still prove it durable. Before, the check needed a record of the run
+/// before the break to tell its records from an earlier run's, and the six acknowledged
+/// writes were cut silently (found by a review, 2026-11-29).
+#[tokio::test]
+async fn damaged_first_durable_record_is_refused() {
+    let (_dev, image) = six_records().await;
+    let raw = image.read(0, image.size() as usize);
+    let at = find_aligned(&raw, &pattern(100, 4096))[0];
+    image.corrupt(at + 10);
+    match Store::open_sim(&image, &OpenOptions::default()) {
+        Err(EngineError::Corrupt(why)) => assert!(why.contains("durable"), "{why}"),
+        Err(e) => panic!("expected Corrupt, got {e}"),
+        Ok(_) => panic!("a damaged durable first record was silently dropped with the rest"),
+    }
+}
+
+/// A record of a later run (after a reopen) damaged, later records of that run proving it
+/// durable, while the newest record before the break is of the earlier run: refused too.
+/// Before, only records of the run of the last record found counted as proof.
+#[tokio::test]
+async fn damaged_durable_record_after_a_reopen_is_refused() {
+    let (_dev, image) = six_records().await;
+    let store = Store::open_sim(&image, &no_writeback(&_dev)).unwrap();
+    for i in 0..3 {
+        store
+            .write(
+                oid(2, i),
+                0,
+                Bytes::from(pattern(200 + i, 4096)),
+                WriteOptions::durable().in_pg(i as u32),
+            )
+            .await
+            .unwrap();
+    }
+    let crashed = image.crash_image(3);
+    drop(store);
+    let raw = crashed.read(0, crashed.size() as usize);
+    let at = find_aligned(&raw, &pattern(200, 4096))[0];
+    crashed.corrupt(at + 10);
+    match Store::open_sim(&crashed, &OpenOptions::default()) {
+        Err(EngineError::Corrupt(why)) => assert!(why.contains("durable"), "{why}"),
+        Err(e) => panic!("expected Corrupt, got {e}"),
+        Ok(_) => panic!("a damaged durable record of the second run was silently dropped"),
+    }
+}
+
 #[tokio::test]
 async fn a_torn_tail_is_still_just_cut() {
     // The last record has no later record to prove it durable: its damage looks like a torn

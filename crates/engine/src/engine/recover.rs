@@ -235,8 +235,7 @@ impl Engine {
         let (mut found, broke_at) = scan_journal(dev, &self.sb, &jh, bounds)?;
         let mut cut = None;
         if let Some((pos, seq)) = broke_at {
-            let boot = found.last().map(|f| f.hdr.boot);
-            check_not_durable(dev, &self.sb, bounds, pos, seq, boot)?;
+            check_not_durable(dev, &self.sb, bounds, pos, seq)?;
             cut = torn_record(dev, &self.sb, pos, seq)?;
         }
         if let Some(dropped) = self.verify_tail(dev, &mut found)? {
@@ -693,20 +692,25 @@ fn scan_journal(
     }
 }
 
-/// The chain broke where record `seq` was expected (at `pos`, or at 0). If a later record of
-/// the same run (`boot`) says record `seq` had been flushed before it was written, the break is
-/// damage to durable (maybe acknowledged) data, not a torn tail: refuse to open.
+/// The chain broke where record `seq` was expected (at `pos`, or at 0). If a later record
+/// says record `seq` had been flushed before it was written, the break is damage to durable
+/// (maybe acknowledged) data, not a torn tail: refuse to open.
+///
+/// Any run's record counts, not only the run of the newest record found before the break
+/// (there may be none: the first record after the journal's start damaged; or the damaged
+/// record is the first of a later run). A record left over from an earlier run past a cut at
+/// `x` (a torn tail's later records, never chained) was written while `x` was not durable, so
+/// its `durable_seq` is below `x`, and every later run numbers its records from `x` on: such a
+/// record never proves a later run's record durable. (Before a review of 2026-11-29 only
+/// records of the run of the newest record found counted, and a damaged first record, or one
+/// whose run began after the last record found, was cut silently with every later one.)
 fn check_not_durable(
     dev: &Dev,
     sb: &Superblock,
     bounds: Bounds,
     pos: u64,
     seq: u64,
-    boot: Option<u64>,
 ) -> Result<(), EngineError> {
-    // Without a record of this run before the break there is nothing to tell a later record
-    // of this run from one of an earlier run.
-    let Some(boot) = boot else { return Ok(()) };
     let ring = sb.ring_size();
     for start in [pos, 0] {
         let end = (start + SALVAGE_WINDOW).min(ring);
@@ -731,7 +735,6 @@ fn check_not_durable(
                 let mut hdr = AlignedBuf::zeroed(hb as usize * B);
                 dev.read_at(sb.ring_offset() + p, &mut hdr)?;
                 if let Some(h) = decode_record_header(&hdr, &sb.uuid, bounds)
-                    && h.boot == boot
                     && h.seq > seq
                     && h.durable_seq >= seq
                 {
