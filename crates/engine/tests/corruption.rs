@@ -108,6 +108,51 @@ async fn damaged_durable_record_after_a_reopen_is_refused() {
     }
 }
 
+/// A record left over from an earlier boot where the chain now ends is no torn record: six
+/// writes acknowledged before any flush (every record's `durable seq` below them), record 5
+/// damaged (a torn tail: 5 and 6 dropped), then one write after the reopen takes record 5's
+/// number and place and is flushed. The next reopen finds the earlier boot's record 6 where
+/// the new chain would continue: its link to the record before fails, so it is not this
+/// chain's and nothing was cut. Before, its number alone made it a torn record, and the node
+/// marked every PG of the device suspect for good (found by a review, 2026-11-29).
+#[tokio::test]
+async fn a_record_left_from_an_earlier_boot_is_not_a_torn_one() {
+    let dev = Dev::new(Backend::Sim, 64 << 20, 4 << 20);
+    let store = Store::open_sim(sim(&dev), &no_writeback(&dev)).unwrap();
+    for i in 0..6 {
+        let data = Bytes::from(pattern(100 + i, 4096));
+        let opts = WriteOptions::buffered().in_pg(i as u32);
+        store.write(oid(1, i), 0, data, opts).await.unwrap();
+    }
+    store.flush().await.unwrap();
+    let image = sim(&dev).crash_image(1);
+    drop(store);
+    let raw = image.read(0, image.size() as usize);
+    let at = find_aligned(&raw, &pattern(104, 4096))[0];
+    image.corrupt(at + 10);
+    let store = Store::open_sim(&image, &no_writeback(&dev)).unwrap();
+    assert!(store.info().replay_cut.is_some(), "records 5 and 6 cut");
+    assert!(store.object_info(oid(1, 5)).await.unwrap().is_none());
+    let data = Bytes::from(pattern(300, 4096));
+    store
+        .write(oid(3, 0), 0, data, WriteOptions::durable().in_pg(4))
+        .await
+        .unwrap();
+    let again = image.crash_image(2);
+    drop(store);
+    let raw = again.read(0, again.size() as usize);
+    assert!(
+        !find_aligned(&raw, &pattern(105, 4096)).is_empty(),
+        "the earlier boot's record 6 is still in the ring"
+    );
+    let store = Store::open_sim(&again, &OpenOptions::default()).unwrap();
+    assert_eq!(store.info().replay_cut, None, "nothing was torn");
+    assert_eq!(
+        store.read(oid(3, 0), 0, 4096).await.unwrap(),
+        pattern(300, 4096)
+    );
+}
+
 #[tokio::test]
 async fn a_torn_tail_is_still_just_cut() {
     // The last record has no later record to prove it durable: its damage looks like a torn

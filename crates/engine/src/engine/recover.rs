@@ -236,7 +236,8 @@ impl Engine {
         let mut cut = None;
         if let Some((pos, seq)) = broke_at {
             check_not_durable(dev, &self.sb, bounds, pos, seq)?;
-            cut = torn_record(dev, &self.sb, pos, seq)?;
+            let prev = found.last().map_or(jh.start_prev_crc, |f| f.hdr.crc);
+            cut = torn_record(dev, &self.sb, bounds, pos, seq, prev)?;
         }
         if let Some(dropped) = self.verify_tail(dev, &mut found)? {
             cut = Some(ReplayCut {
@@ -838,16 +839,23 @@ fn pgs_of(hdr: &RecordHeader) -> impl Iterator<Item = (PoolId, u32)> + '_ {
     hdr.entries.iter().map(|e| (e.oid.pool, e.pg))
 }
 
-/// The chain broke where record `seq` was expected (at `pos`, or at 0 after a wrap): if a
-/// record header claiming that number is there, the record was (partly) written and replay
-/// drops it, with any record written after it (whose acknowledgement need not have waited for
-/// this one's flush): every PG may have lost writes (`pgs: None`). `None` when no such record
-/// was begun (the clean end of the journal).
+/// The chain broke where record `seq` was expected (at `pos`, or at 0 after a wrap), after a
+/// record whose CRC is `prev`: if a record header claiming that number is there, the record
+/// was (partly) written and replay drops it, with any record written after it (whose
+/// acknowledgement need not have waited for this one's flush): every PG may have lost writes
+/// (`pgs: None`). `None` when no such record was begun (the clean end of the journal), also
+/// when the header there is whole and links to another record than `prev`: one left over from
+/// an earlier boot past an earlier cut, whose number this boot reused (every record of this
+/// chain links to the one before; the boot id in each record makes an earlier boot's differ).
+/// Before a review of 2026-11-29 its number alone made it a torn record, and its node marked
+/// every PG of the device suspect for good.
 fn torn_record(
     dev: &Dev,
     sb: &Superblock,
+    bounds: Bounds,
     pos: u64,
     seq: u64,
+    prev: u32,
 ) -> Result<Option<ReplayCut>, EngineError> {
     let ring = sb.ring_size();
     for start in [pos, 0] {
@@ -856,11 +864,18 @@ fn torn_record(
         }
         let mut first = AlignedBuf::zeroed(B);
         dev.read_at(sb.ring_offset() + start, &mut first)?;
-        let Some((s, _, _)) = peek_record(&first, &sb.uuid) else {
+        let Some((s, hb, _)) = peek_record(&first, &sb.uuid) else {
             continue;
         };
         if s != seq {
             continue;
+        }
+        if start + u64::from(hb) * BLOCK <= ring {
+            let mut hdr = AlignedBuf::zeroed(hb as usize * B);
+            dev.read_at(sb.ring_offset() + start, &mut hdr)?;
+            if decode_record_header(&hdr, &sb.uuid, bounds).is_some_and(|h| h.prev_crc != prev) {
+                continue;
+            }
         }
         return Ok(Some(ReplayCut { seq, pgs: None }));
     }

@@ -204,7 +204,7 @@ impl Pgs {
                 ..
             } => {
                 self.check_term(dev, pg, term)?;
-                let info = self.keep_suspect(dev, pg, info)?;
+                self.check_queried(dev, pg)?;
                 self.persist(dev, pg, info, Some(term)).await?;
                 self.set_readable(dev, pg, term, readable, info.last_complete);
                 done(PeerAnswer::Done)
@@ -317,25 +317,29 @@ impl Pgs {
         None
     }
 
-    /// A suspect member (`info.rs`) takes an activation only from a primary that queried it
-    /// since it was loaded: a primary of the same interval that never saw it suspect (still
-    /// telling members how far they are complete, say) would clear the mark or raise its
-    /// `last_complete` past the writes it lost. That primary peers again.
-    fn keep_suspect(
-        &self,
-        dev: DeviceId,
-        pg: PgId,
-        info: MemberInfo,
-    ) -> Result<MemberInfo, WireError> {
+    /// A member takes an activation only from a primary that queried it since it was loaded
+    /// (this process's start): its promises are kept in memory only, so a restarted member has
+    /// forgotten the newer term it promised, and would otherwise take an activation of an older
+    /// term of its interval from a deposed primary (one whose map lags, still telling members
+    /// how far they are complete every 30 s) and apply that term's writes again, which the new
+    /// primary, activating it with answers from before the restart, never sees (found by a
+    /// review, 2026-11-29). Also, for a suspect member (`info.rs`), a primary that never saw
+    /// it suspect would clear the mark or raise its `last_complete` past the writes it lost.
+    /// The primary peers again (its query then comes first).
+    fn check_queried(&self, dev: DeviceId, pg: PgId) -> Result<(), WireError> {
         let p = self.get(dev, pg).expect("the store exists");
         let st = p.st.lock();
-        if st.info.suspect && !st.queried {
+        if !st.queried {
             return Err(refused(
                 ErrorCode::StaleEpoch,
-                format!("{pg} on {dev} is suspect since it started: query it first"),
+                format!(
+                    "{pg} on {dev} was not queried since it started (suspect: {}): query it \
+                     first",
+                    st.info.suspect
+                ),
             ));
         }
-        Ok(info)
+        Ok(())
     }
 
     /// Refuses a message of a term older than the newest one this member promised.

@@ -566,3 +566,65 @@ fn write_op(
         prior,
     }
 }
+
+/// A restarted member forgets the newer term it promised (promises live in memory): it takes
+/// an activation only once queried again, so a deposed primary of the interval it was last
+/// activated in (its map lagging, telling members how far they are complete) cannot make it
+/// accept that older term again behind the new primary's back (found by a review, 2026-11-29:
+/// the deposed primary then acknowledged a write the new primary never saw).
+#[tokio::test]
+async fn a_restarted_member_takes_no_activation_before_a_query() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = Catalog::new(Flaky::open(&dir.path().join("meta.redb")).await);
+    let store = sim_store(1);
+    let start = || {
+        shared(
+            NodeId(1),
+            Duration::from_secs(3600),
+            vec![store.clone()],
+            catalog.clone(),
+        )
+    };
+    let (dev, pg) = (
+        DeviceId(1),
+        PgId {
+            pool: PoolId(1),
+            pg: 0,
+        },
+    );
+    let (old, new) = (Term::new(Epoch(5), 1), Term::new(Epoch(7), 0));
+    let node = start();
+    for msg in [
+        query_msg(dev, pg, old),
+        activate_msg(dev, pg, old),
+        query_msg(dev, pg, new),
+    ] {
+        node.pgs.peer(msg, Bytes::new()).await.unwrap();
+    }
+    let refused = node
+        .pgs
+        .peer(activate_msg(dev, pg, old), Bytes::new())
+        .await;
+    assert!(refused.is_err(), "the newer term was promised");
+    drop(node);
+    // Started again: the promise of the newer term is gone.
+    let node = start();
+    for term in [old, new] {
+        let e = node
+            .pgs
+            .peer(activate_msg(dev, pg, term), Bytes::new())
+            .await
+            .expect_err("activated without a query since the start");
+        assert_eq!(e.code, ErrorCode::StaleEpoch, "{e:?}");
+        assert!(e.message.contains("query it first"), "{e:?}");
+    }
+    // The new primary queries it again, then activates it; the old term stays refused.
+    for msg in [query_msg(dev, pg, new), activate_msg(dev, pg, new)] {
+        node.pgs.peer(msg, Bytes::new()).await.unwrap();
+    }
+    let refused = node
+        .pgs
+        .peer(activate_msg(dev, pg, old), Bytes::new())
+        .await;
+    assert!(refused.is_err(), "the newer term was promised again");
+}
