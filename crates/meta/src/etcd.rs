@@ -49,9 +49,15 @@ impl EtcdStore {
     ) -> Result<EtcdStore, MetaError> {
         let eps: Vec<String> = endpoints.iter().map(|e| e.as_ref().to_string()).collect();
         let joined = eps.join(",");
+        // `require_leader`: a member that lost its cluster's leader (cut off from its peers,
+        // still reachable) cancels our watches and refuses requests instead of leaving a watch
+        // open and silent (it hears of no change any more): the watcher sees `Lost`, re-lists
+        // and watches again, through another member once the client balances away
+        // (`tests/etcd_quorum.rs`).
         let options = etcd::ConnectOptions::new()
             .with_connect_timeout(Duration::from_secs(5))
-            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5));
+            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
+            .with_require_leader(true);
         let unavailable = |detail: String| MetaError::Unavailable {
             endpoint: joined.clone(),
             detail,
