@@ -27,6 +27,16 @@ fn sim(dev: &Dev) -> &SimDisk {
     dev.sim.as_ref().expect("a simulated disk")
 }
 
+/// Opening `image` must fail with `Corrupt`, naming a record proven durable; `dropped` says
+/// what an open that succeeded lost silently.
+fn refused_as_durable(image: &SimDisk, dropped: &str) {
+    match Store::open_sim(image, &OpenOptions::default()) {
+        Err(EngineError::Corrupt(why)) => assert!(why.contains("durable"), "{why}"),
+        Err(e) => panic!("expected Corrupt, got {e}"),
+        Ok(_) => panic!("{dropped}"),
+    }
+}
+
 /// Six durable single-block writes (write `i` in PG `i`), each in its own journal record, none
 /// written back; returns the crash image (everything flushed is in it).
 async fn six_records() -> (Dev, SimDisk) {
@@ -54,11 +64,10 @@ async fn damaged_durable_record_in_the_middle_of_the_journal_is_refused() {
     let raw = image.read(0, image.size() as usize);
     let at = find_aligned(&raw, &pattern(102, 4096))[0];
     image.corrupt(at + 10);
-    match Store::open_sim(&image, &OpenOptions::default()) {
-        Err(EngineError::Corrupt(why)) => assert!(why.contains("durable"), "{why}"),
-        Err(e) => panic!("expected Corrupt, got {e}"),
-        Ok(_) => panic!("a damaged durable record was silently dropped with everything after it"),
-    }
+    refused_as_durable(
+        &image,
+        "a damaged durable record was silently dropped with everything after it",
+    );
 }
 
 /// The first record after the journal's start damaged (no record of its run found before the
@@ -71,11 +80,10 @@ async fn damaged_first_durable_record_is_refused() {
     let raw = image.read(0, image.size() as usize);
     let at = find_aligned(&raw, &pattern(100, 4096))[0];
     image.corrupt(at + 10);
-    match Store::open_sim(&image, &OpenOptions::default()) {
-        Err(EngineError::Corrupt(why)) => assert!(why.contains("durable"), "{why}"),
-        Err(e) => panic!("expected Corrupt, got {e}"),
-        Ok(_) => panic!("a damaged durable first record was silently dropped with the rest"),
-    }
+    refused_as_durable(
+        &image,
+        "a damaged durable first record was silently dropped with the rest",
+    );
 }
 
 /// A record of a later run (after a reopen) damaged, later records of that run proving it
@@ -101,11 +109,10 @@ async fn damaged_durable_record_after_a_reopen_is_refused() {
     let raw = crashed.read(0, crashed.size() as usize);
     let at = find_aligned(&raw, &pattern(200, 4096))[0];
     crashed.corrupt(at + 10);
-    match Store::open_sim(&crashed, &OpenOptions::default()) {
-        Err(EngineError::Corrupt(why)) => assert!(why.contains("durable"), "{why}"),
-        Err(e) => panic!("expected Corrupt, got {e}"),
-        Ok(_) => panic!("a damaged durable record of the second run was silently dropped"),
-    }
+    refused_as_durable(
+        &crashed,
+        "a damaged durable record of the second run was silently dropped",
+    );
 }
 
 /// A record left over from an earlier boot where the chain now ends is no torn record: six

@@ -25,7 +25,7 @@
 //!
 //! `crc`: CRC-32C of the text before ` crc=`. Written like the clean-stop mark (`stopmark.rs`).
 
-use crate::stopmark::{replace_file, take_file};
+use crate::stopmark::{replace_file, sealed_line, take_file, unsealed};
 use std::io;
 use std::path::Path;
 
@@ -42,8 +42,7 @@ pub(crate) fn take(dir: &Path) -> io::Result<Option<u64>> {
 /// Leaves `incarnation` for the next start: call only once every store closed cleanly.
 pub(crate) fn write(dir: &Path, incarnation: u64) -> io::Result<()> {
     let body = format!("{PREFIX}{incarnation:016x}");
-    let line = format!("{body} crc={:08x}\n", crc32c::crc32c(body.as_bytes()));
-    replace_file(dir, FILE, TEMP, &line)
+    replace_file(dir, FILE, TEMP, &sealed_line(&body))
 }
 
 /// A new incarnation: never 0, unlike any earlier one.
@@ -52,12 +51,7 @@ pub(crate) fn fresh() -> u64 {
 }
 
 fn parse(text: &str) -> Option<u64> {
-    let line = text.strip_suffix('\n')?;
-    let (body, crc) = line.rsplit_once(" crc=")?;
-    if u32::from_str_radix(crc, 16).ok()? != crc32c::crc32c(body.as_bytes()) {
-        return None;
-    }
-    u64::from_str_radix(body.strip_prefix(PREFIX)?, 16).ok()
+    u64::from_str_radix(unsealed(text)?.strip_prefix(PREFIX)?, 16).ok()
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@
 //! does not read back counts as none (the start waits its own lease length, as before the
 //! bound existed) and says so.
 
-use crate::stopmark::replace_file;
+use crate::stopmark::{replace_file, sealed_line, unsealed};
 use std::io;
 use std::path::Path;
 use std::time::Duration;
@@ -54,18 +54,11 @@ pub(crate) fn read(dir: &Path) -> io::Result<Option<Duration>> {
 /// Writes `bound`, durably, over the one there.
 pub(crate) fn write(dir: &Path, bound: Duration) -> io::Result<()> {
     let ns = u64::try_from(bound.as_nanos()).unwrap_or(u64::MAX);
-    let body = format!("{PREFIX}{ns}");
-    let line = format!("{body} crc={:08x}\n", crc32c::crc32c(body.as_bytes()));
-    replace_file(dir, FILE, TEMP, &line)
+    replace_file(dir, FILE, TEMP, &sealed_line(&format!("{PREFIX}{ns}")))
 }
 
 fn parse(text: &str) -> Option<u64> {
-    let line = text.strip_suffix('\n')?;
-    let (body, crc) = line.rsplit_once(" crc=")?;
-    if u32::from_str_radix(crc, 16).ok()? != crc32c::crc32c(body.as_bytes()) {
-        return None;
-    }
-    body.strip_prefix(PREFIX)?.parse().ok()
+    unsealed(text)?.strip_prefix(PREFIX)?.parse().ok()
 }
 
 #[cfg(test)]

@@ -37,8 +37,20 @@ pub(crate) fn write(dir: &Path, until: Instant) -> io::Result<()> {
     let left = until.saturating_duration_since(Instant::now());
     let until_ns = boottime_ns()?.saturating_add(nanos(left));
     let body = format!("{PREFIX} boot={} until_ns={until_ns}", boot_id()?);
-    let line = format!("{body} crc={:08x}\n", crc32c::crc32c(body.as_bytes()));
-    replace_file(dir, FILE, TEMP, &line)
+    replace_file(dir, FILE, TEMP, &sealed_line(&body))
+}
+
+/// `body` as one line of a mark file with its checksum: `<body> crc=<8 hex digits>\n`, the
+/// CRC-32C of `body` (this mark, `incarnation.rs`, `leasebound.rs`).
+pub(crate) fn sealed_line(body: &str) -> String {
+    format!("{body} crc={:08x}\n", crc32c::crc32c(body.as_bytes()))
+}
+
+/// The body of a line [`sealed_line`] wrote, if it is whole and its CRC holds.
+pub(crate) fn unsealed(text: &str) -> Option<&str> {
+    let line = text.strip_suffix('\n')?;
+    let (body, crc) = line.rsplit_once(" crc=")?;
+    (u32::from_str_radix(crc, 16).ok()? == crc32c::crc32c(body.as_bytes())).then_some(body)
 }
 
 /// Writes `text` as file `name` of `dir`, durably and whole: to `temp` first, synced, renamed
@@ -91,12 +103,9 @@ pub(crate) fn take(dir: &Path) -> io::Result<Option<Duration>> {
 
 /// The `until_ns` of a mark written on boot `boot`, if it is one and its CRC holds.
 fn parse(text: &str, boot: &str) -> Option<u64> {
-    let line = text.strip_suffix('\n')?;
-    let (body, crc) = line.rsplit_once(" crc=")?;
-    if u32::from_str_radix(crc, 16).ok()? != crc32c::crc32c(body.as_bytes()) {
-        return None;
-    }
-    let rest = body.strip_prefix(PREFIX)?.strip_prefix(" boot=")?;
+    let rest = unsealed(text)?
+        .strip_prefix(PREFIX)?
+        .strip_prefix(" boot=")?;
     let (id, until) = rest.split_once(" until_ns=")?;
     (id == boot).then_some(())?;
     until.parse().ok()

@@ -45,6 +45,19 @@ fn all_clean(nodes: &[&Node]) -> bool {
     clean == PGS as usize
 }
 
+/// Stops `a` cleanly once `b` and `d` hold read leases of it; returns once those ran out (the
+/// grants end at most an eighth of a length later).
+async fn stop_cleanly_and_wait_out(a: Node, b: &Node, d: &Node) {
+    let id = a.id();
+    let holds_a = |n: &Node| n.status().read_leases.held.contains(&id);
+    until("the others hold leases of a", || holds_a(b) && holds_a(d)).await;
+    a.shutdown().await;
+    until("the others' leases of a ran out", || {
+        !holds_a(b) && !holds_a(d)
+    })
+    .await;
+}
+
 fn restart_wait(node: &Node) -> Duration {
     Duration::from_millis(node.status().read_leases.restart_wait_ms)
 }
@@ -66,16 +79,8 @@ async fn a_node_stopped_cleanly_waits_only_for_what_is_left_of_its_grants_and_a_
     .await;
 
     // A clean stop says until when its grants run: the next process waits only for what is
-    // left. Started once the others' leases of it ran out (the grants end at most an eighth
-    // of a length later), it waits next to nothing.
-    let id = a.id();
-    let holds_a = |n: &Node| n.status().read_leases.held.contains(&id);
-    until("the others hold leases of a", || holds_a(&b) && holds_a(&d)).await;
-    a.shutdown().await;
-    until("the others' leases of a ran out", || {
-        !holds_a(&b) && !holds_a(&d)
-    })
-    .await;
+    // left. Started once the others' leases of it ran out, it waits next to nothing.
+    stop_cleanly_and_wait_out(a, &b, &d).await;
     let a = node(&c, "a", &disks[0]).await;
     let wait = restart_wait(&a);
     assert!(wait < GRACE / 2, "after a clean stop: {wait:?}");
@@ -135,12 +140,7 @@ async fn a_failed_start_keeps_the_clean_stop_mark_and_a_shorter_grace_after_a_ki
     until("every PG clean", || all_clean(&[&a, &b, &d])).await;
     let id = a.id();
     let holds_a = |n: &Node| n.status().read_leases.held.contains(&id);
-    until("the others hold leases of a", || holds_a(&b) && holds_a(&d)).await;
-    a.shutdown().await;
-    until("the others' leases of a ran out", || {
-        !holds_a(&b) && !holds_a(&d)
-    })
-    .await;
+    stop_cleanly_and_wait_out(a, &b, &d).await;
 
     // A start that fails once it took the mark.
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
