@@ -113,6 +113,17 @@ impl Fixture {
             .filter(|o| o.oid.volume == volume && !o.deleted)
             .collect()
     }
+
+    /// Checks that the store holds exactly objects `0..n` of `volume`, object `i` filled with
+    /// `i + 1` as written.
+    async fn assert_intact(&self, volume: VolumeId, n: usize) {
+        let held = self.held(volume).await;
+        assert_eq!(held.len(), n, "{volume}: {held:?}");
+        for i in 0..n as u64 {
+            let got = self.store.read(oid(volume, i), 0, 4096).await.unwrap();
+            assert_eq!(got, vec![i as u8 + 1; 4096], "{volume} object {i}");
+        }
+    }
 }
 
 fn oid(volume: VolumeId, index: u64) -> ObjectId {
@@ -175,12 +186,7 @@ async fn a_pass_deletes_the_objects_of_volumes_that_no_longer_exist_and_nothing_
 
     // Everything else is intact, data included.
     for (volume, n) in [(active, 4), (deleting, 2), (future, 2), (late, 2)] {
-        let held = fx.held(volume).await;
-        assert_eq!(held.len(), n, "{volume}: {held:?}");
-        for i in 0..n as u64 {
-            let got = fx.store.read(oid(volume, i), 0, 4096).await.unwrap();
-            assert_eq!(got, vec![i as u8 + 1; 4096], "{volume} object {i}");
-        }
+        fx.assert_intact(volume, n).await;
     }
     // A collected volume stays refused.
     let e = node
@@ -292,12 +298,7 @@ async fn a_volume_created_after_the_pass_listed_is_not_collected() {
     }
     assert_eq!(removed, 2, "only the dead volume's objects");
     assert!(fx.held(dead).await.is_empty());
-    let held = fx.held(late).await;
-    assert_eq!(held.len(), 4, "the live volume's objects: {held:?}");
-    for i in 0..4 {
-        let got = fx.store.read(oid(late, i), 0, 4096).await.unwrap();
-        assert_eq!(got, vec![i as u8 + 1; 4096], "object {i}");
-    }
+    fx.assert_intact(late, 4).await;
     // And it takes writes: not marked gone.
     let _admitted = node
         .volumes

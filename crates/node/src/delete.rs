@@ -29,11 +29,9 @@ pub(crate) async fn delete_volume(
         .volumes
         .before_delete(pool, volume, from_index, object_size)
         .await?;
-    let still = || match object_size {
-        Some(object_size) => node
-            .volumes
-            .admit_delete(pool, volume, from_index, object_size),
-        None => Ok(()),
+    let still = || {
+        node.volumes
+            .admit_delete(pool, volume, from_index, object_size)
     };
     let mut objects = 0;
     let Some(p) = map.pools.get(&pool) else {

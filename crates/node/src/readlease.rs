@@ -22,9 +22,10 @@
 //!   own copy needs the same of every other serving member (`pg/replica_read.rs`).
 //! - **Promise.** A member answers a peering query of a new term carrying the querying
 //!   primary's epoch `e` only once its own map is at `e`, the grants its previous processes
-//!   may have made have run out (forgotten at a restart: a lease length after the start, or
-//!   what a clean stop's mark says, `stopmark.rs`; none when its id was allocated at this
-//!   start), and no grant it made is still
+//!   may have made have run out (forgotten at a restart: after a crash the longer of a lease
+//!   length and the bound the last start wrote, `leasebound.rs`, after the start; else what a
+//!   clean stop's mark says, `stopmark.rs`; none when its id was allocated at this start), and
+//!   no grant it made is still
 //!   running to a node whose epoch at the grant was older than `e` (it waits for that node's
 //!   next ping or for the grant to run out: `pg/replica.rs`).
 //!
@@ -115,7 +116,8 @@ struct Held {
 impl ReadLeases {
     /// Leases of `length` (the heartbeat grace); zero turns them off. Grants earlier processes
     /// of the node made run out within `earlier` (zero when the node never ran before, what a
-    /// clean stop said, else a length: `node.rs::earlier_grants`); no promise before.
+    /// clean stop said, else the longer of a length and the last start's bound:
+    /// `node.rs::earlier_grants`); no promise before.
     pub fn new(length: Duration, earlier: Duration) -> ReadLeases {
         ReadLeases {
             length,

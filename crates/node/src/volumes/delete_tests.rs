@@ -238,5 +238,9 @@ async fn a_removal_stops_once_the_volume_grew_and_a_later_one_waits_for_it() {
         .await
         .unwrap();
     node.volumes.sync().await.unwrap();
-    assert!(node.volumes.admit_delete(v.pool, v.id, 1, OS).is_err());
+    assert!(
+        node.volumes
+            .admit_delete(v.pool, v.id, 1, Some(OS))
+            .is_err()
+    );
 }

@@ -159,15 +159,15 @@ impl Volumes {
     ) -> Result<Admitted<'_>, WireError> {
         self.sync().await?;
         let removing = self.inflight.enter();
-        if let Some(object_size) = object_size {
-            self.admit_delete(pool, volume, from_index, object_size)?;
-        }
+        self.admit_delete(pool, volume, from_index, object_size)?;
         Ok(removing)
     }
 
     /// Checks a `DeleteVolume` of the objects of `volume` in `pool` from index `from_index` on
-    /// (objects of `object_size` bytes), after [`Volumes::sync`]: it may not remove data inside
-    /// an active volume's size. A delete is sent once the volume is marked deleting, and a
+    /// (objects of `object_size` bytes; `None`: the map does not know the pool, nothing to
+    /// check), after [`Volumes::sync`] and again before each page of objects it removes: it may
+    /// not remove data inside an active volume's size. A delete is sent once the volume is
+    /// marked deleting, and a
     /// resize's discard starts at the smaller of the old and new size, so only a discard
     /// prepared for a size the volume no longer has (a concurrent resize grew it since) can
     /// reach inside; it is refused rather than removing data written since.
@@ -176,8 +176,11 @@ impl Volumes {
         pool: PoolId,
         volume: VolumeId,
         from_index: u64,
-        object_size: u32,
+        object_size: Option<u32>,
     ) -> Result<(), WireError> {
+        let Some(object_size) = object_size else {
+            return Ok(());
+        };
         let view = self.view.read();
         match view.status(volume) {
             Status::Active { pool: p, size } if p == pool => {
