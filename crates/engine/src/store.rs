@@ -486,7 +486,18 @@ impl Store {
 
     /// [`Store::flush`], enqueued now: covers every write acknowledged before this call.
     pub fn submit_flush(&self) -> Pending<()> {
-        self.submit_msg(|reply| Msg::Flush { reply })
+        self.submit_msg(|reply| Msg::Flush {
+            settle: false,
+            reply,
+        })
+    }
+
+    /// [`Store::settle`], enqueued now.
+    pub fn submit_settle(&self) -> Pending<()> {
+        self.submit_msg(|reply| Msg::Flush {
+            settle: true,
+            reply,
+        })
     }
 
     /// Reads `len` bytes at `offset` of `oid`. Never-written, trimmed and deleted ranges read
@@ -658,6 +669,14 @@ impl Store {
     /// Makes every previously acknowledged write durable.
     pub async fn flush(&self) -> Result<(), EngineError> {
         self.submit_flush().await
+    }
+
+    /// A flush that answers only once every operation submitted before it was applied (or
+    /// failed), even one still waiting in the store (for the old block of a partial write,
+    /// journal room, a free slot), and then is durable: nothing submitted before it lands
+    /// after it (`engine/settle.rs`; a member's promise of a newer term).
+    pub async fn settle(&self) -> Result<(), EngineError> {
+        self.submit_settle().await
     }
 
     /// Version, PG, state and allocation of one object; `None` if the store knows nothing of it.

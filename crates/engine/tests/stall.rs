@@ -211,3 +211,42 @@ async fn completed_requests_count_their_time_on_the_device() {
     );
     store.close().await.unwrap();
 }
+
+/// A settle answers only once every write submitted before it was applied: here a partial
+/// write still waiting for the old block it merges with, on a disk that hangs. (A member that
+/// promises a newer term settles before it reports what it holds: a write of the older term
+/// applied after that report would land behind the new primary's back. Before, it flushed,
+/// which covers only what was applied, and answered at once.) A plain flush still answers
+/// without waiting: the write was not acknowledged.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_settle_waits_for_a_write_still_waiting_for_its_old_block() {
+    let disk = disk();
+    let store = Store::spawn_sim(&disk, &OpenOptions::default()).unwrap();
+    let _unstall = Unstall(disk.clone());
+    let first = store
+        .write(oid(1), 0, data(7), WriteOptions::durable())
+        .await
+        .unwrap();
+    disk.stall(true);
+    let partial = Bytes::from_static(b"partial");
+    let mut write = store.submit_write(oid(1), 100, partial, WriteOptions::buffered());
+    let mut settle = store.submit_settle();
+    let mut flush = store.submit_flush();
+    // Answered after the store took the write, the settle and the flush.
+    store.object_info(oid(2)).await.unwrap();
+    assert!(
+        waiting(&mut write).await,
+        "the old block was read on a hung disk"
+    );
+    assert!(
+        waiting(&mut settle).await,
+        "the settle answered before the write it follows was applied"
+    );
+    assert!(!waiting(&mut flush).await, "the flush waited");
+    disk.stall(false);
+    settle.await.unwrap();
+    let info = store.object_info(oid(1)).await.unwrap().unwrap();
+    assert_ne!(info.version, first, "settled without the write");
+    assert_eq!(write.await.unwrap(), info.version);
+    store.close().await.unwrap();
+}

@@ -419,6 +419,26 @@ async fn writes_follow_the_version_they_were_sent_behind(b: Backend) {
     assert_eq!(store.read(absent, 0, 1).await.unwrap(), &b"r"[..]);
 }
 
+/// Writes and deletes objects `(volume, 1..)` of `pg` (versions 5.x), 256 at a time, until
+/// the store no longer knows `gone` (its tombstone was evicted); returns how many it deleted.
+async fn evict(store: &Store, volume: u64, pg: u32, gone: basalt_engine::ObjectId) -> u64 {
+    let mut i = 0;
+    while i == 0 || store.object_info(gone).await.unwrap().is_some() {
+        assert!(i < 16384, "no tombstone evicted after {i} deletes");
+        let mut ops = Vec::new();
+        for _ in 0..256 {
+            i += 1;
+            let f = oid(volume, i);
+            ops.push(store.submit_write(f, 0, Bytes::from_static(b"f"), at(5, 2 * i, pg)));
+            ops.push(store.submit_delete(f, at(5, 2 * i + 1, pg)));
+        }
+        for op in ops {
+            op.await.unwrap();
+        }
+    }
+    i
+}
+
 /// A write behind a delete whose tombstone the full tombstone table then forgot follows the
 /// delete's version all the same (`engine/unrecorded.rs`), and still not an older one.
 async fn a_write_follows_a_delete_whose_tombstone_was_evicted(b: Backend) {
@@ -429,20 +449,7 @@ async fn a_write_follows_a_delete_whose_tombstone_was_evicted(b: Backend) {
     store.delete(o, at(4, 2, 2)).await.unwrap();
     // Fill the tombstone table (at least 1024 records) with younger tombstones of the same
     // PG, until a delete takes the oldest one's record, `o`'s.
-    let mut i = 0;
-    while store.object_info(o).await.unwrap().is_some() {
-        assert!(i < 16384, "no tombstone evicted after {i} deletes");
-        let mut ops = Vec::new();
-        for _ in 0..256 {
-            i += 1;
-            let f = oid(8, i);
-            ops.push(store.submit_write(f, 0, Bytes::from_static(b"f"), at(5, 2 * i, 2)));
-            ops.push(store.submit_delete(f, at(5, 2 * i + 1, 2)));
-        }
-        for op in ops {
-            op.await.unwrap();
-        }
-    }
+    let i = evict(&store, 8, 2, o).await;
     assert!(i >= 1024, "evicted after {i} deletes");
     assert!(matches!(
         store
@@ -457,6 +464,34 @@ async fn a_write_follows_a_delete_whose_tombstone_was_evicted(b: Backend) {
     ));
     put(&store, o, b"w", at(6, 2, 2).after(Version::new(4, 2))).await;
     assert_eq!(store.read(o, 0, 1).await.unwrap(), &b"w"[..]);
+}
+
+/// A full tombstone table never forgets the tombstone of a held (uncommitted) delete: reads of
+/// the object wait for its commit, which would find nothing to release them, and a read after
+/// the eviction would see the delete before it was committed. A younger tombstone goes first.
+async fn a_held_deletes_tombstone_is_not_the_one_evicted(b: Backend) {
+    let dev = dev(b);
+    let store = dev.open().await;
+    let o = oid(9, 0);
+    put(&store, o, b"v", at(4, 1, 3)).await;
+    let deleted = store.submit_delete(o, at(4, 2, 3).held()).await.unwrap();
+    let read = tokio::spawn(store.submit_read(o, 0, 1));
+    // Younger tombstones of the same PG until the table forgets one of them (the first).
+    evict(&store, 9, 3, oid(9, 1)).await;
+    let kept = store.object_info(o).await.unwrap();
+    assert_eq!(
+        kept.map(|info| info.version),
+        Some(deleted),
+        "the held delete's tombstone was forgotten"
+    );
+    assert!(
+        !read.is_finished(),
+        "a read saw the delete before its commit"
+    );
+    store.commit(o, deleted).unwrap();
+    let read = tokio::time::timeout(std::time::Duration::from_secs(10), read).await;
+    let read = read.expect("the read still waits after the commit");
+    assert_eq!(read.unwrap().unwrap(), &[0u8][..]);
 }
 
 /// An install or purge that keeps versions above a floor (`WriteOptions::keep_since`) never
@@ -525,5 +560,6 @@ suite!(
     pg_records_persist,
     writes_follow_the_version_they_were_sent_behind,
     a_write_follows_a_delete_whose_tombstone_was_evicted,
+    a_held_deletes_tombstone_is_not_the_one_evicted,
     installs_keep_versions_written_since,
 );

@@ -129,6 +129,13 @@ impl Catalog {
         }
     }
 
+    /// Whether `leadership`'s term still holds the leader key (after a guarded write of it
+    /// failed: was it the guard?).
+    pub(crate) async fn still_leads(&self, leadership: &Leadership) -> Result<bool, MetaError> {
+        let key = self.store().get(keys::LEADER).await?;
+        Ok(key.is_some_and(|kv| kv.create_revision == leadership.revision()))
+    }
+
     /// The current leader, if any.
     pub async fn leader(&self) -> Result<Option<LeaderRecord>, MetaError> {
         Ok(self.read(keys::LEADER).await?.map(|(rec, _)| rec))

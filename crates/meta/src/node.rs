@@ -7,6 +7,7 @@
 use crate::catalog::{Catalog, now_secs};
 use crate::error::MetaError;
 use crate::keys;
+use crate::leader::Leadership;
 use crate::lease::KeepAlive;
 use crate::store::{Compare, LeaseId, Revision, Txn, TxnOp};
 use basalt_types::{DeviceId, NodeId};
@@ -140,6 +141,9 @@ pub struct DeviceRegistration {
     pub object_size: u32,
 }
 
+/// How often a registration reads the node's record again when it changed before the write.
+const REGISTER_ATTEMPTS: usize = 8;
+
 /// The default placement weight of a device of `capacity` bytes: its size in GiB, at least 1.
 pub fn default_weight(capacity: u64) -> u32 {
     u32::try_from(capacity >> 30).unwrap_or(u32::MAX).max(1)
@@ -147,6 +151,15 @@ pub fn default_weight(capacity: u64) -> u32 {
 
 impl Catalog {
     /// Registers a live node under `lease`: the record vanishes when the lease ends.
+    ///
+    /// The write is guarded by the record's state read just before it (its revision, or its
+    /// absence): an attempt its caller gave up on (a timeout) that the store applies late
+    /// finds the record changed by the attempt that followed, and fails, instead of moving the
+    /// record to its own lease, which nobody renews (the record would vanish with that lease
+    /// while the node still holds its own, and the leader would take a live node for gone).
+    /// A record that changed between the read and the write (the previous process's lease
+    /// expiring, a late attempt landing) is read again, a few times, while the caller waits:
+    /// a late attempt never retries, its caller is gone.
     pub async fn register_node_with_lease(
         &self,
         record: &NodeRecord,
@@ -154,23 +167,26 @@ impl Catalog {
     ) -> Result<Revision, MetaError> {
         let value = crate::catalog::encode(record);
         let key = keys::node(record.id);
-        let txn = Txn::new()
-            .when([Compare::missing(keys::removed_node(record.id))])
-            .and_then([TxnOp::put_with_lease(&key, value, lease)]);
-        let result = self.store().txn(txn).await?;
-        if !result.succeeded {
-            return Err(self.removed_node_error(record.id).await);
+        for _ in 0..REGISTER_ATTEMPTS {
+            let unchanged = match self.store().get(&key).await? {
+                Some(kv) => Compare::mod_revision_is(&key, kv.mod_revision),
+                None => Compare::missing(&key),
+            };
+            let txn = Txn::new()
+                .when([Compare::missing(keys::removed_node(record.id)), unchanged])
+                .and_then([TxnOp::put_with_lease(&key, value.clone(), lease)]);
+            let result = self.store().txn(txn).await?;
+            if result.succeeded {
+                return Ok(result.revision);
+            }
+            if let Some(mark) = self.removed_node(record.id).await? {
+                return Err(crate::remove::refused_node(record.id, &mark));
+            }
         }
-        Ok(result.revision)
-    }
-
-    /// The error for node `id`, whose registration found its removal mark.
-    async fn removed_node_error(&self, id: NodeId) -> MetaError {
-        match self.removed_node(id).await {
-            Ok(Some(mark)) => crate::remove::refused_node(id, &mark),
-            Ok(None) => MetaError::Backend(format!("registering {id}: a guard failed")),
-            Err(e) => e,
-        }
+        Err(MetaError::Backend(format!(
+            "registering {}: its record changed each time it was about to be written",
+            record.id
+        )))
     }
 
     /// Registers a live node under a new lease of `ttl` and keeps the lease alive in the
@@ -392,33 +408,72 @@ impl Catalog {
     }
 
     /// The leader's down-out rule: marks an in device out automatically. Returns whether it
-    /// changed anything (a device an operator marked out is left alone).
-    pub async fn auto_out_device(&self, id: DeviceId) -> Result<bool, MetaError> {
-        let mut changed = false;
-        self.change_device(id, |d| {
-            changed = d.is_in();
+    /// changed anything (a device an operator marked out is left alone); `NotLeader` once
+    /// `leadership`'s term is over (a deposed leader judges from a map that may be stale).
+    pub async fn auto_out_device(
+        &self,
+        id: DeviceId,
+        leadership: &Leadership,
+    ) -> Result<bool, MetaError> {
+        self.change_device_as_leader(id, leadership, |d| {
+            let changed = d.is_in();
             if changed {
                 d.out = Some(OutReason::Auto);
             }
             changed
         })
-        .await?;
-        Ok(changed)
+        .await
     }
 
     /// The leader's down-out rule: a device out automatically is back up, so it goes back in.
-    /// Returns whether it changed anything.
-    pub async fn auto_in_device(&self, id: DeviceId) -> Result<bool, MetaError> {
-        let mut changed = false;
-        self.change_device(id, |d| {
-            changed = d.out == Some(OutReason::Auto);
+    /// Returns whether it changed anything; `NotLeader` as [`Catalog::auto_out_device`].
+    pub async fn auto_in_device(
+        &self,
+        id: DeviceId,
+        leadership: &Leadership,
+    ) -> Result<bool, MetaError> {
+        self.change_device_as_leader(id, leadership, |d| {
+            let changed = d.out == Some(OutReason::Auto);
             if changed {
                 d.out = None;
             }
             changed
         })
-        .await?;
-        Ok(changed)
+        .await
+    }
+
+    /// Compare-and-swap on a device record that also needs `leadership`'s key; returns
+    /// whether `f` changed it.
+    async fn change_device_as_leader(
+        &self,
+        id: DeviceId,
+        leadership: &Leadership,
+        mut f: impl FnMut(&mut DeviceRecord) -> bool,
+    ) -> Result<bool, MetaError> {
+        let guards = [leadership.holds_key()];
+        let mut changed = false;
+        let mut change = |cur: Option<DeviceRecord>| {
+            let mut d = cur.ok_or_else(|| MetaError::NoSuchDevice(id.to_string()))?;
+            changed = f(&mut d);
+            Ok((d, changed))
+        };
+        for _ in 0..crate::catalog::MAX_ATTEMPTS {
+            let key = keys::device(id);
+            if self
+                .update_once(&key, &guards, &mut change)
+                .await?
+                .is_some()
+            {
+                return Ok(changed);
+            }
+            if !self.still_leads(leadership).await? {
+                return Err(MetaError::NotLeader);
+            }
+        }
+        Err(MetaError::Contention {
+            key: keys::device(id),
+            attempts: crate::catalog::MAX_ATTEMPTS,
+        })
     }
 
     /// Compare-and-swap on a device record; `f` returns false to leave it unchanged.

@@ -10,6 +10,7 @@
 use crate::catalog::{Catalog, encode, now_secs};
 use crate::error::MetaError;
 use crate::keys;
+use crate::leader::Leadership;
 use crate::store::{Compare, Revision, Txn, TxnOp};
 use basalt_types::{DeviceId, Epoch, PgId};
 use serde::{Deserialize, Serialize};
@@ -81,12 +82,29 @@ impl Catalog {
     }
 
     /// Deletes the report of `pg` if it is still the one written at `revision` (a newer one
-    /// stays). Returns whether it was deleted.
-    pub async fn remove_pg_ready(&self, pg: PgId, revision: Revision) -> Result<bool, MetaError> {
+    /// stays), as the leader that considered it. Returns whether it was deleted; `NotLeader`
+    /// once `leadership`'s term is over (a deposed leader that has not noticed yet must not
+    /// delete a report its successor has not applied: the PG would wait for its primary to
+    /// write it again, `backfill.rs::Pg::report_again`, about 30 s).
+    pub async fn remove_pg_ready(
+        &self,
+        pg: PgId,
+        revision: Revision,
+        leadership: &Leadership,
+    ) -> Result<bool, MetaError> {
         let key = keys::pg_ready(pg);
         let txn = Txn::new()
-            .when([Compare::mod_revision_is(&key, revision)])
+            .when([
+                Compare::mod_revision_is(&key, revision),
+                leadership.holds_key(),
+            ])
             .and_then([TxnOp::delete(&key)]);
-        Ok(self.store().txn(txn).await?.succeeded)
+        if self.store().txn(txn).await?.succeeded {
+            return Ok(true);
+        }
+        match self.still_leads(leadership).await? {
+            true => Ok(false),
+            false => Err(MetaError::NotLeader),
+        }
     }
 }

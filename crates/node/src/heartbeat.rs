@@ -16,17 +16,18 @@
 //! The node also notices when the map marks it down although it is registered (its peers
 //! report it) and logs it; its primaries stop serving like on any map that takes their PGs.
 
+use crate::filed::Filed;
 use crate::peers::Peers;
 use crate::service::NodeShared;
 use basalt_link::{Connector, Link};
-use basalt_meta::{Catalog, LeaseId, MetaError};
+use basalt_meta::{Catalog, MetaError};
 use basalt_proto::{Request, Response};
 use basalt_types::NodeId;
 use bytes::Bytes;
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -90,8 +91,8 @@ struct Watcher {
     /// The peers suspected in the last round.
     suspected: BTreeSet<NodeId>,
     pingers: BTreeMap<NodeId, Pinger>,
-    /// Peers this node reported, with the lease the report is under.
-    reported: BTreeMap<NodeId, LeaseId>,
+    /// The failure reports this node filed.
+    filed: Filed,
     /// Whether the last map marked this node down while it was registered.
     marked_down: bool,
 }
@@ -119,7 +120,7 @@ pub(crate) async fn run(
         heard: Arc::default(),
         suspected: BTreeSet::new(),
         pingers: BTreeMap::new(),
-        reported: BTreeMap::new(),
+        filed: Filed::default(),
         marked_down: false,
     };
     // A node new in the map gets its pinger at once, not at the next tick: its first ping
@@ -224,47 +225,17 @@ impl Watcher {
             .collect()
     }
 
-    /// Writes a report of each suspect not reported under the current lease, withdraws the
-    /// reports of peers that answer again or left the map (deregistered: no longer needed).
+    /// Files a report of each suspect, withdraws the reports of peers that answer again or
+    /// left the map (`filed.rs`).
     async fn report(&mut self, suspects: &BTreeSet<NodeId>) -> Result<(), MetaError> {
-        let me = self.shared.id;
-        let cleared: Vec<NodeId> = self
-            .reported
-            .keys()
-            .filter(|n| !suspects.contains(n))
-            .copied()
-            .collect();
-        for peer in cleared {
-            self.catalog.remove_failure_report(me, peer).await?;
-            self.reported.remove(&peer);
-            if self.pingers.contains_key(&peer) {
-                tracing::info!(%peer, "reaching the peer again: failure report withdrawn");
-            } else {
-                tracing::info!(%peer, "the peer left the map: failure report withdrawn");
-            }
-        }
-        if suspects.is_empty() {
-            return Ok(());
-        }
-        // Reports live under the lease that holds this node's record (a new one after the
-        // node registered again: the old reports went with the old lease).
-        let Some(lease) = self.catalog.node_lease(me).await? else {
-            self.reported.clear();
-            return Ok(());
+        let silent: BTreeMap<NodeId, Duration> = {
+            let heard = self.heard.lock();
+            let since = |p: &NodeId| heard.get(p).map_or(Duration::ZERO, |t| t.elapsed());
+            suspects.iter().map(|p| (*p, since(p))).collect()
         };
-        for peer in suspects {
-            if self.reported.get(peer) == Some(&lease) {
-                continue;
-            }
-            let last = self.heard.lock().get(peer).copied();
-            let silent = last.map_or(Duration::ZERO, |t| t.elapsed());
-            self.catalog
-                .put_failure_report(me, *peer, unix_ms_ago(silent), lease)
-                .await?;
-            self.reported.insert(*peer, lease);
-            tracing::warn!(%peer, ?silent, "the peer does not answer heartbeats: reported it");
-        }
-        Ok(())
+        self.filed
+            .sync(&self.catalog, self.shared.id, &silent)
+            .await
     }
 
     /// Logs when the map marks this registered node down (its peers report it) and when it
@@ -375,12 +346,4 @@ async fn ping(
         Ok(other) => Err(format!("unexpected answer {other:?}")),
         Err(e) => Err(e.to_string()),
     }
-}
-
-/// Unix milliseconds `ago` before now.
-fn unix_ms_ago(ago: Duration) -> u64 {
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    u64::try_from(now.saturating_sub(ago).as_millis()).unwrap_or(u64::MAX)
 }

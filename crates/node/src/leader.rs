@@ -80,6 +80,8 @@ struct State {
     reports: Reports,
     /// The nodes marked down by reports in the last round, with their reporter counts.
     reported_down: BTreeMap<NodeId, usize>,
+    /// Whether `reports` took over the predecessor's markings (the term's first round).
+    seeded: bool,
 }
 
 async fn lead(
@@ -94,6 +96,7 @@ async fn lead(
         current: load(catalog).await?,
         reports: Reports::default(),
         reported_down: BTreeMap::new(),
+        seeded: false,
     };
     loop {
         let next_due = step(catalog, leadership, cfg, &mut state).await?;
@@ -142,6 +145,12 @@ async fn step(
         state.current.as_ref().map(|(m, _)| m),
     );
     let live: BTreeSet<NodeId> = input.nodes.keys().copied().collect();
+    if !std::mem::replace(&mut state.seeded, true) {
+        let current = state.current.as_ref().map(|(m, _)| m);
+        let marked = marked_by_reports(current, &live, &failures);
+        state.reported_down = marked.iter().map(|n| (*n, 0)).collect();
+        state.reports.seed(marked, Instant::now());
+    }
     let verdict = state
         .reports
         .decide(&failures, &live, &cfg.reports, Instant::now());
@@ -158,6 +167,29 @@ async fn step(
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     })
+}
+
+/// The nodes a predecessor marked down by failure reports, as far as the published map tells:
+/// live, reported by a live peer, and every one of their devices down in `map`.
+fn marked_by_reports(
+    map: Option<&ClusterMap>,
+    live: &BTreeSet<NodeId>,
+    failures: &[(NodeId, NodeId)],
+) -> Vec<NodeId> {
+    let Some(map) = map else { return Vec::new() };
+    let reported: BTreeSet<NodeId> = failures
+        .iter()
+        .filter(|(r, a)| r != a && live.contains(r))
+        .map(|(_, a)| *a)
+        .collect();
+    reported
+        .into_iter()
+        .filter(|n| live.contains(n) && map.nodes.contains_key(n))
+        .filter(|n| {
+            let mut devices = map.devices.values().filter(|d| d.node == *n).peekable();
+            devices.peek().is_some() && devices.all(|d| !d.up)
+        })
+        .collect()
 }
 
 /// Logs the nodes that the report rule marks down or up again.
@@ -230,7 +262,7 @@ async fn publish(
         remove_strays(catalog, leadership, stored).await?;
     }
     for (pg, revision) in reports {
-        catalog.remove_pg_ready(pg, revision).await?;
+        catalog.remove_pg_ready(pg, revision, leadership).await?;
     }
     let Some((map, _)) = current.as_ref() else {
         return Ok(None);
@@ -244,12 +276,12 @@ async fn publish(
         rule.next_due = None;
     }
     for id in rule.mark_out {
-        if catalog.auto_out_device(id).await? {
+        if catalog.auto_out_device(id, leadership).await? {
             tracing::warn!(device = %id, "down longer than the down-out interval: marked out");
         }
     }
     for id in rule.mark_in {
-        if catalog.auto_in_device(id).await? {
+        if catalog.auto_in_device(id, leadership).await? {
             tracing::info!(device = %id, "back up: marked in again");
         }
     }
@@ -277,3 +309,7 @@ async fn remove_strays(
 fn now_secs() -> u64 {
     basalt_meta::clock::unix_secs()
 }
+
+#[cfg(test)]
+#[path = "leader_tests.rs"]
+mod tests;

@@ -116,3 +116,57 @@ async fn a_cut_off_node_stops_acknowledging_before_its_lease_expires_and_registe
         "stopping revokes the lease"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_registration_attempt_applied_after_its_timeout_does_not_move_the_record_to_its_lease() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Flaky::open(&dir.path().join("meta.redb")).await;
+    let catalog = Catalog::new(store.clone());
+    let id = NodeId(3);
+    let record = NodeRecord::new(id, "n3", "127.0.0.1:3");
+    // The first attempt's write reaches the store but is applied only after the node gave
+    // up on it (its timeout, the TTL) and registered again under a new lease. Its lease is
+    // renewed meanwhile, as etcd renews every lease when a new etcd leader takes over (the
+    // election that held the request up).
+    store.delay_next_txn();
+    let attempts = {
+        let (catalog, record) = (catalog.clone(), record.clone());
+        tokio::spawn(async move {
+            let (_stop_tx, mut stop_rx) = watch::channel(false);
+            register_again(&catalog, &record, TTL, &mut stop_rx).await
+        })
+    };
+    wait_until("the first attempt to be held", TTL, || {
+        store.late_waiting() == 1
+    })
+    .await;
+    let first = store.granted()[0];
+    tokio::time::sleep(TTL / 2).await;
+    store.keep_alive(first).await.unwrap();
+    let keep = match attempts.await.unwrap() {
+        Again::Registered(keep) => keep,
+        Again::Stopped => panic!("stopped"),
+        Again::Removed(why) => panic!("removed: {why}"),
+    };
+    assert_ne!(keep.lease(), first);
+    assert_eq!(held(&store, id).await, Some(keep.lease()));
+    store.apply_late_txn();
+    wait_until("the late write to be tried", TTL, || {
+        store.late_applied() == 1
+    })
+    .await;
+    assert_eq!(
+        held(&store, id).await,
+        Some(keep.lease()),
+        "the late attempt moved the record to a lease nobody renews"
+    );
+    // And the record stays while the node's own lease is renewed.
+    tokio::time::sleep(TTL * 2).await;
+    assert_eq!(held(&store, id).await, Some(keep.lease()));
+}
+
+/// The lease holding node `id`'s record.
+async fn held(store: &Flaky, id: NodeId) -> Option<basalt_meta::LeaseId> {
+    let kv = store.get(&keys::node(id)).await.unwrap();
+    kv.expect("the node record").lease
+}

@@ -37,6 +37,7 @@ mod devices;
 mod drain;
 pub mod error;
 mod faults;
+mod filed;
 mod flush;
 mod gather;
 mod heartbeat;

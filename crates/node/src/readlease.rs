@@ -46,7 +46,7 @@ use basalt_types::{Epoch, NodeId};
 use bytes::{BufMut, Bytes, BytesMut};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -109,8 +109,10 @@ struct Grants {
 #[derive(Debug, Default)]
 struct Held {
     until: BTreeMap<NodeId, Instant>,
-    /// Peers without leases (heartbeats off there, or a version without them): nothing to hold.
-    none: BTreeSet<NodeId>,
+    /// Peers without leases (heartbeats off there, or a version without them): nothing to
+    /// hold, until when their answer said so (as long as a grant: a node started again with
+    /// leases since, and cut off from this one, must not count as without them for good).
+    none: BTreeMap<NodeId, Instant>,
 }
 
 impl ReadLeases {
@@ -207,17 +209,20 @@ impl ReadLeases {
     /// them) is not required.
     pub fn answered(&self, peer: NodeId, sent: Instant, ping: &[u8], pong: &[u8]) {
         let mut held = self.held.lock();
+        let without = |held: &mut Held| {
+            let until = sent + self.length / 8 * 7;
+            let e = held.none.entry(peer).or_insert(until);
+            *e = (*e).max(until);
+        };
         if pong == ping {
-            held.none.insert(peer);
+            without(&mut held);
             return;
         }
         if pong.len() != ANSWER_LEN || !pong.starts_with(MAGIC) {
             return;
         }
         match pong[8] {
-            NONE_HERE => {
-                held.none.insert(peer);
-            }
+            NONE_HERE => without(&mut held),
             GRANTED => {
                 held.none.remove(&peer);
                 let ms = u32::from_le_bytes(pong[9..13].try_into().expect("4 bytes"));
@@ -239,11 +244,9 @@ impl ReadLeases {
             return true;
         }
         let held = self.held.lock();
-        held.none.contains(&peer)
-            || held
-                .until
-                .get(&peer)
-                .is_some_and(|until| *until > Instant::now())
+        let now = Instant::now();
+        let running = |at: Option<&Instant>| at.is_some_and(|until| *until > now);
+        running(held.none.get(&peer)) || running(held.until.get(&peer))
     }
 
     /// Whether this node holds a lease `peer` granted that still runs: unlike [`Self::holds`],
@@ -361,10 +364,15 @@ impl ReadLeases {
             held: held
                 .until
                 .iter()
-                .filter(|(n, until)| **until > now && !held.none.contains(n))
+                .filter(|(n, until)| **until > now && !held.none.contains_key(n))
                 .map(|(n, _)| *n)
                 .collect(),
-            without: held.none.iter().copied().collect(),
+            without: held
+                .none
+                .iter()
+                .filter(|(_, until)| **until > now)
+                .map(|(n, _)| *n)
+                .collect(),
             restart_wait_ms: ms(self.restart_wait()),
         }
     }
@@ -465,6 +473,15 @@ mod tests {
         a.answered(NodeId(3), Instant::now(), &ping, &ping);
         assert!(a.holds(NodeId(3)), "a version without leases");
         assert!(off.holds(NodeId(7)), "leases off here");
+        // Not for good: a peer that said so and answers no more (started again with leases
+        // since, and cut off from this node) is required again once a lease would have run
+        // out, as one that granted.
+        tokio::time::sleep(L / 8 * 7 - Duration::from_millis(1)).await;
+        assert!(a.holds(NodeId(2)) && a.holds(NodeId(3)));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert!(!a.holds(NodeId(2)), "still taken as without leases");
+        assert!(!a.holds(NodeId(3)), "still taken as an old version");
+        assert!(a.status().without.is_empty());
     }
 
     #[tokio::test(start_paused = true)]

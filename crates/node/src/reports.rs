@@ -20,10 +20,16 @@
 //! 4. **Flap damping**: a node marked down stays down at least `min_down`, even if the reports
 //!    are withdrawn earlier; then it is up again as soon as it no longer qualifies.
 //!
+//! The reports of a node marked down by rule 3 keep counting in rule 2 (it is one end of one
+//! broken link, not cut off): when a third node's report of the other end comes late (a
+//! longer grace there, a report held up in the metadata store), the late report and the
+//! marked node's make enough reporters for the other end, rather than the broken-link rule
+//! taking down the late reporter too and leaving the cut-off node the only one up.
+//!
 //! `min_reporters` = 0 turns the rule off (no node is marked down by reports).
 
 use basalt_types::NodeId;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -57,15 +63,29 @@ pub(crate) struct Verdict {
     pub next_due: Option<Instant>,
 }
 
-/// The leader's memory between evaluations (lost with the leadership: a new leader starts
-/// its delays afresh, which only delays a marking).
+/// The leader's memory between evaluations. Lost with the leadership: a new leader starts its
+/// delays afresh, seeded with the nodes its predecessor had marked down ([`Reports::seed`]) so
+/// that a marking outlives the change of leader instead of lifting until the delays run again.
 #[derive(Debug, Default)]
 pub(crate) struct Reports {
     first_seen: HashMap<(NodeId, NodeId), Instant>,
     down_since: HashMap<NodeId, Instant>,
+    /// Nodes down by the broken-link rule (not for enough reporters): their own reports still
+    /// count. Such a node is one end of one broken link, not cut off; the end it took down may
+    /// have been the healthy one, when a third node's report of the other end came late.
+    by_link: HashSet<NodeId>,
 }
 
 impl Reports {
+    /// Takes `nodes` as marked down at `now` (a new leader: the nodes the published map has
+    /// down while they are live and reported), so they stay down at least `min_down` and the
+    /// rule judges them again from there.
+    pub fn seed(&mut self, nodes: impl IntoIterator<Item = NodeId>, now: Instant) {
+        for n in nodes {
+            self.down_since.entry(n).or_insert(now);
+        }
+    }
+
     /// Evaluates `reports` (reporter, accused) with the `live` nodes at `now`.
     pub fn decide(
         &mut self,
@@ -102,10 +122,16 @@ impl Reports {
                 due(until);
             }
         }
-        let counts = |down: &BTreeSet<NodeId>| -> BTreeMap<NodeId, usize> {
-            let mut c = BTreeMap::new();
+        let mut link: BTreeSet<NodeId> = down
+            .iter()
+            .filter(|n| self.by_link.contains(n))
+            .copied()
+            .collect();
+        // Reports of nodes that are down count only from those down for a broken link.
+        let counts = |down: &BTreeSet<NodeId>, link: &BTreeSet<NodeId>| {
+            let mut c: BTreeMap<NodeId, usize> = BTreeMap::new();
             for (r, a) in &valid {
-                if !down.contains(r) && !down.contains(a) {
+                if !down.contains(a) && (!down.contains(r) || link.contains(r)) {
                     *c.entry(*a).or_insert(0) += 1;
                 }
             }
@@ -113,16 +139,17 @@ impl Reports {
         };
         // Enough reporters, most reported first.
         loop {
-            let best = counts(&down)
+            let best = counts(&down, &link)
                 .into_iter()
                 .filter(|(_, c)| *c >= rules.min_reporters)
                 .max_by_key(|(n, c)| (*c, *n));
             let Some((n, _)) = best else { break };
             down.insert(n);
+            link.remove(&n);
         }
         // One broken link.
         loop {
-            let c = counts(&down);
+            let c = counts(&down, &link);
             let mut pending = None;
             let pair = valid.iter().find(|(x, y)| {
                 if x >= y || down.contains(x) || down.contains(y) || !valid.contains(&(*y, *x)) {
@@ -143,8 +170,11 @@ impl Reports {
                 break;
             };
             let weight = |n: NodeId| (c.get(&n).copied().unwrap_or(0), n);
-            down.insert(if weight(x) > weight(y) { x } else { y });
+            let loser = if weight(x) > weight(y) { x } else { y };
+            down.insert(loser);
+            link.insert(loser);
         }
+        self.by_link = link.into_iter().collect();
         self.down_since.retain(|n, _| down.contains(n));
         for n in &down {
             self.down_since.entry(*n).or_insert(now);

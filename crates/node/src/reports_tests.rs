@@ -211,3 +211,30 @@ fn min_reporters_zero_turns_the_rule_off() {
     let v = r.decide(&cut, &live(&[1, 2, 3]), &off, t + 60 * SEC);
     assert_eq!(v, Verdict::default());
 }
+
+#[test]
+fn a_late_report_of_a_cut_off_node_takes_it_down_not_the_late_reporter() {
+    let mut r = Reports::default();
+    let t = Instant::now();
+    let all = live(&[1, 2, 3]);
+    // Node 1 is cut off from 2 and 3; 3's report of it stands, 2's comes late.
+    let early = reports(&[(1, 2), (1, 3), (3, 1)]);
+    r.decide(&early, &all, &rules(), t);
+    let v = r.decide(&early, &all, &rules(), t + 3 * SEC);
+    assert_eq!(
+        down(&v),
+        vec![3],
+        "the broken-link rule: a tie, the higher id"
+    );
+    let late = reports(&[(1, 2), (1, 3), (3, 1), (2, 1)]);
+    let v = r.decide(&late, &all, &rules(), t + 4 * SEC);
+    assert_eq!(down(&v), vec![1, 3], "2 and 3 report 1: enough reporters");
+    let v = r.decide(&late, &all, &rules(), t + 8 * SEC);
+    assert!(
+        !v.down.contains_key(&n(2)),
+        "the late reporter went down too: {v:?}"
+    );
+    // Once 3's damping ends, only the cut-off node stays down.
+    let v = r.decide(&late, &all, &rules(), t + 14 * SEC);
+    assert_eq!(down(&v), vec![1]);
+}

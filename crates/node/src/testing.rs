@@ -26,13 +26,17 @@ use tokio::time::Instant;
 
 /// A store on a fresh simulated disk.
 pub(crate) fn sim_store(device: u32) -> Store {
-    let disk = SimDisk::new(64 << 20);
+    sim_store_on(&SimDisk::new(64 << 20), device)
+}
+
+/// [`sim_store`] on `disk` (the test keeps it to stall it, say).
+pub(crate) fn sim_store_on(disk: &SimDisk, device: u32) -> Store {
     let opts = FormatOptions {
         device_id: DeviceId(device),
         ..FormatOptions::default()
     };
-    basalt_engine::format_sim(&disk, &opts).unwrap();
-    Store::open_sim(&disk, &OpenOptions::default()).unwrap()
+    basalt_engine::format_sim(disk, &opts).unwrap();
+    Store::open_sim(disk, &OpenOptions::default()).unwrap()
 }
 
 /// The shared state of node `id` with these stores, a fence for `ttl` (closed) and PGs that use
@@ -54,6 +58,18 @@ pub(crate) fn shared_with_leases(
     catalog: Catalog,
     lease: Duration,
 ) -> Arc<NodeShared> {
+    shared_after(id, ttl, stores, catalog, lease, Duration::ZERO)
+}
+
+/// [`shared_with_leases`], started after a process whose grants may run for `earlier` more.
+pub(crate) fn shared_after(
+    id: NodeId,
+    ttl: Duration,
+    stores: Vec<Store>,
+    catalog: Catalog,
+    lease: Duration,
+    earlier: Duration,
+) -> Arc<NodeShared> {
     let stores: BTreeMap<_, _> = stores
         .into_iter()
         .map(|s| (s.info().device_id, s))
@@ -70,7 +86,7 @@ pub(crate) fn shared_with_leases(
         )),
         tuning: Tuning::default(),
         recovery: Recovery::new(&Tuning::default()),
-        leases: Arc::new(crate::readlease::ReadLeases::new(lease, Duration::ZERO)),
+        leases: Arc::new(crate::readlease::ReadLeases::new(lease, earlier)),
         stopped: Default::default(),
         sessions: Default::default(),
     });
@@ -109,6 +125,16 @@ pub(crate) struct Flaky {
     /// While true, prefix listings wait (`hold_lists`); how many wait now.
     hold: tokio::sync::watch::Sender<bool>,
     held_lists: AtomicUsize,
+    /// While true, the next transaction is applied only once this turns false, whether its
+    /// caller still waits or not (`delay_next_txn`): a request the store applies late.
+    late_txn: tokio::sync::watch::Sender<bool>,
+    late_armed: AtomicBool,
+    late_applied: Arc<AtomicUsize>,
+    late_waiting: AtomicUsize,
+    granted: Mutex<Vec<LeaseId>>,
+    /// While true, puts and deletes are applied and then answered with an error, as when
+    /// the answer is lost (`lose_answers`).
+    lose_answers: AtomicBool,
 }
 
 impl Flaky {
@@ -120,6 +146,12 @@ impl Flaky {
             lists: AtomicUsize::new(0),
             hold: tokio::sync::watch::channel(false).0,
             held_lists: AtomicUsize::new(0),
+            late_txn: tokio::sync::watch::channel(false).0,
+            late_armed: AtomicBool::new(false),
+            late_applied: Arc::new(AtomicUsize::new(0)),
+            late_waiting: AtomicUsize::new(0),
+            granted: Mutex::new(Vec::new()),
+            lose_answers: AtomicBool::new(false),
         })
     }
 
@@ -144,6 +176,50 @@ impl Flaky {
     /// Makes prefix listings wait (`true`) until released (`false`).
     pub(crate) fn hold_lists(&self, hold: bool) {
         self.hold.send_replace(hold);
+    }
+
+    /// Makes the next transaction wait for [`Flaky::apply_late_txn`] before the store
+    /// applies it, even if its caller gives up meanwhile (a request lost in transit, applied
+    /// late).
+    pub(crate) fn delay_next_txn(&self) {
+        self.late_txn.send_replace(true);
+        self.late_armed.store(true, Ordering::SeqCst);
+    }
+
+    /// Lets the delayed transaction be applied.
+    pub(crate) fn apply_late_txn(&self) {
+        self.late_txn.send_replace(false);
+    }
+
+    /// Applies puts and deletes but answers them with an error (`true`), as a store whose
+    /// answer is lost on the way (a timeout, a connection broken after the request).
+    pub(crate) fn lose_answers(&self, on: bool) {
+        self.lose_answers.store(on, Ordering::SeqCst);
+    }
+
+    fn answer<T>(&self, r: Result<T, MetaError>) -> Result<T, MetaError> {
+        match (r, self.lose_answers.load(Ordering::SeqCst)) {
+            (Ok(_), true) => Err(MetaError::Unavailable {
+                endpoint: "flaky".into(),
+                detail: "the answer was lost (test)".into(),
+            }),
+            (r, _) => r,
+        }
+    }
+
+    /// Delayed transactions the store has received so far.
+    pub(crate) fn late_waiting(&self) -> usize {
+        self.late_waiting.load(Ordering::SeqCst)
+    }
+
+    /// The leases granted so far, oldest first.
+    pub(crate) fn granted(&self) -> Vec<LeaseId> {
+        self.granted.lock().clone()
+    }
+
+    /// Delayed transactions the store has applied (or refused) so far.
+    pub(crate) fn late_applied(&self) -> usize {
+        self.late_applied.load(Ordering::SeqCst)
     }
 
     /// Prefix listings waiting for the release now.
@@ -187,15 +263,28 @@ impl MetaStore for Flaky {
         lease: Option<LeaseId>,
     ) -> Result<Revision, MetaError> {
         self.check()?;
-        self.inner.put(key, value, lease).await
+        self.answer(self.inner.put(key, value, lease).await)
     }
     async fn delete(&self, key: &str) -> Result<bool, MetaError> {
         self.check()?;
-        self.inner.delete(key).await
+        self.answer(self.inner.delete(key).await)
     }
     async fn txn(&self, txn: Txn) -> Result<TxnResult, MetaError> {
         self.check()?;
-        self.inner.txn(txn).await
+        if !self.late_armed.swap(false, Ordering::SeqCst) {
+            return self.inner.txn(txn).await;
+        }
+        self.late_waiting.fetch_add(1, Ordering::SeqCst);
+        let inner = self.inner.clone();
+        let mut late = self.late_txn.subscribe();
+        let done = self.late_applied.clone();
+        let applied = tokio::spawn(async move {
+            let _ = late.wait_for(|l| !*l).await;
+            let result = inner.txn(txn).await;
+            done.fetch_add(1, Ordering::SeqCst);
+            result
+        });
+        applied.await.expect("the delayed transaction panicked")
     }
     async fn watch_prefix(&self, prefix: &str, from: Revision) -> Result<WatchReceiver, MetaError> {
         self.check()?;
@@ -207,7 +296,9 @@ impl MetaStore for Flaky {
     }
     async fn grant_lease(&self, ttl: Duration) -> Result<LeaseId, MetaError> {
         self.check()?;
-        self.inner.grant_lease(ttl).await
+        let lease = self.inner.grant_lease(ttl).await?;
+        self.granted.lock().push(lease);
+        Ok(lease)
     }
     async fn keep_alive(&self, lease: LeaseId) -> Result<(), MetaError> {
         self.check()?;

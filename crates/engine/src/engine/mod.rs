@@ -13,6 +13,7 @@ mod recover;
 pub(crate) use recover::read_superblocks;
 pub use recover::{NewestEntry, NewestHeader, newest_record, newest_record_header};
 mod run;
+mod settle;
 mod state;
 mod unrecorded;
 mod write;
@@ -116,6 +117,8 @@ pub(crate) enum Msg {
         version: Version,
     },
     Flush {
+        /// Also waits for the operations submitted before it that still wait (`settle.rs`).
+        settle: bool,
         reply: oneshot::Sender<Result<(), EngineError>>,
     },
     ObjectInfo {
@@ -218,6 +221,8 @@ pub(crate) struct WriteOp {
     pub reads_pending: u32,
     /// Why a read of an old block failed (boxed: rare, and it keeps the message small).
     pub failed: Option<Box<EngineError>>,
+    /// Arrival number (`settle.rs`).
+    pub seq: u64,
 }
 
 impl WriteOp {
@@ -237,6 +242,7 @@ impl WriteOp {
             old: Vec::new(),
             reads_pending: 0,
             failed: None,
+            seq: 0,
         }
     }
 }
@@ -374,6 +380,8 @@ pub(crate) struct Engine {
     pub bad_seen: std::collections::HashSet<(u64, u32)>,
     /// Versions objects reached here without a record (`unrecorded.rs`).
     pub unrecorded: unrecorded::Unrecorded,
+    /// Flushes waiting for operations that arrived before them (`settle.rs`).
+    pub settle: settle::Settling,
 }
 
 /// The most distinct bad blocks an engine remembers; past it every new one counts anew.
@@ -520,7 +528,7 @@ impl Engine {
             }
             Msg::Write(op) => self.handle_write(op),
             Msg::Commit { oid, version } => self.commit(oid, version),
-            Msg::Flush { reply } => {
+            Msg::Flush { settle, reply } => {
                 if self.closing {
                     let _ = reply.send(Err(EngineError::Closed));
                 } else if let Some(p) = &self.poisoned {
@@ -531,7 +539,10 @@ impl Engine {
                         reply: Reply::Unit(reply),
                         version: Version::NONE,
                     };
-                    self.add_barrier(w);
+                    match settle {
+                        true => self.settled_flush(w),
+                        false => self.add_barrier(w),
+                    }
                 }
             }
             Msg::ObjectInfo { oid, reply } => {
@@ -591,6 +602,7 @@ impl Engine {
         let mut more = true;
         for _ in 0..4 {
             self.retry_waiting();
+            self.release_settled();
             let sealed = self.maybe_seal();
             self.maybe_flush();
             let wb = self.pump_writeback();
@@ -680,6 +692,7 @@ impl Engine {
             }
         }
         self.waiting.clear();
+        self.fail_settling(&err);
         self.fail_held_reads(&err);
     }
 }

@@ -221,6 +221,7 @@ impl Engine {
             clock,
             bad_seen: Default::default(),
             unrecorded: Default::default(),
+            settle: Default::default(),
         };
         engine.recover(&dev)?;
         repair_superblocks(&dev, &sbs)?;

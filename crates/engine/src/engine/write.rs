@@ -40,8 +40,9 @@ enum Old {
 }
 
 impl Engine {
-    pub fn handle_write(&mut self, op: WriteOp) {
+    pub fn handle_write(&mut self, mut op: WriteOp) {
         self.last_write = self.clock.now();
+        self.number(&mut op);
         if self.closing {
             op.reply.err(EngineError::Closed);
             return;
@@ -444,27 +445,25 @@ impl Engine {
     /// this PG if it has one, else of any PG) is forgotten first and its PG's log tail raised
     /// to its version, in the same batch: a replica that needs changes older than the tail
     /// then compares full listings instead.
+    ///
+    /// A tombstone of a held delete (not yet committed by the store's user) is never the one
+    /// forgotten: reads of its object wait for the commit, which would find no object to
+    /// release them, and a read after the eviction would see the delete before its commit.
     fn reserve_tomb(&mut self, oid: ObjectId, pg: u32) -> Result<u32, EngineError> {
         if let Some(t) = self.st.tomb_alloc.take() {
             return Ok(t as u32);
         }
         let own = PgId { pool: oid.pool, pg };
-        let victim_pg = if self.st.pgs.get(&own).is_some_and(|p| !p.tombs.is_empty()) {
-            own
-        } else {
-            *self
-                .st
-                .pgs
-                .iter()
-                .find(|(_, p)| !p.tombs.is_empty())
-                .ok_or_else(|| EngineError::Corrupt("tombstone table full but empty".into()))?
-                .0
+        let Some((victim_pg, victim, version)) = self
+            .oldest_free_tomb(own)
+            .or_else(|| self.st.pgs.keys().find_map(|p| self.oldest_free_tomb(*p)))
+        else {
+            // Every record holds a delete still in flight: none may go yet.
+            return Err(EngineError::OutOfSpace {
+                needed: crate::layout::TOMB_RECORD as u64,
+                free: 0,
+            });
         };
-        let (version, volume, index) = *self.st.pgs[&victim_pg]
-            .tombs
-            .first()
-            .expect("checked non-empty");
-        let victim = ObjectId::new(victim_pg.pool, volume, index);
         self.raise_log_tail(victim_pg, version)?;
         // Gone from here, still what a write behind its delete follows.
         self.unrecorded.note(victim, version, Version::NONE);
@@ -480,6 +479,16 @@ impl Engine {
             .take()
             .expect("a tombstone record was just freed");
         Ok(t as u32)
+    }
+
+    /// The oldest tombstone of `pg` whose delete is not held, and its version.
+    fn oldest_free_tomb(&self, pg: PgId) -> Option<(PgId, ObjectId, Version)> {
+        let tombs = &self.st.pgs.get(&pg)?.tombs;
+        tombs.iter().find_map(|(version, volume, index)| {
+            let oid = ObjectId::new(pg.pool, *volume, *index);
+            let held = self.st.objs.get(&oid).is_some_and(|o| o.pending > 0);
+            (!held).then_some((pg, oid, *version))
+        })
     }
 
     /// Adds a PG-record entry raising `pg`'s log tail to at least `tail`.

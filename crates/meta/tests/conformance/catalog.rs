@@ -3,7 +3,11 @@
 use crate::common::Harness;
 use crate::map::TestMap;
 use anyhow::{Context, Result, bail, ensure};
-use basalt_meta::{Catalog, IdKind, KeyValue, MetaError, PoolSpec, VolumeState, keys};
+use basalt_meta::{
+    Catalog, DeviceRecord, DeviceState, IdKind, KeyValue, MetaError, PgReadyRecord, PoolSpec,
+    VolumeState, keys,
+};
+use basalt_types::{DeviceId, Epoch, NodeId, PgId, PoolId};
 use std::time::Duration;
 
 async fn make_pool(c: &Catalog, name: &str) -> Result<basalt_meta::PoolRecord> {
@@ -301,12 +305,53 @@ pub(crate) async fn catalog_leader_election_and_fencing(h: Harness) -> Result<()
         .await;
     ensure!(matches!(w, Err(MetaError::NotLeader)), "{w:?}");
     ensure!(c.leader().await?.is_none());
+    // Nor may it consume a PG-ready report or apply the down-out rule, whether another leader
+    // was elected meanwhile or not.
+    let pg = PgId {
+        pool: PoolId(1),
+        pg: 3,
+    };
+    let report = c
+        .put_pg_ready(&PgReadyRecord::new(pg, Epoch(2), vec![DeviceId(5)]))
+        .await?;
+    let dev = DeviceRecord {
+        id: DeviceId(5),
+        node: NodeId(1),
+        path: "/dev/vdb".into(),
+        class: "ssd".into(),
+        capacity: 1 << 30,
+        weight: 1,
+        object_size: 131072,
+        state: DeviceState::Down,
+        out: None,
+        fault: None,
+        lost: false,
+    };
+    c.put_device(&dev).await?;
+    for round in 0..2 {
+        let _successor = match round {
+            1 => Some(c.campaign("c", ttl).await?.context("c wins")?),
+            _ => None,
+        };
+        let w = c.remove_pg_ready(pg, report, &b).await;
+        ensure!(matches!(w, Err(MetaError::NotLeader)), "{w:?}");
+        let w = c.auto_out_device(DeviceId(5), &b).await;
+        ensure!(matches!(w, Err(MetaError::NotLeader)), "{w:?}");
+    }
+    ensure!(
+        c.list_pg_ready().await?.len() == 1,
+        "the report was deleted"
+    );
+    ensure!(
+        c.get_device(DeviceId(5)).await? == Some(dev),
+        "the device changed"
+    );
     Ok(())
 }
 
 pub(crate) async fn catalog_nodes_live_under_a_lease_and_devices_persist(h: Harness) -> Result<()> {
-    use basalt_meta::{DeviceRecord, DeviceState, NodeRecord, default_weight};
-    use basalt_types::{DeviceId, NodeId};
+    use basalt_meta::{NodeRecord, default_weight};
+
     let c = h.catalog();
     let node = NodeRecord::new(NodeId(3), "host-a", "127.0.0.1:7000");
     let keep = c.register_node(&node, Duration::from_secs(2)).await?;

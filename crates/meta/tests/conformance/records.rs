@@ -2,11 +2,12 @@
 //! restarts), and pool settings (min_size, delete).
 
 use crate::common::Harness;
-use anyhow::{Result, ensure};
+use anyhow::{Context, Result, ensure};
 use basalt_meta::{
     DeviceRegistration, DeviceState, MetaError, OutReason, PgReadyRecord, PoolSpec, keys,
 };
 use basalt_types::{DeviceId, Epoch, NodeId, PgId, PoolId};
+use std::time::Duration;
 
 pub(crate) async fn catalog_pg_ready_reports_are_removed_by_revision(h: Harness) -> Result<()> {
     let c = h.catalog();
@@ -34,12 +35,14 @@ pub(crate) async fn catalog_pg_ready_reports_are_removed_by_revision(h: Harness)
     ensure!(listed == vec![(report.clone(), r1)], "{listed:?}");
     let newer = PgReadyRecord::new(pg, Epoch(5), vec![DeviceId(2)]);
     let r2 = c.put_pg_ready(&newer).await?;
+    let leader = c.campaign("test", Duration::from_secs(10)).await?;
+    let leader = leader.context("no other leader")?;
     ensure!(
-        !c.remove_pg_ready(pg, r1).await?,
+        !c.remove_pg_ready(pg, r1, &leader).await?,
         "a newer report survives the removal of the one that was read"
     );
     ensure!(c.list_pg_ready().await?.len() == 1);
-    ensure!(c.remove_pg_ready(pg, r2).await?);
+    ensure!(c.remove_pg_ready(pg, r2, &leader).await?);
     ensure!(c.list_pg_ready().await?.is_empty());
     Ok(())
 }
@@ -88,13 +91,15 @@ pub(crate) async fn catalog_device_registration_keeps_operator_state(h: Harness)
     ensure!(cleared.state == DeviceState::Up && cleared.fault.is_none());
     ensure!(c.register_device(&again).await?.state == DeviceState::Up);
     // The automatic down-out rule never overrides an operator, and undoes only itself.
-    ensure!(!c.auto_out_device(DeviceId(4)).await?);
-    ensure!(!c.auto_in_device(DeviceId(4)).await?);
+    let leader = c.campaign("test", Duration::from_secs(10)).await?;
+    let leader = leader.context("no other leader")?;
+    ensure!(!c.auto_out_device(DeviceId(4), &leader).await?);
+    ensure!(!c.auto_in_device(DeviceId(4), &leader).await?);
     c.set_device_out(DeviceId(4), None).await?;
-    ensure!(c.auto_out_device(DeviceId(4)).await?);
+    ensure!(c.auto_out_device(DeviceId(4), &leader).await?);
     let d = c.get_device(DeviceId(4)).await?;
     ensure!(d.is_some_and(|d| d.out == Some(OutReason::Auto)));
-    ensure!(c.auto_in_device(DeviceId(4)).await?);
+    ensure!(c.auto_in_device(DeviceId(4), &leader).await?);
     ensure!(c.get_device(DeviceId(4)).await?.is_some_and(|d| d.is_in()));
     // Another node cannot take the device over.
     let thief = DeviceRegistration {

@@ -220,6 +220,9 @@ impl Pg {
                 .await?;
             self.mark_target(ctx, &map, term, dev, cursor).await?;
         }
+        // Every object was listed and copied: from here, writes of objects created past the
+        // cursor reach the target (`Target::tail`).
+        self.walked_all(generation, dev);
         // Objects written past the cursor that no listing showed (created after the last page
         // was listed): copied, and the target done (every later write reaches it) once none
         // is left.
@@ -282,6 +285,19 @@ impl Pg {
                 }
                 Ok(_) => return,
             }
+        }
+    }
+
+    /// Marks target `dev` as walked to the end ([`super::Target::tail`]), under the PG's lock,
+    /// where writes decide whether they reach it.
+    fn walked_all(&self, generation: u64, dev: DeviceId) {
+        let mut st = self.st.lock();
+        if st.generation != generation {
+            return;
+        }
+        let targets = st.primary.as_mut().map(|p| p.targets.iter_mut());
+        if let Some(t) = targets.into_iter().flatten().find(|t| t.member.dev == dev) {
+            t.tail = true;
         }
     }
 

@@ -235,6 +235,15 @@ pub(crate) struct Target {
     /// target): copied again before the cursor is persisted past them and before the target
     /// is done, so an object created after the walk listed its page is not skipped.
     pub dirty: BTreeSet<ObjectId>,
+    /// The walk has listed and copied every object of the PG (on the primary and on the
+    /// target): an object past the cursor that is not dirty is on neither (created since, its
+    /// first write still to come), so its writes reach the target as they are made, and only
+    /// the dirty objects, a set that no longer grows, are left to copy. (Before, each object
+    /// created past the cursor became dirty, and the last copies chased a steady stream of
+    /// new objects, a volume being filled. The walk itself still chases objects created past
+    /// it faster than it copies: the recovery throttle sets its pace.) Writes then reach the
+    /// target without its backfill-full check, as they do once it completes a moment later.
+    pub tail: bool,
 }
 
 impl Target {
@@ -244,7 +253,8 @@ impl Target {
     /// copy would reach the primary's version without them, a copy a later backfill comparing
     /// versions would skip (found by a helper's review). It is copied again first.
     pub fn covers(&self, oid: &ObjectId) -> bool {
-        self.done || (self.cursor.is_some_and(|c| *oid <= c) && !self.dirty.contains(oid))
+        self.done
+            || (!self.dirty.contains(oid) && (self.tail || self.cursor.is_some_and(|c| *oid <= c)))
     }
 }
 

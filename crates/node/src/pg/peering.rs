@@ -771,6 +771,7 @@ impl Pg {
                 objects: 0,
                 walked: 0,
                 dirty: Default::default(),
+                tail: false,
             });
         }
         Ok(out)

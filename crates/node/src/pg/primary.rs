@@ -447,14 +447,23 @@ impl Pg {
         // its stalled device down (`faults.rs`), or from the member's failure.
         let ended = self.term_ended(term);
         tokio::pin!(ended);
+        let mut local = local;
         let local_res = tokio::select! {
             biased;
-            r = local => r,
+            r = &mut local => r,
             _ = &mut ended => {
                 if replicated {
-                    // Released for when the device answers: peering decided its fate, and this
-                    // device serves the PG no more in this term.
-                    let _ = self.store.commit(oid, version);
+                    // Released once the device answers: peering decides its fate, and this
+                    // term serves no more. Not before: the store counts a held write when it
+                    // applies it and drops a commit that comes first, so a write still
+                    // waiting in the store (a partial block's read, a full journal) would stay
+                    // held, and the object's reads wait, for good.
+                    let store = self.store.clone();
+                    tokio::spawn(async move {
+                        if local.await.is_ok() {
+                            let _ = store.commit(oid, version);
+                        }
+                    });
                 }
                 return Err(busy(format!(
                     "{}: the local store (device {}) did not answer {oid} at {version} before \

@@ -7,7 +7,9 @@ use super::WriteKind;
 use crate::pg::messages::Held;
 use crate::pg::{Member, Pg};
 use crate::service::NodeShared;
-use crate::testing::{Flaky, activate_member, shared, sim_store};
+use crate::testing::{Flaky, activate_member, shared, sim_store, sim_store_on};
+use basalt_engine::Store;
+use basalt_engine::sim::{Latency, SimDisk, Spread};
 use basalt_meta::Catalog;
 use basalt_proto::{ErrorCode, RepOp, Request, ResponseFuture, Service, Session, WireError};
 use basalt_types::{DeviceId, Epoch, NodeId, ObjectId, PgId, PoolId, Term, Version, VolumeId};
@@ -66,13 +68,30 @@ impl basalt_link::Link for Holds {
 }
 
 async fn node(dir: &std::path::Path, id: u32) -> Arc<NodeShared> {
+    node_with(dir, id, sim_store(id)).await
+}
+
+async fn node_with(dir: &std::path::Path, id: u32, store: Store) -> Arc<NodeShared> {
     let catalog = Catalog::new(Flaky::open(&dir.join(format!("meta{id}.redb"))).await);
-    shared(
-        NodeId(id),
-        Duration::from_secs(3600),
-        vec![sim_store(id)],
-        catalog,
-    )
+    shared(NodeId(id), Duration::from_secs(3600), vec![store], catalog)
+}
+
+/// A backfill target on `dev` behind `link`, its cursor at `cursor`, `dirty` to copy again.
+fn target(
+    dev: DeviceId,
+    link: Arc<dyn basalt_link::Link>,
+    cursor: Option<ObjectId>,
+    dirty: Option<ObjectId>,
+) -> crate::pg::Target {
+    crate::pg::Target {
+        member: Member { dev, link },
+        cursor,
+        done: false,
+        objects: 0,
+        walked: 0,
+        dirty: dirty.into_iter().collect(),
+        tail: false,
+    }
 }
 
 async fn until(what: &str, f: impl Fn() -> bool) {
@@ -182,17 +201,8 @@ async fn a_write_behind_a_zeroing_behind_a_lost_write_is_not_applied_on_the_memb
 #[tokio::test]
 async fn a_backfill_target_gets_no_write_of_an_object_it_must_copy_again() {
     let t = Test::new(false).await;
-    let target = |dirty: bool| crate::pg::Target {
-        member: Member {
-            dev: MEMBER,
-            link: t.link.clone(),
-        },
-        cursor: Some(ObjectId::new(PG.pool, VolumeId(1), 9)),
-        done: false,
-        objects: 0,
-        walked: 0,
-        dirty: dirty.then_some(t.oid).into_iter().collect(),
-    };
+    let cursor = Some(ObjectId::new(PG.pool, VolumeId(1), 9));
+    let target = |dirty: bool| target(MEMBER, t.link.clone(), cursor, dirty.then_some(t.oid));
     let serve = |dirty| {
         t.with_primary(|p| {
             p.members.clear();
@@ -221,6 +231,93 @@ async fn a_backfill_target_gets_no_write_of_an_object_it_must_copy_again() {
     assert!(second.await.unwrap().is_ok());
 }
 
+/// Once the walk has listed and copied everything (`Target::tail`), a write of an object past
+/// the cursor (created since: on neither copy) reaches the target and leaves nothing to copy
+/// again; before, the target still waits for the walk: the write makes the object dirty.
+#[tokio::test]
+async fn a_target_walked_to_the_end_gets_the_writes_of_objects_created_past_its_cursor() {
+    for tail in [false, true] {
+        let t = Test::new(false).await;
+        t.with_primary(|p| {
+            p.members.clear();
+            let walked = crate::pg::Target {
+                tail,
+                ..target(MEMBER, t.link.clone(), None, None)
+            };
+            p.targets = vec![walked];
+        });
+        t.release();
+        t.write(0, data(1)).await.unwrap().unwrap();
+        let sent = t.link.sent.lock().len();
+        let dirty = t.with_primary(|p| p.targets[0].dirty.contains(&t.oid));
+        match tail {
+            false => assert_eq!((sent, dirty), (0, true), "before the walk reached it"),
+            true => assert_eq!((sent, dirty), (1, false), "walked to the end"),
+        }
+    }
+}
+
+/// The term ends while the primary's own copy of a write still waits in its store (here for
+/// the old block a partial write must merge with, on a disk that hangs): the hold is released
+/// once the store has applied the write, not before. The store counts a held write when it
+/// applies it and dropped the commit that came first: the object's reads waited for good.
+#[tokio::test]
+async fn a_held_write_the_term_ended_under_is_released_once_its_store_applies_it() {
+    let disk = SimDisk::new(64 << 20);
+    let t = Test::with_primary_store(false, sim_store_on(&disk, PRIMARY.0)).await;
+    t.release();
+    let store = t.primary.pgs.store(PRIMARY).unwrap().clone();
+    let whole = Bytes::from(vec![1u8; store.info().object_size as usize]);
+    let first = t.write(0, whole).await.unwrap().unwrap();
+    // The old block is read twice at 1 s each: by the primary's check of its copy, then by
+    // the store merging the write with it. Once the write is versioned (submitted), the disk
+    // hangs: the store's read does not complete while the term ends.
+    disk.set_latency(Latency {
+        read: Spread::fixed(Duration::from_secs(1)),
+        ..Latency::ZERO
+    });
+    let partial = t.write(100, Bytes::from_static(b"partial"));
+    until("the write submitted", || {
+        t.with_primary(|p| p.tails.contains_key(&t.oid))
+    })
+    .await;
+    disk.stall(true);
+    let unstall = Unstall(disk.clone());
+    t.pg.serve_alone_for_test(Epoch(10));
+    let ended = tokio::time::timeout(Duration::from_secs(10), partial).await;
+    let ended = ended.expect("the write outlived its term").unwrap();
+    assert!(
+        matches!(&ended, Err(e) if e.code == ErrorCode::Busy),
+        "{ended:?}"
+    );
+    drop(unstall);
+    disk.set_latency(Latency::ZERO);
+    for _ in 0..10_000 {
+        if t.version(&t.primary, PRIMARY).await != Some(first) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert_ne!(
+        t.version(&t.primary, PRIMARY).await,
+        Some(first),
+        "never applied"
+    );
+    let read = tokio::time::timeout(Duration::from_secs(10), store.read(t.oid, 100, 7)).await;
+    let read = read.expect("the object stays held: its reads wait for good");
+    assert_eq!(read.unwrap(), &b"partial"[..]);
+}
+
+/// Ends a disk's stall when dropped: a failing test fails instead of hanging where its
+/// stores wait for their I/O.
+struct Unstall(SimDisk);
+
+impl Drop for Unstall {
+    fn drop(&mut self) {
+        self.0.stall(false);
+    }
+}
+
 /// A link to a device whose store is out of space: every sub-operation fails with `NoSpace`.
 struct Full;
 
@@ -246,17 +343,8 @@ async fn a_backfill_target_out_of_space_does_not_refuse_the_client_for_lack_of_s
     let t = Test::new(false).await;
     t.with_primary(|p| {
         p.members.clear();
-        p.targets = vec![crate::pg::Target {
-            member: Member {
-                dev: MEMBER,
-                link: Arc::new(Full),
-            },
-            cursor: Some(ObjectId::new(PG.pool, VolumeId(1), 9)),
-            done: false,
-            objects: 0,
-            walked: 0,
-            dirty: Default::default(),
-        }];
+        let cursor = Some(ObjectId::new(PG.pool, VolumeId(1), 9));
+        p.targets = vec![target(MEMBER, Arc::new(Full), cursor, None)];
     });
     let err = t.write(0, data(1)).await.unwrap().unwrap_err();
     assert_eq!(err.code, ErrorCode::Busy, "{err:?}");
@@ -421,8 +509,13 @@ struct Test {
 
 impl Test {
     async fn new(lose: bool) -> Test {
+        Test::with_primary_store(lose, sim_store(PRIMARY.0)).await
+    }
+
+    async fn with_primary_store(lose: bool, store: Store) -> Test {
         let dir = tempfile::tempdir().unwrap();
-        let (primary, member) = (node(dir.path(), 1).await, node(dir.path(), 2).await);
+        let primary = node_with(dir.path(), PRIMARY.0, store).await;
+        let member = node(dir.path(), 2).await;
         let pg: Arc<Pg> = primary.pgs.get(PRIMARY, PG).unwrap();
         pg.serve_alone_for_test(Epoch(9));
         activate_member(&member, MEMBER, PG, Term::new(Epoch(9), 0)).await;
@@ -481,17 +574,7 @@ impl Test {
             let mut st = self.pg.st.lock();
             let generation = st.generation;
             let p = st.primary.as_mut().unwrap();
-            p.targets = vec![crate::pg::Target {
-                member: Member {
-                    dev: TARGET,
-                    link: self.link.clone(),
-                },
-                cursor: None,
-                done: false,
-                objects: 0,
-                walked: 0,
-                dirty: [self.oid].into_iter().collect(),
-            }];
+            p.targets = vec![target(TARGET, self.link.clone(), None, Some(self.oid))];
             (generation, p.term)
         };
         let (pg, ctx, oid) = (self.pg.clone(), self.primary.pgs.ctx.clone(), self.oid);

@@ -120,8 +120,10 @@ impl Pgs {
                 if let Some(newer) = self.promise(dev, pg, term) {
                     return done(PeerAnswer::Promised(newer));
                 }
-                // What was applied before the promise is durable before it is reported.
-                store.flush().await.map_err(e)?;
+                // What was submitted before the promise is applied and durable before it is
+                // reported (a sub-operation of an older term still waiting in the store must
+                // not land after the report: `engine/settle.rs`).
+                store.settle().await.map_err(e)?;
                 done(PeerAnswer::Holding(self.holding(dev, pg).await?))
             }
             PeerMsg::Log {
@@ -244,7 +246,20 @@ impl Pgs {
     ) -> Result<(), WireError> {
         let leases = &self.ctx.leases;
         if !leases.enabled() {
-            return Ok(());
+            // Off here now, yet the process before may have granted leases (a restart with
+            // heartbeats off after a crash): no promise while one may still run.
+            let left = leases.restart_wait();
+            if left.is_zero() {
+                return Ok(());
+            }
+            return Err(refused(
+                ErrorCode::Busy,
+                format!(
+                    "not promising yet: a read lease the previous process of this node granted \
+                     may still run ({} ms)",
+                    left.as_millis()
+                ),
+            ));
         }
         let limit = leases.length().min(self.ctx.peers.timeout / 2);
         let wait = async {

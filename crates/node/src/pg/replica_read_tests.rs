@@ -363,6 +363,7 @@ async fn a_primary_answers_reads_only_with_the_lease_of_a_completed_backfill_tar
             objects: 0,
             walked: 0,
             dirty: Default::default(),
+            tail: false,
         }];
     };
     let ctx = node.pgs.ctx.clone();

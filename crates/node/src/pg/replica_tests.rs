@@ -8,7 +8,7 @@
 
 use crate::pg::messages::{ImageKind, ImageMeta, PeerAnswer, PeerMsg};
 use crate::service::NodeShared;
-use crate::testing::{Flaky, activate_msg, query_msg, shared, sim_store};
+use crate::testing::{Flaky, activate_msg, query_msg, shared, shared_after, sim_store};
 use basalt_meta::Catalog;
 use basalt_proto::{ErrorCode, RepKind, RepOp};
 use basalt_types::{DeviceId, Epoch, NodeId, ObjectId, PgId, PoolId, Term, Version, VolumeId};
@@ -533,7 +533,10 @@ async fn a_ready_report_is_written_again_while_the_map_waits_for_it() {
         (found[0].0.up.clone(), found[0].0.interval),
         (up.clone(), Some(Epoch(9)))
     );
-    ctx.catalog.remove_pg_ready(pg, found[0].1).await.unwrap();
+    let leader = ctx.catalog.campaign("test", Duration::from_secs(10)).await;
+    let leader = leader.unwrap().expect("no other leader");
+    let removed = ctx.catalog.remove_pg_ready(pg, found[0].1, &leader).await;
+    assert!(removed.unwrap());
     // Applied (acting = up): nothing more; a newer interval: not this term's to report.
     offer(11, up.clone(), 11);
     p.report_again(&ctx, generation).await.unwrap();
@@ -627,4 +630,37 @@ async fn a_restarted_member_takes_no_activation_before_a_query() {
         .peer(activate_msg(dev, pg, old), Bytes::new())
         .await;
     assert!(refused.is_err(), "the newer term was promised again");
+}
+
+/// A node started again with heartbeats (read leases) off after a crash promises nothing
+/// while a lease its previous process granted may still run: a deposed primary holding one
+/// could answer reads the new term's writes made stale.
+#[tokio::test(start_paused = true)]
+async fn a_member_restarted_with_leases_off_promises_once_its_earlier_grants_ran_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = Catalog::new(Flaky::open(&dir.path().join("meta.redb")).await);
+    let earlier = Duration::from_secs(2);
+    let node = shared_after(
+        NodeId(1),
+        Duration::from_secs(3600),
+        vec![sim_store(1)],
+        catalog,
+        Duration::ZERO,
+        earlier,
+    );
+    let (dev, pg) = (
+        DeviceId(1),
+        PgId {
+            pool: PoolId(1),
+            pg: 0,
+        },
+    );
+    let query = || query_msg(dev, pg, Term::new(Epoch(7), 0));
+    let refused = node.pgs.peer(query(), Bytes::new()).await;
+    assert!(
+        matches!(&refused, Err(e) if e.code == ErrorCode::Busy && e.message.contains("previous process")),
+        "{refused:?}"
+    );
+    tokio::time::sleep(earlier).await;
+    node.pgs.peer(query(), Bytes::new()).await.unwrap();
 }
