@@ -1,9 +1,9 @@
 //! Flushes that settle: a settle (`Store::settle`) answers only once every operation
-//! submitted before it has been applied (or failed), and is then durable like any barrier. An operation
-//! may still wait in the store when the flush arrives, not yet applied: for the old blocks a
-//! partial write merges with (read-modify-write), for room in the open journal batch, for a
-//! free slot write-back is about to release (`write.rs`). A barrier alone covers only what was
-//! applied, so such a write could land after the flush answered.
+//! submitted before it has been applied (or failed), and is then durable like any barrier.
+//! An operation may still wait in the store when the settle arrives, not yet applied: for the
+//! old blocks a partial write merges with (read-modify-write), for room in the open journal
+//! batch, for a free slot write-back is about to release (`write.rs`). A barrier (a plain
+//! flush) covers only what was applied, so such a write could land after it answered.
 //!
 //! The node relies on it: a member that promises a newer term settles before it reports what
 //! it holds (`node/src/pg/replica.rs`, the peering query), and a write of the older term still
@@ -11,7 +11,7 @@
 //! rolled back elsewhere, kept on this copy at the version it reported without it. (A client's
 //! FLUSH needs no more than a barrier: what waits was not acknowledged.)
 //!
-//! Operations are numbered as they arrive (`WriteOp::seq`); a flush remembers the next number
+//! Operations are numbered as they arrive (`WriteOp::seq`); a settle remembers the next number
 //! and waits until no waiting operation has a lower one. Queues are per object and in arrival
 //! order, so the oldest waiting operation of an object is at the front of its queue.
 
@@ -19,12 +19,12 @@ use super::{Engine, Waiter, WriteOp};
 use crate::error::EngineError;
 use std::collections::VecDeque;
 
-/// Flushes waiting for the operations before them, in arrival order.
+/// Settles waiting for the operations before them, in arrival order.
 #[derive(Default)]
 pub(crate) struct Settling {
     /// The number the next operation gets.
     next: u64,
-    /// Each flush with the number of the first operation after it.
+    /// Each settle with the number of the first operation after it.
     flushes: VecDeque<(u64, Waiter)>,
 }
 
@@ -44,7 +44,7 @@ impl Engine {
         }
     }
 
-    /// Turns into barriers the flushes whose earlier operations were all applied.
+    /// Turns into barriers the settles whose earlier operations were all applied.
     pub(crate) fn release_settled(&mut self) {
         if self.settle.flushes.is_empty() {
             return;
@@ -63,7 +63,7 @@ impl Engine {
         }
     }
 
-    /// Fails every waiting flush (a poisoned store).
+    /// Fails every waiting settle (a poisoned store).
     pub(crate) fn fail_settling(&mut self, e: &EngineError) {
         for (_, w) in self.settle.flushes.drain(..) {
             w.reply.err(e.duplicate());
