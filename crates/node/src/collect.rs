@@ -108,15 +108,28 @@ async fn pass(
         .map_err(CollectError::Listing)?;
     let mut last_id = catalog.last_id(IdKind::Volume).await?;
     let mut removed = 0;
+    // A PG that fails (an object of a dead volume still to recover here, a copy that does not
+    // verify) does not keep the pass from the PGs after it; the pass then reports the first.
+    let mut failed = None;
     for (dev, store) in shared.maps.stores() {
         for pg in store.pgs().await? {
             let Some(primary) = shared.pgs.existing(*dev, pg.pg) else {
                 continue;
             };
-            if primary.is_active_primary() {
-                removed += walk(catalog, shared, &primary, &mut last_id, pacer).await?;
+            if !primary.is_active_primary() {
+                continue;
+            }
+            match walk(catalog, shared, &primary, &mut last_id, pacer).await {
+                Ok(n) => removed += n,
+                Err(e) => {
+                    tracing::debug!(pg = %primary.id, "collecting: {e}; on with the next PG");
+                    failed.get_or_insert(e);
+                }
             }
         }
+    }
+    if let Some(e) = failed {
+        return Err(e);
     }
     shared.collector.passes.fetch_add(1, Relaxed);
     Ok(removed)

@@ -306,3 +306,43 @@ async fn a_volume_created_after_the_pass_listed_is_not_collected() {
         .await
         .expect("the live volume takes writes");
 }
+
+/// A PG whose collection fails (here an object of the dead volume still to recover onto its
+/// primary: the delete answers `Busy`) does not keep the pass from the PGs after it; the pass
+/// reports the failure, and the next one, once the PG is whole, collects the rest.
+#[tokio::test]
+async fn a_pg_that_fails_does_not_stop_the_pass_for_the_others() {
+    let fx = Fixture::new().await;
+    let gone = fx.create("gone").await;
+    fx.put(gone, 4).await;
+    fx.delete("gone").await;
+    let node = fx.node().await;
+    let pg0 = node
+        .pgs
+        .get(
+            DeviceId(1),
+            PgId {
+                pool: PoolId(1),
+                pg: 0,
+            },
+        )
+        .unwrap();
+    let lacking = crate::pg::Missing {
+        version: basalt_types::Term::new(Epoch(1000), 0).version(1).unwrap(),
+        deleted: false,
+        sources: vec![DeviceId(2)],
+        need: vec![DeviceId(1)],
+    };
+    pg0.with_primary_for_test(|p| p.missing.insert(oid(gone, 100), lacking));
+    let mut pacer = Pacer::new(1_000_000);
+    assert!(pass(&fx.catalog, &node, &mut pacer).await.is_err());
+    let left: Vec<u64> = fx.held(gone).await.iter().map(|o| o.oid.index).collect();
+    assert_eq!(
+        left,
+        vec![0, 2],
+        "PG 1's objects (odd indexes) were not collected"
+    );
+    pg0.with_primary_for_test(|p| p.missing.clear());
+    assert_eq!(run_pass(&fx, &node).await, 2);
+    assert!(fx.held(gone).await.is_empty());
+}

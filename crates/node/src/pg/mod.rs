@@ -939,6 +939,12 @@ impl Pgs {
 
 #[cfg(test)]
 impl Pg {
+    /// Runs `f` on the primary's state.
+    pub(crate) fn with_primary_for_test<R>(&self, f: impl FnOnce(&mut Primary) -> R) -> R {
+        let mut st = self.st.lock();
+        f(st.primary.as_mut().expect("the primary of its PG"))
+    }
+
     /// Makes this device the active primary of the PG with no other member, in `interval`
     /// (unit tests of what runs on a primary, without peering).
     pub(crate) fn serve_alone_for_test(&self, interval: Epoch) {

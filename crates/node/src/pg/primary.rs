@@ -656,6 +656,7 @@ impl Pg {
         from_index: u64,
         still: &(dyn Fn() -> Result<(), WireError> + Send + Sync),
     ) -> Result<u64, WireError> {
+        self.whole_here(volume, from_index)?;
         let pool = self.id.pool;
         let mut after = match (from_index, volume.0) {
             (0, 0) => None,
@@ -693,6 +694,41 @@ impl Pg {
                 return Ok(deleted);
             }
         }
+    }
+}
+
+impl Pg {
+    /// Whether the objects of `volume` from index `from` may be deleted from here: the deletion
+    /// lists this device's store, so it must be the PG's active primary (not still peering:
+    /// its store may lack what the members hold) with none of those objects still to recover
+    /// onto it (an object it lacks would survive the deletion, and show its old data after the
+    /// volume grew again: found by a review). Else `Busy`: the caller retries.
+    fn whole_here(&self, volume: VolumeId, from: u64) -> Result<(), WireError> {
+        let st = self.st.lock();
+        let active = st
+            .primary
+            .as_ref()
+            .filter(|p| p.status == Status::Active && p.term == st.promised);
+        let Some(p) = active else {
+            return Err(busy(format!(
+                "{} is not active on {} yet: the objects of {volume} are deleted once it is",
+                self.id, self.dev
+            )));
+        };
+        let lacking = p
+            .missing
+            .iter()
+            .filter(|(o, _)| o.volume == volume && o.index >= from)
+            .filter(|(_, m)| !m.deleted && m.need.contains(&self.dev))
+            .count();
+        if lacking > 0 {
+            return Err(busy(format!(
+                "{}: {lacking} objects of {volume} are still being recovered onto {}; they are \
+                 deleted once they are",
+                self.id, self.dev
+            )));
+        }
+        Ok(())
     }
 }
 

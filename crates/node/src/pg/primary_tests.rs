@@ -5,7 +5,7 @@
 
 use super::WriteKind;
 use crate::pg::messages::Held;
-use crate::pg::{Member, Pg};
+use crate::pg::{Member, Missing, Pg, Status};
 use crate::service::NodeShared;
 use crate::testing::{Flaky, activate_member, shared, sim_store, sim_store_on};
 use basalt_engine::Store;
@@ -306,6 +306,42 @@ async fn a_held_write_the_term_ended_under_is_released_once_its_store_applies_it
     let read = tokio::time::timeout(Duration::from_secs(10), store.read(t.oid, 100, 7)).await;
     let read = read.expect("the object stays held: its reads wait for good");
     assert_eq!(read.unwrap(), &b"partial"[..]);
+}
+
+/// A volume's objects are deleted from a PG (a volume deleted, or shrunk) only where the
+/// primary's store holds all of them: the deletion lists that store. Still peering, or with
+/// an object of the volume still to recover onto it, the primary answers `Busy` (the caller
+/// retries) instead of deleting nothing and reporting success: the object would survive, and
+/// show its old data once the volume grew again.
+#[tokio::test]
+async fn a_volume_is_deleted_from_a_pg_only_where_its_primary_holds_every_object() {
+    let t = Test::new(false).await;
+    t.release();
+    let (pg, ctx) = (t.pg.clone(), t.primary.pgs.ctx.clone());
+    let delete = || pg.delete_volume(&ctx, Epoch(9), t.oid.volume, 0, &|| Ok(()));
+    t.with_primary(|p| p.status = Status::Peering);
+    let refused = delete().await;
+    assert!(
+        matches!(&refused, Err(e) if e.code == ErrorCode::Busy && e.message.contains("not active")),
+        "{refused:?}"
+    );
+    t.with_primary(|p| {
+        p.status = Status::Active;
+        let missing = Missing {
+            version: Term::new(Epoch(9), 0).version(1).unwrap(),
+            deleted: false,
+            sources: vec![MEMBER],
+            need: vec![PRIMARY],
+        };
+        p.missing.insert(t.oid, missing);
+    });
+    let refused = delete().await;
+    assert!(
+        matches!(&refused, Err(e) if e.code == ErrorCode::Busy && e.message.contains("recovered")),
+        "{refused:?}"
+    );
+    t.with_primary(|p| p.missing.clear());
+    assert_eq!(delete().await.unwrap(), 0);
 }
 
 /// Ends a disk's stall when dropped: a failing test fails instead of hanging where its
