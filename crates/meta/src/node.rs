@@ -457,8 +457,8 @@ impl Catalog {
             changed = f(&mut d);
             Ok((d, changed))
         };
+        let key = keys::device(id);
         for _ in 0..crate::catalog::MAX_ATTEMPTS {
-            let key = keys::device(id);
             if self
                 .update_once(&key, &guards, &mut change)
                 .await?
@@ -471,7 +471,7 @@ impl Catalog {
             }
         }
         Err(MetaError::Contention {
-            key: keys::device(id),
+            key,
             attempts: crate::catalog::MAX_ATTEMPTS,
         })
     }

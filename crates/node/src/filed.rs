@@ -33,14 +33,12 @@ impl Filed {
         me: NodeId,
         suspects: &BTreeMap<NodeId, Duration>,
     ) -> Result<(), MetaError> {
-        let cleared: Vec<NodeId> = self
+        let cleared: BTreeSet<NodeId> = self
             .reported
             .keys()
             .chain(&self.unsure)
             .filter(|n| !suspects.contains_key(n))
             .copied()
-            .collect::<BTreeSet<_>>()
-            .into_iter()
             .collect();
         for peer in cleared {
             if let Err(e) = catalog.remove_failure_report(me, peer).await {
